@@ -1,0 +1,392 @@
+//! Functions and modules: definitions (the data-flow graph) kept apart from the layout.
+//!
+//! A [`Function`] owns primary maps of values, instructions, blocks and source variables.
+//! Where a block or an instruction sits in the program is the business of [`Layout`] alone:
+//! a block can exist without being placed (a clone under construction, a block removed by a
+//! pass), and moving it renumbers nothing.
+
+use cranelift_entity::packed_option::PackedOption;
+use cranelift_entity::{PrimaryMap, SecondaryMap};
+
+use super::entities::{Block, ExternId, FuncId, Inst, Value, Var};
+use super::inst::{Callee, Const, InstData, FALLBACK_TYPE};
+use super::types::{Scalar, Type};
+
+/// Parameter and return types of a function.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Signature {
+    pub params: Vec<Type>,
+    pub ret: Option<Type>,
+}
+
+/// Where a value comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueDef {
+    /// Result number `n` of an instruction.
+    Result(Inst, usize),
+    /// Parameter number `n` of a block.
+    Param(Block, usize),
+    /// A number left unused (the parser keeps the numbers of the text, so gaps exist).
+    Unused,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValueData {
+    pub ty: Type,
+    pub def: ValueDef,
+    /// For a block parameter: the source variable it carries, if any (used by the
+    /// binding-time analysis to follow annotated variables through merges and loops).
+    pub var: Option<Var>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockData {
+    pub params: Vec<Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VarData {
+    pub name: String,
+}
+
+/// A position in the source text of a region (1-based); `line == 0` means unknown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SrcLoc {
+    pub line: u32,
+    pub col: u32,
+}
+
+impl SrcLoc {
+    pub fn new(line: u32, col: u32) -> SrcLoc {
+        SrcLoc { line, col }
+    }
+    pub fn is_known(self) -> bool {
+        self.line != 0
+    }
+}
+
+impl std::fmt::Display for SrcLoc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.line, self.col)
+    }
+}
+
+/// The order of blocks and of the instructions inside them.
+#[derive(Clone, Debug, Default)]
+pub struct Layout {
+    blocks: Vec<Block>,
+    insts: SecondaryMap<Block, Vec<Inst>>,
+    inst_block: SecondaryMap<Inst, PackedOption<Block>>,
+    block_inserted: SecondaryMap<Block, bool>,
+}
+
+impl Layout {
+    /// Blocks in layout order; the first is the entry block.
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+
+    pub fn entry_block(&self) -> Option<Block> {
+        self.blocks.first().copied()
+    }
+
+    pub fn is_block_inserted(&self, b: Block) -> bool {
+        self.block_inserted[b]
+    }
+
+    /// Appends `b` at the end of the layout.
+    pub fn append_block(&mut self, b: Block) {
+        assert!(!self.block_inserted[b], "{b} is already in the layout");
+        self.blocks.push(b);
+        self.block_inserted[b] = true;
+    }
+
+    /// Inserts `b` right after `after`.
+    pub fn insert_block_after(&mut self, b: Block, after: Block) {
+        assert!(!self.block_inserted[b], "{b} is already in the layout");
+        let pos = self
+            .blocks
+            .iter()
+            .position(|&x| x == after)
+            .expect("anchor block in layout");
+        self.blocks.insert(pos + 1, b);
+        self.block_inserted[b] = true;
+    }
+
+    /// Removes `b` and its instructions from the layout (their definitions stay).
+    pub fn remove_block(&mut self, b: Block) {
+        self.blocks.retain(|&x| x != b);
+        self.block_inserted[b] = false;
+        for i in std::mem::take(&mut self.insts[b]) {
+            self.inst_block[i] = None.into();
+        }
+    }
+
+    /// Instructions of `b` in order.
+    pub fn block_insts(&self, b: Block) -> &[Inst] {
+        &self.insts[b]
+    }
+
+    pub fn inst_block(&self, i: Inst) -> Option<Block> {
+        self.inst_block[i].expand()
+    }
+
+    /// The last instruction of `b` (its terminator in a verified function).
+    pub fn last_inst(&self, b: Block) -> Option<Inst> {
+        self.insts[b].last().copied()
+    }
+
+    pub fn append_inst(&mut self, i: Inst, b: Block) {
+        assert!(self.inst_block[i].is_none(), "{i} is already in the layout");
+        self.insts[b].push(i);
+        self.inst_block[i] = b.into();
+    }
+
+    /// Inserts `i` before `before` in the same block.
+    pub fn insert_inst_before(&mut self, i: Inst, before: Inst) {
+        assert!(self.inst_block[i].is_none(), "{i} is already in the layout");
+        let b = self
+            .inst_block(before)
+            .expect("anchor instruction in layout");
+        let pos = self.insts[b]
+            .iter()
+            .position(|&x| x == before)
+            .expect("anchor in its block");
+        self.insts[b].insert(pos, i);
+        self.inst_block[i] = b.into();
+    }
+
+    pub fn remove_inst(&mut self, i: Inst) {
+        if let Some(b) = self.inst_block(i) {
+            self.insts[b].retain(|&x| x != i);
+            self.inst_block[i] = None.into();
+        }
+    }
+}
+
+/// A function: its signature, its definitions and its layout.
+#[derive(Clone, Debug, Default)]
+pub struct Function {
+    pub name: String,
+    pub sig: Signature,
+    pub values: PrimaryMap<Value, ValueData>,
+    pub insts: PrimaryMap<Inst, InstData>,
+    pub results: SecondaryMap<Inst, Vec<Value>>,
+    pub blocks: PrimaryMap<Block, BlockData>,
+    pub vars: PrimaryMap<Var, VarData>,
+    pub srclocs: SecondaryMap<Inst, SrcLoc>,
+    pub layout: Layout,
+}
+
+impl Function {
+    pub fn new(name: impl Into<String>, sig: Signature) -> Function {
+        Function {
+            name: name.into(),
+            sig,
+            ..Function::default()
+        }
+    }
+
+    pub fn entry_block(&self) -> Option<Block> {
+        self.layout.entry_block()
+    }
+
+    /// Creates a block (not yet in the layout).
+    pub fn create_block(&mut self) -> Block {
+        self.blocks.push(BlockData::default())
+    }
+
+    /// Creates a block and appends it to the layout.
+    pub fn append_new_block(&mut self) -> Block {
+        let b = self.create_block();
+        self.layout.append_block(b);
+        b
+    }
+
+    /// Adds a parameter of type `ty` carrying source variable `var` to `b`.
+    pub fn append_block_param(&mut self, b: Block, ty: Type, var: Option<Var>) -> Value {
+        let n = self.blocks[b].params.len();
+        let v = self.values.push(ValueData {
+            ty,
+            def: ValueDef::Param(b, n),
+            var,
+        });
+        self.blocks[b].params.push(v);
+        v
+    }
+
+    /// The variable named `name`, created if new.
+    pub fn var(&mut self, name: &str) -> Var {
+        match self.vars.iter().find(|(_, d)| d.name == name) {
+            Some((v, _)) => v,
+            None => self.vars.push(VarData {
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    pub fn var_name(&self, v: Var) -> &str {
+        &self.vars[v].name
+    }
+
+    pub fn value_type(&self, v: Value) -> Type {
+        self.values[v].ty
+    }
+
+    pub fn block_params(&self, b: Block) -> &[Value] {
+        &self.blocks[b].params
+    }
+
+    pub fn inst_results(&self, i: Inst) -> &[Value] {
+        &self.results[i]
+    }
+
+    /// The single result of `i`; panics if it has none (an internal error).
+    pub fn first_result(&self, i: Inst) -> Value {
+        self.results[i][0]
+    }
+
+    /// The result types `data` produces, given the return type of a called function.
+    ///
+    /// Ill-typed operands give [`FALLBACK_TYPE`] results; the verifier reports them.
+    pub fn result_types(&self, data: &InstData, callee_ret: Option<Type>) -> Vec<Type> {
+        let ty = |v: crate::ir::Value| self.values.get(v).map(|d| d.ty).unwrap_or(FALLBACK_TYPE);
+        match data {
+            InstData::Const(c) => vec![Type::Scalar(c.ty())],
+            InstData::Unary { arg, .. } => vec![ty(*arg)],
+            InstData::Binary { args, .. } => vec![ty(args[0])],
+            InstData::Cmp { .. } => vec![Type::BOOL],
+            InstData::Select { args, .. } => vec![ty(args[0])],
+            InstData::Cast { to, .. } => vec![Type::Scalar(*to)],
+            InstData::Len { .. } => vec![Type::I64],
+            InstData::Load { slice, .. } | InstData::StaticLoad { slice, .. } => {
+                vec![ty(*slice).elem().map(Type::Scalar).unwrap_or(FALLBACK_TYPE)]
+            }
+            InstData::Call { .. } => callee_ret.into_iter().collect(),
+            InstData::MakeStatic { args, .. } | InstData::MakeDynamic { args } => {
+                args.iter().map(|(v, _)| ty(*v)).collect()
+            }
+            InstData::Store { .. }
+            | InstData::Jump { .. }
+            | InstData::Brif { .. }
+            | InstData::Switch { .. }
+            | InstData::Return { .. }
+            | InstData::Trap => Vec::new(),
+        }
+    }
+
+    /// Creates an instruction with results of the given types (not yet in the layout).
+    pub fn create_inst_with_types(&mut self, data: InstData, types: &[Type]) -> Inst {
+        let inst = self.insts.push(data);
+        let results = types
+            .iter()
+            .enumerate()
+            .map(|(n, &ty)| {
+                self.values.push(ValueData {
+                    ty,
+                    def: ValueDef::Result(inst, n),
+                    var: None,
+                })
+            })
+            .collect();
+        self.results[inst] = results;
+        inst
+    }
+
+    /// Creates an instruction and appends it to `b`. `callee_ret` is the return type of
+    /// the callee for calls, ignored otherwise.
+    pub fn append_inst(&mut self, b: Block, data: InstData, callee_ret: Option<Type>) -> Inst {
+        let types = self.result_types(&data, callee_ret);
+        let inst = self.create_inst_with_types(data, &types);
+        self.layout.append_inst(inst, b);
+        inst
+    }
+
+    /// Appends a non-call instruction with one result and returns that result.
+    pub fn ins(&mut self, b: Block, data: InstData) -> Value {
+        let i = self.append_inst(b, data, None);
+        self.first_result(i)
+    }
+
+    /// Appends an integer constant of type `ty`, canonicalizing `x`.
+    pub fn iconst(&mut self, b: Block, ty: Scalar, x: i64) -> Value {
+        self.ins(
+            b,
+            InstData::Const(Const::Int(ty, crate::semantics::canon(ty, x as u64))),
+        )
+    }
+
+    /// The terminator of `b`, if its last instruction is one.
+    pub fn terminator(&self, b: Block) -> Option<Inst> {
+        self.layout
+            .last_inst(b)
+            .filter(|&i| self.insts[i].is_terminator())
+    }
+
+    /// Successor blocks of `b` in branch order (with repetitions, e.g. both arms of a
+    /// `brif` to one block).
+    pub fn successors(&self, b: Block) -> Vec<Block> {
+        self.terminator(b)
+            .map(|i| {
+                self.insts[i]
+                    .branch_targets()
+                    .iter()
+                    .map(|c| c.block)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// A host function declared in a module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExternFunc {
+    pub name: String,
+    pub sig: Signature,
+    /// Declared `extern pure fn`: no side effects, same result for the same arguments, so
+    /// it may be called at specialization time.
+    pub pure: bool,
+}
+
+/// A module: host declarations and functions that may call each other.
+#[derive(Clone, Debug, Default)]
+pub struct Module {
+    pub externs: PrimaryMap<ExternId, ExternFunc>,
+    pub funcs: PrimaryMap<FuncId, Function>,
+}
+
+impl Module {
+    pub fn func_by_name(&self, name: &str) -> Option<FuncId> {
+        self.funcs
+            .iter()
+            .find(|(_, f)| f.name == name)
+            .map(|(id, _)| id)
+    }
+
+    pub fn extern_by_name(&self, name: &str) -> Option<ExternId> {
+        self.externs
+            .iter()
+            .find(|(_, f)| f.name == name)
+            .map(|(id, _)| id)
+    }
+
+    pub fn callee_sig(&self, c: Callee) -> &Signature {
+        match c {
+            Callee::Func(f) => &self.funcs[f].sig,
+            Callee::Extern(e) => &self.externs[e].sig,
+        }
+    }
+
+    pub fn callee_name(&self, c: Callee) -> &str {
+        match c {
+            Callee::Func(f) => &self.funcs[f].name,
+            Callee::Extern(e) => &self.externs[e].name,
+        }
+    }
+
+    /// Whether a call to `c` has no side effects (a pure host function). Calls to module
+    /// functions count as impure: they may store, trap or not terminate.
+    pub fn is_pure(&self, c: Callee) -> bool {
+        matches!(c, Callee::Extern(e) if self.externs[e].pure)
+    }
+}

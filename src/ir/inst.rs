@@ -1,0 +1,369 @@
+//! Instructions of the IR.
+//!
+//! One enum, [`InstData`], holds every instruction with its operands. Result types are
+//! determined by the instruction (see [`crate::ir::Function::result_types`]); operand types
+//! are checked by the verifier. Terminators are the last instruction of every block.
+
+use super::entities::{Block, ExternId, FuncId, Value, Var};
+use super::policy::Policies;
+use super::types::{Scalar, Type};
+
+/// A branch target: a block and the arguments passed to its parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BlockCall {
+    pub block: Block,
+    pub args: Vec<Value>,
+}
+
+impl BlockCall {
+    pub fn new(block: Block, args: Vec<Value>) -> BlockCall {
+        BlockCall { block, args }
+    }
+}
+
+/// Unary operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// Integer negation (wrapping) or float negation.
+    Neg,
+    /// Bitwise not of an integer, logical not of a `bool`.
+    Not,
+}
+
+/// Binary operators. Integer forms wrap; `div`/`rem` trap on a zero divisor and wrap on
+/// `MIN / -1` (result `MIN`, remainder 0). Shifts take the amount modulo the width and
+/// shift arithmetically for signed types. `and`/`or`/`xor` also apply to `bool`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    And,
+    Or,
+    Xor,
+    Shl,
+    Shr,
+    Min,
+    Max,
+}
+
+/// Comparison conditions; signed, unsigned or float by the operand type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+macro_rules! op_names {
+    ($ty:ident { $($v:ident = $s:literal),* $(,)? }) => {
+        impl $ty {
+            pub const ALL: &'static [$ty] = &[$($ty::$v),*];
+            pub fn name(self) -> &'static str {
+                match self { $($ty::$v => $s),* }
+            }
+            pub fn from_name(s: &str) -> Option<$ty> {
+                match s { $($s => Some($ty::$v),)* _ => None }
+            }
+        }
+    };
+}
+
+op_names!(UnaryOp { Neg = "neg", Not = "not" });
+op_names!(BinaryOp {
+    Add = "add",
+    Sub = "sub",
+    Mul = "mul",
+    Div = "div",
+    Rem = "rem",
+    And = "and",
+    Or = "or",
+    Xor = "xor",
+    Shl = "shl",
+    Shr = "shr",
+    Min = "min",
+    Max = "max",
+});
+op_names!(CmpOp {
+    Eq = "eq",
+    Ne = "ne",
+    Lt = "lt",
+    Le = "le",
+    Gt = "gt",
+    Ge = "ge",
+});
+
+/// A constant. Integers are stored in canonical form: the value's bits truncated to the
+/// type's width, then sign-extended (signed types) or zero-extended (unsigned types) to 64
+/// bits, see [`crate::semantics::canon`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Const {
+    Int(Scalar, u64),
+    F64(f64),
+    Bool(bool),
+}
+
+impl Const {
+    pub fn ty(self) -> Scalar {
+        match self {
+            Const::Int(t, _) => t,
+            Const::F64(_) => Scalar::F64,
+            Const::Bool(_) => Scalar::Bool,
+        }
+    }
+}
+
+/// The callee of a `call`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Callee {
+    /// A function of the same module.
+    Func(FuncId),
+    /// A host function declared with `extern fn`.
+    Extern(ExternId),
+}
+
+/// An instruction and its operands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InstData {
+    /// `iconst.T n`, `fconst x`, `bconst b`.
+    Const(Const),
+    /// `neg v`, `not v`.
+    Unary { op: UnaryOp, arg: Value },
+    /// `add a, b` and the other binary operators; both operands have one type.
+    Binary { op: BinaryOp, args: [Value; 2] },
+    /// `cmp.lt a, b`: a `bool`.
+    Cmp { op: CmpOp, args: [Value; 2] },
+    /// `select c, a, b`: `a` if `c` else `b`.
+    Select { cond: Value, args: [Value; 2] },
+    /// `cast.T v`: between scalar types. Integer to integer truncates or extends by the
+    /// source's signedness; `f64` to integer truncates toward zero and saturates (NaN gives
+    /// 0); `bool` converts to 0/1 and an integer or float to `bool` tests `!= 0`.
+    Cast { to: Scalar, arg: Value },
+    /// `len s`: the length of a slice, as `i64`.
+    Len { arg: Value },
+    /// `load s, i`: bounds-checked read of `s[i]` (`i` any integer type).
+    Load { slice: Value, index: Value },
+    /// `store s, i, v`: bounds-checked write `s[i] = v` into a `[mut T]`.
+    Store {
+        slice: Value,
+        index: Value,
+        value: Value,
+    },
+    /// `load_static s, i`: the static load `s@[i]` (BRIEF §4): read at specialization time
+    /// when `s` and `i` are static; bounds-checked like `load`.
+    StaticLoad { slice: Value, index: Value },
+    /// `call f(args)` / `call_static f(args)`: the static form `@f(args)` may only name a
+    /// pure host function.
+    Call {
+        callee: Callee,
+        args: Vec<Value>,
+        is_static: bool,
+    },
+    /// `make_static v as x, ...: policies`: from here the variables are run-time constants.
+    /// Produces one result per operand, a copy of it, which the front end binds to the
+    /// variable from then on.
+    MakeStatic {
+        args: Vec<(Value, Var)>,
+        policies: Policies,
+    },
+    /// `make_dynamic v as x, ...`: ends specialization on the variables; one copy per operand.
+    MakeDynamic { args: Vec<(Value, Var)> },
+    /// `jump block(args)`.
+    Jump { dest: BlockCall },
+    /// `brif c, then(args), else(args)`.
+    Brif {
+        cond: Value,
+        then_dest: BlockCall,
+        else_dest: BlockCall,
+    },
+    /// `switch v, [k: block(args), ...], default(args)`: a jump table on an integer.
+    Switch {
+        arg: Value,
+        cases: Vec<(u64, BlockCall)>,
+        default: BlockCall,
+    },
+    /// `return` or `return v`.
+    Return { value: Option<Value> },
+    /// `trap`: a runtime error of kind `trap`.
+    Trap,
+}
+
+/// The one operand walk behind `visit_operands` and `visit_operands_mut`: the same body
+/// serves `&InstData` and `&mut InstData` through default binding modes, with `iter` or
+/// `iter_mut` for the collections.
+macro_rules! visit_operands {
+    ($self:expr, $f:ident, $iter:ident) => {
+        match $self {
+            InstData::Const(_) | InstData::Trap => {}
+            InstData::Unary { arg, .. } | InstData::Cast { arg, .. } | InstData::Len { arg } => {
+                $f(arg)
+            }
+            InstData::Binary { args, .. } | InstData::Cmp { args, .. } => args.$iter().for_each($f),
+            InstData::Select { cond, args } => {
+                $f(cond);
+                args.$iter().for_each($f);
+            }
+            InstData::Load { slice, index } | InstData::StaticLoad { slice, index } => {
+                $f(slice);
+                $f(index);
+            }
+            InstData::Store {
+                slice,
+                index,
+                value,
+            } => {
+                $f(slice);
+                $f(index);
+                $f(value);
+            }
+            InstData::Call { args, .. } => args.$iter().for_each($f),
+            InstData::MakeStatic { args, .. } | InstData::MakeDynamic { args } => {
+                args.$iter().for_each(|(a, _)| $f(a))
+            }
+            InstData::Jump { dest } => dest.args.$iter().for_each($f),
+            InstData::Brif {
+                cond,
+                then_dest,
+                else_dest,
+            } => {
+                $f(cond);
+                then_dest.args.$iter().for_each(&mut $f);
+                else_dest.args.$iter().for_each($f);
+            }
+            InstData::Switch {
+                arg,
+                cases,
+                default,
+            } => {
+                $f(arg);
+                for (_, c) in cases {
+                    c.args.$iter().for_each(&mut $f);
+                }
+                default.args.$iter().for_each($f);
+            }
+            InstData::Return { value } => value.$iter().for_each($f),
+        }
+    };
+}
+
+impl InstData {
+    pub fn is_terminator(&self) -> bool {
+        matches!(
+            self,
+            InstData::Jump { .. }
+                | InstData::Brif { .. }
+                | InstData::Switch { .. }
+                | InstData::Return { .. }
+                | InstData::Trap
+        )
+    }
+
+    /// The branch targets of a terminator, in order (then before else, cases before
+    /// default). Empty for non-branches.
+    pub fn branch_targets(&self) -> Vec<&BlockCall> {
+        match self {
+            InstData::Jump { dest } => vec![dest],
+            InstData::Brif {
+                then_dest,
+                else_dest,
+                ..
+            } => vec![then_dest, else_dest],
+            InstData::Switch { cases, default, .. } => {
+                let mut v: Vec<&BlockCall> = cases.iter().map(|(_, c)| c).collect();
+                v.push(default);
+                v
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Mutable access to the branch targets, in the order of [`InstData::branch_targets`].
+    pub fn branch_targets_mut(&mut self) -> Vec<&mut BlockCall> {
+        match self {
+            InstData::Jump { dest } => vec![dest],
+            InstData::Brif {
+                then_dest,
+                else_dest,
+                ..
+            } => vec![then_dest, else_dest],
+            InstData::Switch { cases, default, .. } => {
+                let mut v: Vec<&mut BlockCall> = cases.iter_mut().map(|(_, c)| c).collect();
+                v.push(default);
+                v
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Every value operand, branch arguments included, in a fixed order.
+    pub fn operands(&self) -> Vec<Value> {
+        let mut v = Vec::new();
+        self.visit_operands(|x| v.push(*x));
+        v
+    }
+
+    /// Calls `f` on every value operand (branch arguments included), in the order of
+    /// [`InstData::operands`].
+    pub fn visit_operands(&self, mut f: impl FnMut(&Value)) {
+        visit_operands!(self, f, iter)
+    }
+
+    /// Calls `f` on a mutable reference to every value operand, in the order of
+    /// [`InstData::operands`].
+    pub fn visit_operands_mut(&mut self, mut f: impl FnMut(&mut Value)) {
+        visit_operands!(self, f, iter_mut)
+    }
+
+    /// Whether the instruction has an effect besides its results (and so must not be
+    /// removed or reordered freely): stores, impure calls, annotations and terminators.
+    /// Loads are not effects, but may fault.
+    pub fn has_side_effect(&self, module_pure: impl Fn(Callee) -> bool) -> bool {
+        match self {
+            InstData::Store { .. } | InstData::MakeStatic { .. } | InstData::MakeDynamic { .. } => {
+                true
+            }
+            InstData::Call { callee, .. } => !module_pure(*callee),
+            d => d.is_terminator(),
+        }
+    }
+
+    /// The mnemonic printed in the text format.
+    pub fn opcode_name(&self) -> &'static str {
+        match self {
+            InstData::Const(Const::Int(..)) => "iconst",
+            InstData::Const(Const::F64(_)) => "fconst",
+            InstData::Const(Const::Bool(_)) => "bconst",
+            InstData::Unary { op, .. } => op.name(),
+            InstData::Binary { op, .. } => op.name(),
+            InstData::Cmp { .. } => "cmp",
+            InstData::Select { .. } => "select",
+            InstData::Cast { .. } => "cast",
+            InstData::Len { .. } => "len",
+            InstData::Load { .. } => "load",
+            InstData::Store { .. } => "store",
+            InstData::StaticLoad { .. } => "load_static",
+            InstData::Call {
+                is_static: false, ..
+            } => "call",
+            InstData::Call {
+                is_static: true, ..
+            } => "call_static",
+            InstData::MakeStatic { .. } => "make_static",
+            InstData::MakeDynamic { .. } => "make_dynamic",
+            InstData::Jump { .. } => "jump",
+            InstData::Brif { .. } => "brif",
+            InstData::Switch { .. } => "switch",
+            InstData::Return { .. } => "return",
+            InstData::Trap => "trap",
+        }
+    }
+}
+
+/// A type used where an instruction's result type cannot be derived from well-typed
+/// operands (the verifier reports the ill-typed operand instead).
+pub(crate) const FALLBACK_TYPE: Type = Type::I64;

@@ -1,0 +1,14 @@
+//! `dyc`: a run-time specializer for Rust hosts, in the lineage of DyC.
+//!
+//! This crate is the static compiler (BRIEF §3): the region IR and its text format
+//! ([`ir`]), the [`verifier`], the reference interpreter ([`interp`]) with the operator
+//! semantics it shares with constant folding ([`semantics`]), and the CFG analyses
+//! ([`analysis`]). See `docs/ARCHITECTURE.md` for the pipeline and the code map.
+
+pub mod analysis;
+#[cfg(any(test, feature = "gen"))]
+pub mod gen;
+pub mod interp;
+pub mod ir;
+pub mod semantics;
+pub mod verifier;
