@@ -34,25 +34,11 @@ pub fn idoms_lengauer_tarjan(g: &Graph, root: usize) -> Vec<Option<usize>> {
     let vertex = &dfs.preorder;
     let num = |x: usize| dfs.pre[x];
     let r = vertex.len();
-    // DFS-tree parent of each number, found by replaying the search.
-    let mut parent = vec![0usize; r];
-    {
-        let mut seen = vec![false; n];
-        let mut stack: Vec<(usize, usize)> = vec![(root, 0)];
-        seen[root] = true;
-        while let Some(&mut (x, ref mut next)) = stack.last_mut() {
-            if let Some(&s) = g.succs[x].get(*next) {
-                *next += 1;
-                if !seen[s] {
-                    seen[s] = true;
-                    parent[num(s).expect("reachable")] = num(x).expect("reachable");
-                    stack.push((s, 0));
-                }
-            } else {
-                stack.pop();
-            }
-        }
-    }
+    // DFS-tree parent of each number.
+    let parent: Vec<usize> = vertex
+        .iter()
+        .map(|&x| dfs.parent[x].and_then(num).unwrap_or(0))
+        .collect();
     let mut semi: Vec<usize> = (0..r).collect();
     let mut label: Vec<usize> = (0..r).collect();
     let mut ancestor: Vec<Option<usize>> = vec![None; r];

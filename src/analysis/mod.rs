@@ -8,3 +8,7 @@ pub mod cfg;
 pub mod dominators;
 pub mod order;
 pub mod postdom;
+pub mod edges;
+pub mod loops;
+pub mod liveness;
+pub mod topo;

@@ -18,6 +18,8 @@ pub struct DfsOrder {
     pub pre: Vec<Option<usize>>,
     /// `post[n]`: position of `n` in `postorder`, `None` if unreachable.
     pub post: Vec<Option<usize>>,
+    /// `parent[n]`: the node from which `n` was first reached (its DFS-tree parent).
+    pub parent: Vec<Option<usize>>,
 }
 
 impl DfsOrder {
@@ -34,6 +36,7 @@ impl DfsOrder {
             postorder: Vec::with_capacity(n),
             pre: vec![None; n],
             post: vec![None; n],
+            parent: vec![None; n],
         };
         if root >= n {
             return d;
@@ -54,6 +57,7 @@ impl DfsOrder {
                 let s = succs[k];
                 if d.pre[s].is_none() {
                     d.pre[s] = Some(d.preorder.len());
+                    d.parent[s] = Some(node);
                     d.preorder.push(s);
                     stack.push((s, 0));
                 }
@@ -73,5 +77,13 @@ impl DfsOrder {
 
     pub fn is_reachable(&self, n: usize) -> bool {
         self.pre[n].is_some()
+    }
+
+    /// Whether `a` is an ancestor of `b` in the DFS tree (reflexive).
+    pub fn is_ancestor(&self, a: usize, b: usize) -> bool {
+        match (self.pre[a], self.pre[b], self.post[a], self.post[b]) {
+            (Some(pa), Some(pb), Some(qa), Some(qb)) => pa <= pb && qb <= qa,
+            _ => false,
+        }
     }
 }

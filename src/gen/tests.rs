@@ -1,0 +1,341 @@
+//! Property tests over generated functions and CFGs. Each runs `DYC_PROPTEST_CASES`
+//! cases (default 1,000); a failure names the seed that reproduces it.
+
+use super::{cases, cfg, func, Rng};
+use crate::analysis::cfg::{ControlFlowGraph, Graph};
+use crate::analysis::dominators::{idoms_lengauer_tarjan, idoms_reference, DomTree};
+use crate::analysis::edges::{classify_all, EdgeKind};
+use crate::analysis::liveness::Liveness;
+use crate::analysis::loops::find_loops;
+use crate::analysis::order::DfsOrder;
+use crate::analysis::postdom::PostDominatorTree;
+use crate::analysis::topo::TopoNumbers;
+use crate::interp::{ErrorKind, Interpreter, Memory, Val};
+use crate::ir::parser::parse_module;
+use crate::ir::printer::print_module;
+use crate::ir::{Module, Scalar, Type, ValueDef};
+use crate::verifier::verify_module;
+
+const DEFAULT_CASES: u64 = 1000;
+
+/// A random CFG of one of the three kinds, as a dense graph rooted at 0.
+fn random_graph(seed: u64) -> Graph {
+    let mut rng = Rng::new(seed);
+    let size = 1 + rng.below(12);
+    let extra = 1 + rng.below(4);
+    let m = match seed % 3 {
+        0 => cfg::structured(&mut rng, size),
+        1 => cfg::with_random_edges(&mut rng, size, extra),
+        _ => cfg::random(&mut rng, 1 + size),
+    };
+    let f = m.funcs.values().next().expect("one function");
+    ControlFlowGraph::compute(f).graph().clone()
+}
+
+/// Nodes reachable from `a` in `g` (reflexive).
+fn reach(g: &Graph, a: usize) -> Vec<bool> {
+    let mut seen = vec![false; g.len()];
+    let mut stack = vec![a];
+    seen[a] = true;
+    while let Some(x) = stack.pop() {
+        for &s in &g.succs[x] {
+            if !seen[s] {
+                seen[s] = true;
+                stack.push(s);
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn generated_modules_verify_and_round_trip() {
+    for seed in 0..cases(DEFAULT_CASES) {
+        let m = func::module(&mut Rng::new(seed), &func::Config::default());
+        if let Err(e) = verify_module(&m) {
+            panic!("seed {seed}: generated module does not verify:\n{e}\n{}", print_module(&m));
+        }
+        let text = print_module(&m);
+        let parsed = parse_module(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+        assert_eq!(print_module(&parsed), text, "seed {seed}: round trip differs");
+        verify_module(&parsed).unwrap_or_else(|e| panic!("seed {seed}: parsed module: {e}"));
+    }
+}
+
+#[test]
+fn fast_dominators_match_reference_and_definition() {
+    for seed in 0..cases(DEFAULT_CASES) {
+        let g = random_graph(seed);
+        let fast = idoms_lengauer_tarjan(&g, 0);
+        assert_eq!(fast, idoms_reference(&g, 0), "seed {seed}: {g:?}");
+        let tree = DomTree::from_idoms(fast.clone(), 0);
+        // The definition: on random paths from the root, every dominator of a node
+        // appears on the path before it.
+        let mut rng = Rng::new(seed ^ 0xd0d0);
+        for _ in 0..8 {
+            let mut path = vec![0usize];
+            for _ in 0..40 {
+                let x = *path.last().expect("non-empty");
+                if g.succs[x].is_empty() {
+                    break;
+                }
+                path.push(*rng.pick(&g.succs[x]));
+            }
+            for (k, &x) in path.iter().enumerate() {
+                let mut d = fast[x];
+                while let Some(dd) = d {
+                    assert!(path[..k].contains(&dd), "seed {seed}: {dd} dominates {x} but is not on {path:?}");
+                    d = fast[dd];
+                }
+            }
+        }
+        // And the converse: a node that is not a dominator is avoidable — removing it
+        // leaves the node reachable.
+        let reachable = reach(&g, 0);
+        for x in 0..g.len() {
+            for d in 0..g.len() {
+                if !reachable[x] || !reachable[d] || d == x || d == 0 {
+                    continue;
+                }
+                let mut cut = g.clone();
+                cut.succs[d].clear();
+                let still = reach(&cut, 0)[x];
+                assert_eq!(tree.dominates(d, x), !still, "seed {seed}: dominates({d}, {x})");
+            }
+        }
+    }
+}
+
+#[test]
+fn post_dominators_match_reference_on_reversed_graph() {
+    for seed in 0..cases(DEFAULT_CASES) {
+        let mut rng = Rng::new(seed);
+        let m = cfg::with_random_edges(&mut rng, 1 + (seed as usize % 10), seed as usize % 3);
+        let f = m.funcs.values().next().expect("one function");
+        let cfgraph = ControlFlowGraph::compute(f);
+        let pdt = PostDominatorTree::compute(&cfgraph);
+        let mut rev = cfgraph.graph().reversed();
+        let exit = rev.add_node();
+        for n in 0..cfgraph.num_blocks() {
+            if cfgraph.graph().succs[n].is_empty() {
+                rev.add_edge(exit, n);
+            }
+        }
+        let reference = idoms_reference(&rev, exit);
+        for n in 0..cfgraph.num_blocks() {
+            let b = cfgraph.block(n);
+            let expect = reference[n].filter(|&p| p != exit).map(|p| cfgraph.block(p));
+            assert_eq!(pdt.ipdom(b), expect, "seed {seed}: ipdom({b})");
+            assert_eq!(pdt.reaches_exit(b), reach(&rev, exit)[n], "seed {seed}");
+        }
+    }
+}
+
+#[test]
+fn topological_predecessor_query_is_reachability_without_back_edges() {
+    let mut exact = 0;
+    let total = cases(DEFAULT_CASES);
+    for seed in 0..total {
+        let g = random_graph(seed);
+        let topo = TopoNumbers::compute_graph(&g, 0);
+        let mut dag = Graph::from_edges(g.len(), []);
+        for (a, b, k) in classify_all(&g, 0) {
+            if k != EdgeKind::Back {
+                dag.add_edge(a, b);
+            }
+        }
+        let reachable = reach(&g, 0);
+        for a in 0..g.len() {
+            let r = reach(&dag, a);
+            for b in 0..g.len() {
+                let expect = reachable[a] && reachable[b] && r[b];
+                assert_eq!(topo.is_predecessor(a, b), expect, "seed {seed}: is_predecessor({a}, {b})");
+            }
+            // Begin times are a topological order of the DAG.
+            for &s in &dag.succs[a] {
+                if reachable[a] {
+                    assert!(topo.begin[a] < topo.begin[s], "seed {seed}: edge {a}->{s}");
+                    assert!(topo.end[a] > topo.end[s], "seed {seed}: edge {a}->{s}");
+                }
+            }
+        }
+        exact += topo.ranges_exact() as u64;
+    }
+    // The ranges alone must be exact on most of these small graphs.
+    assert!(exact * 2 > total, "only {exact} of {total} graphs had exact ranges");
+}
+
+#[test]
+fn structured_cfgs_are_reducible_and_irreducibility_matches_dominance() {
+    for seed in 0..cases(DEFAULT_CASES) {
+        let g = random_graph(seed);
+        let loops = find_loops(&g, 0);
+        let idom = idoms_lengauer_tarjan(&g, 0);
+        let tree = DomTree::from_idoms(idom, 0);
+        // A CFG is reducible iff the target of every DFS back edge dominates its source.
+        let reducible = classify_all(&g, 0)
+            .iter()
+            .all(|&(a, b, k)| k != EdgeKind::Back || tree.dominates(b, a));
+        let irreducible_loop = loops.iter().any(|l| l.entries.len() > 1);
+        assert_eq!(reducible, !irreducible_loop, "seed {seed}: {g:?}\n{loops:?}");
+        if seed % 3 == 0 {
+            assert!(reducible, "seed {seed}: structured CFG is irreducible");
+        }
+        for l in &loops {
+            // Every loop is strongly connected once nested loops are included, and a
+            // single-entry loop's header dominates it.
+            if l.entries.len() == 1 {
+                for &x in &l.nodes {
+                    assert!(tree.dominates(l.entries[0], x), "seed {seed}");
+                }
+            }
+            if let Some(p) = l.parent {
+                assert!(l.nodes.iter().all(|x| loops[p].nodes.contains(x)), "seed {seed}: nesting");
+            }
+        }
+        // Every cycle is inside some loop: each back edge's ends share a loop.
+        for (a, b, k) in classify_all(&g, 0) {
+            if k == EdgeKind::Back {
+                assert!(
+                    loops.iter().any(|l| l.nodes.contains(&a) && l.nodes.contains(&b)),
+                    "seed {seed}: back edge {a}->{b} in no loop"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn liveness_matches_path_definition() {
+    for seed in 0..cases(DEFAULT_CASES / 2) {
+        let m = func::module(&mut Rng::new(seed), &func::Config::default());
+        for f in m.funcs.values() {
+            let cfgraph = ControlFlowGraph::compute(f);
+            let live = Liveness::compute(f, &cfgraph);
+            let g = cfgraph.graph();
+            // Upward-exposed uses per block.
+            let uses: Vec<Vec<crate::ir::Value>> = cfgraph
+                .blocks()
+                .iter()
+                .map(|&b| {
+                    let mut defined: Vec<_> = f.block_params(b).to_vec();
+                    let mut u = Vec::new();
+                    for &i in f.layout.block_insts(b) {
+                        for v in f.insts[i].operands() {
+                            if !defined.contains(&v) {
+                                u.push(v);
+                            }
+                        }
+                        defined.extend_from_slice(f.inst_results(i));
+                    }
+                    u
+                })
+                .collect();
+            for v in f.values.keys() {
+                let def_block = match f.values[v].def {
+                    ValueDef::Param(b, _) => Some(b),
+                    ValueDef::Result(i, _) => f.layout.inst_block(i),
+                    ValueDef::Unused => None,
+                };
+                let Some(d) = def_block.and_then(|b| cfgraph.node(b)) else { continue };
+                for n in 0..g.len() {
+                    // Live-in at n: a path from n avoiding the definition reaches a use.
+                    let mut seen = vec![false; g.len()];
+                    let mut stack = vec![];
+                    if n != d {
+                        stack.push(n);
+                        seen[n] = true;
+                    }
+                    let mut found = false;
+                    while let Some(x) = stack.pop() {
+                        if uses[x].contains(&v) {
+                            found = true;
+                            break;
+                        }
+                        for &s in &g.succs[x] {
+                            if s != d && !seen[s] {
+                                seen[s] = true;
+                                stack.push(s);
+                            }
+                        }
+                    }
+                    let b = cfgraph.block(n);
+                    assert_eq!(live.is_live_in(b, v), found, "seed {seed}: {v} live-in at {b}");
+                }
+            }
+        }
+    }
+}
+
+/// Random arguments for a signature: small integers, a few floats, short slices.
+pub(crate) fn random_args(rng: &mut Rng, params: &[Type], mem: &mut Memory) -> Vec<Val> {
+    params
+        .iter()
+        .map(|&p| match p {
+            Type::Scalar(s) => Val::Scalar(random_scalar_value(rng, s)),
+            Type::Slice { elem, mutable } => {
+                let data = (0..rng.below(5)).map(|_| random_scalar_value(rng, elem)).collect();
+                mem.add(elem, data, mutable)
+            }
+        })
+        .collect()
+}
+
+fn random_scalar_value(rng: &mut Rng, s: Scalar) -> crate::ir::Const {
+    use crate::ir::Const;
+    match s {
+        Scalar::F64 => Const::F64(*rng.pick(&[0.0, -1.5, 2.0, f64::NAN, 1e18])),
+        Scalar::Bool => Const::Bool(rng.chance(50)),
+        t => crate::semantics::int(t, rng.range(-3, 5) as u64),
+    }
+}
+
+#[test]
+fn interpreter_never_panics_and_reports_only_runtime_faults() {
+    for seed in 0..cases(DEFAULT_CASES) {
+        let mut rng = Rng::new(seed);
+        let m: Module = func::module(&mut rng, &func::Config::default());
+        for (id, f) in m.funcs.iter() {
+            let mut mem = Memory::default();
+            let args = random_args(&mut rng, &f.sig.params, &mut mem);
+            let mut interp = Interpreter::new(&m);
+            interp.hosts = func::hosts();
+            interp.fuel = 20_000;
+            interp.max_depth = 50;
+            match interp.call(id, &args, &mut mem) {
+                Ok(v) => {
+                    let ok = match (v, f.sig.ret) {
+                        (None, None) => true,
+                        (Some(Val::Scalar(c)), Some(t)) => Type::Scalar(c.ty()) == t,
+                        _ => false,
+                    };
+                    assert!(ok, "seed {seed}: result {v:?} does not match the signature");
+                }
+                Err(e) => assert!(
+                    !matches!(e.kind, ErrorKind::Internal(_) | ErrorKind::BadArguments(_) | ErrorKind::Host(_)),
+                    "seed {seed}: {e}\n{}",
+                    print_module(&m)
+                ),
+            }
+        }
+    }
+}
+
+#[test]
+fn dfs_orders_are_consistent() {
+    for seed in 0..cases(DEFAULT_CASES) {
+        let g = random_graph(seed);
+        let d = DfsOrder::compute(&g, 0);
+        let reachable = reach(&g, 0);
+        for (x, &r) in reachable.iter().enumerate() {
+            assert_eq!(d.is_reachable(x), r, "seed {seed}");
+        }
+        // Every non-back edge goes forward in RPO.
+        let rpo = d.rpo();
+        let pos = |x: usize| rpo.iter().position(|&y| y == x);
+        for (a, b, k) in classify_all(&g, 0) {
+            assert_eq!(k == EdgeKind::Back, pos(b) <= pos(a), "seed {seed}: {a}->{b} {k:?}");
+        }
+    }
+}
+
