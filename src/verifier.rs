@@ -365,7 +365,10 @@ impl Verifier<'_> {
     fn check_operands(&mut self, i: Inst, b: Block, pos: usize, domtree: &DominatorTree) {
         let f = self.f;
         let reachable = domtree.is_reachable(b);
-        for v in f.insts[i].operands() {
+        let mut operands = f.insts[i].operands();
+        operands.sort();
+        operands.dedup();
+        for v in operands {
             let Some(d) = f.values.get(v) else {
                 self.error(At::Inst(i), format!("use of {v}, which does not exist"));
                 continue;
@@ -637,4 +640,25 @@ fn types_text(ts: &[Type]) -> String {
         .map(Type::to_string)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::parser::parse_module;
+
+    #[test]
+    fn errors_name_the_entity_and_show_the_ir_around_it() {
+        let m = parse_module(
+            "fn f(bool) -> i64 {\nblock0(v0: bool):\n    brif v0, block1, block2\nblock1:\n    v1 = iconst.i64 1\n    jump block2\nblock2:\n    v2 = add v1, v1\n    return v2\n}\n",
+        )
+        .expect("parses");
+        let err = verify_module(&m).expect_err("v1 does not dominate block2");
+        assert_eq!(err.0.len(), 1);
+        let text = err.to_string();
+        assert_eq!(
+            text,
+            "fn f: inst3: use of v1 (defined in block1) is not dominated by its definition\n  block2:\n>     v2 = add v1, v1\n      return v2"
+        );
+    }
 }

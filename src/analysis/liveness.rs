@@ -51,7 +51,11 @@ impl Liveness {
         // Post-order of the reachable blocks, then the unreachable ones.
         let dfs = DfsOrder::compute(cfg.graph(), 0);
         let mut order: Vec<Block> = dfs.postorder.iter().map(|&n| cfg.block(n)).collect();
-        order.extend((0..cfg.num_blocks()).filter(|&n| !dfs.is_reachable(n)).map(|n| cfg.block(n)));
+        order.extend(
+            (0..cfg.num_blocks())
+                .filter(|&n| !dfs.is_reachable(n))
+                .map(|n| cfg.block(n)),
+        );
         let mut l = Liveness::default();
         let mut changed = true;
         while changed {

@@ -88,7 +88,12 @@ pub fn find_loops(g: &Graph, root: usize) -> Vec<DenseLoop> {
             let mut entries: Vec<usize> = scc
                 .iter()
                 .copied()
-                .filter(|&x| x == root || g.preds[x].iter().any(|&p| !in_scc[p] && dfs.is_reachable(p)))
+                .filter(|&x| {
+                    x == root
+                        || g.preds[x]
+                            .iter()
+                            .any(|&p| !in_scc[p] && dfs.is_reachable(p))
+                })
                 .collect();
             entries.sort_by_key(|&x| rpo_num[x]);
             let mut nodes_sorted = scc.clone();

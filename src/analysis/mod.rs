@@ -6,9 +6,9 @@
 
 pub mod cfg;
 pub mod dominators;
+pub mod edges;
+pub mod liveness;
+pub mod loops;
 pub mod order;
 pub mod postdom;
-pub mod edges;
-pub mod loops;
-pub mod liveness;
 pub mod topo;

@@ -100,7 +100,11 @@ impl TopoNumbers {
         for (i, &x) in order.iter().enumerate() {
             begin[x] = Some(i as u32);
         }
-        let sinks: Vec<usize> = order.iter().copied().filter(|&x| dag.succs[x].is_empty()).collect();
+        let sinks: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&x| dag.succs[x].is_empty())
+            .collect();
         let rev = dag.reversed();
         let count = order.len() as u32;
         // Predecessors leftmost (lowest begin time) first.
@@ -166,7 +170,11 @@ impl TopoNumbers {
     pub fn is_predecessor(&self, n1: usize, n2: usize) -> bool {
         match &self.closure {
             None => self.ranges_contain(n1, n2),
-            Some(c) => self.begin[n1].is_some() && self.begin[n2].is_some() && c[n1][n2 / 64] >> (n2 % 64) & 1 == 1,
+            Some(c) => {
+                self.begin[n1].is_some()
+                    && self.begin[n2].is_some()
+                    && c[n1][n2 / 64] >> (n2 % 64) & 1 == 1
+            }
         }
     }
 }
@@ -203,6 +211,10 @@ impl BlockTopo {
 
     /// Blocks in topological order.
     pub fn order(&self) -> Vec<Block> {
-        self.numbers.order.iter().map(|&n| self.nums.block(n)).collect()
+        self.numbers
+            .order
+            .iter()
+            .map(|&n| self.nums.block(n))
+            .collect()
     }
 }

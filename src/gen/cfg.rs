@@ -71,10 +71,18 @@ impl Ctx<'_> {
                 }
                 2 | 3 => {
                     // if / else
-                    let (t, e, join) = (self.f.append_new_block(), self.f.append_new_block(), self.f.append_new_block());
+                    let (t, e, join) = (
+                        self.f.append_new_block(),
+                        self.f.append_new_block(),
+                        self.f.append_new_block(),
+                    );
                     self.brif(cur, t, e);
                     let te = self.region(t, depth + 1, loops);
-                    let ee = if self.rng.chance(70) { self.region(e, depth + 1, loops) } else { Some(e) };
+                    let ee = if self.rng.chance(70) {
+                        self.region(e, depth + 1, loops)
+                    } else {
+                        Some(e)
+                    };
                     for x in [te, ee].into_iter().flatten() {
                         self.term(x, InstData::Jump { dest: call(join) });
                     }
@@ -82,7 +90,11 @@ impl Ctx<'_> {
                 }
                 4 | 5 => {
                     // while loop: header tests, body, back edge, exit
-                    let (h, body, exit) = (self.f.append_new_block(), self.f.append_new_block(), self.f.append_new_block());
+                    let (h, body, exit) = (
+                        self.f.append_new_block(),
+                        self.f.append_new_block(),
+                        self.f.append_new_block(),
+                    );
                     self.term(cur, InstData::Jump { dest: call(h) });
                     self.brif(h, body, exit);
                     loops.push((h, exit));
@@ -106,7 +118,14 @@ impl Ctx<'_> {
                     let d = self.f.append_new_block();
                     ends.push(Some(d));
                     let sel = self.sel;
-                    self.term(cur, InstData::Switch { arg: sel, cases, default: call(d) });
+                    self.term(
+                        cur,
+                        InstData::Switch {
+                            arg: sel,
+                            cases,
+                            default: call(d),
+                        },
+                    );
                     self.f.layout.append_block(join);
                     for x in ends.into_iter().flatten() {
                         self.term(x, InstData::Jump { dest: call(join) });
@@ -172,8 +191,16 @@ pub fn with_random_edges(rng: &mut Rng, size: usize, extra: usize) -> Module {
         let term = f.terminator(b).expect("terminated");
         if let InstData::Jump { dest } = &f.insts[term] {
             let other = dest.clone();
-            let (then_dest, else_dest) = if rng.chance(50) { (call(t), other) } else { (other, call(t)) };
-            f.insts[term] = InstData::Brif { cond, then_dest, else_dest };
+            let (then_dest, else_dest) = if rng.chance(50) {
+                (call(t), other)
+            } else {
+                (other, call(t))
+            };
+            f.insts[term] = InstData::Brif {
+                cond,
+                then_dest,
+                else_dest,
+            };
         }
     }
     m
@@ -194,7 +221,11 @@ pub fn random(rng: &mut Rng, n: usize) -> Module {
         let data = match kind {
             0 => InstData::Return { value: None },
             1..=3 => InstData::Jump { dest: pick() },
-            4..=8 => InstData::Brif { cond, then_dest: pick(), else_dest: pick() },
+            4..=8 => InstData::Brif {
+                cond,
+                then_dest: pick(),
+                else_dest: pick(),
+            },
             _ => InstData::Switch {
                 arg: sel,
                 cases: vec![(0, pick()), (1, pick())],
@@ -207,4 +238,3 @@ pub fn random(rng: &mut Rng, n: usize) -> Module {
     m.funcs.push(f);
     m
 }
-

@@ -52,9 +52,18 @@ const PARAM_TYPES: [Type; 10] = [
     Type::Scalar(Scalar::U64),
     Type::F64,
     Type::BOOL,
-    Type::Slice { elem: Scalar::I64, mutable: false },
-    Type::Slice { elem: Scalar::I64, mutable: true },
-    Type::Slice { elem: Scalar::U8, mutable: false },
+    Type::Slice {
+        elem: Scalar::I64,
+        mutable: false,
+    },
+    Type::Slice {
+        elem: Scalar::I64,
+        mutable: true,
+    },
+    Type::Slice {
+        elem: Scalar::U8,
+        mutable: false,
+    },
 ];
 
 const VAR_NAMES: [&str; 6] = ["a", "b", "c", "i", "pc", "acc"];
@@ -64,17 +73,26 @@ const VAR_NAMES: [&str; 6] = ["a", "b", "c", "i", "pc", "acc"];
 pub fn declare_hosts(m: &mut Module) -> [ExternId; 3] {
     let hash = m.externs.push(ExternFunc {
         name: "hash".into(),
-        sig: Signature { params: vec![Type::I64], ret: Some(Type::I64) },
+        sig: Signature {
+            params: vec![Type::I64],
+            ret: Some(Type::I64),
+        },
         pure: true,
     });
     let fmix = m.externs.push(ExternFunc {
         name: "fmix".into(),
-        sig: Signature { params: vec![Type::F64, Type::F64], ret: Some(Type::F64) },
+        sig: Signature {
+            params: vec![Type::F64, Type::F64],
+            ret: Some(Type::F64),
+        },
         pure: true,
     });
     let observe = m.externs.push(ExternFunc {
         name: "observe".into(),
-        sig: Signature { params: vec![Type::I64], ret: None },
+        sig: Signature {
+            params: vec![Type::I64],
+            ret: None,
+        },
         pure: false,
     });
     [hash, fmix, observe]
@@ -106,7 +124,11 @@ pub fn module(rng: &mut Rng, cfg: &Config) -> Module {
     let sigs: Vec<Signature> = (0..n)
         .map(|_| Signature {
             params: (0..rng.below(4)).map(|_| *rng.pick(&PARAM_TYPES)).collect(),
-            ret: if rng.chance(80) { Some(Type::Scalar(random_scalar(rng))) } else { None },
+            ret: if rng.chance(80) {
+                Some(Type::Scalar(random_scalar(rng)))
+            } else {
+                None
+            },
         })
         .collect();
     for (k, sig) in sigs.iter().enumerate() {
@@ -130,7 +152,11 @@ fn skeleton(rng: &mut Rng, cfg: &Config) -> Function {
     } else {
         super::cfg::structured(rng, size)
     };
-    m.funcs.values_mut().next().map(std::mem::take).expect("one function")
+    m.funcs
+        .values_mut()
+        .next()
+        .map(std::mem::take)
+        .expect("one function")
 }
 
 struct Gen<'a> {
@@ -224,7 +250,10 @@ fn function(
 
 impl Gen<'_> {
     fn of_type(&self, pool: &[Value], pred: impl Fn(Type) -> bool) -> Vec<Value> {
-        pool.iter().copied().filter(|&v| pred(self.f.value_type(v))).collect()
+        pool.iter()
+            .copied()
+            .filter(|&v| pred(self.f.value_type(v)))
+            .collect()
     }
 
     /// A value of exactly type `ty` from the pool, or a new constant (scalars only).
@@ -241,11 +270,27 @@ impl Gen<'_> {
 
     fn constant(&mut self, b: Block, s: Scalar) -> Value {
         let c = match s {
-            Scalar::F64 => Const::F64(*self.rng.pick(&[0.0, 1.5, -2.0, 1e300, f64::NAN, f64::INFINITY, 3.25])),
+            Scalar::F64 => {
+                Const::F64(
+                    *self
+                        .rng
+                        .pick(&[0.0, 1.5, -2.0, 1e300, f64::NAN, f64::INFINITY, 3.25]),
+                )
+            }
             Scalar::Bool => Const::Bool(self.rng.chance(50)),
             t => {
                 let (lo, hi) = semantics::int_range(t);
-                let x = *self.rng.pick(&[0u64, 1, 2, 3, 7, u64::MAX, lo, hi, self.rng.clone().next_u64()]);
+                let x = *self.rng.pick(&[
+                    0u64,
+                    1,
+                    2,
+                    3,
+                    7,
+                    u64::MAX,
+                    lo,
+                    hi,
+                    self.rng.clone().next_u64(),
+                ]);
                 semantics::int(t, x)
             }
         };
@@ -309,7 +354,10 @@ impl Gen<'_> {
                 let a = *self.rng.pick(&cands);
                 let ty = self.f.value_type(a);
                 let bv = self.value_of(b, pool, ty).expect("scalar");
-                InstData::Cmp { op: *self.rng.pick(CmpOp::ALL), args: [a, bv] }
+                InstData::Cmp {
+                    op: *self.rng.pick(CmpOp::ALL),
+                    args: [a, bv],
+                }
             }
             7 => {
                 if pool.is_empty() {
@@ -317,23 +365,33 @@ impl Gen<'_> {
                 }
                 let a = *self.rng.pick(pool);
                 let ty = self.f.value_type(a);
-                let Some(bv) = self.value_of(b, pool, ty).or(Some(a)) else { return };
+                let Some(bv) = self.value_of(b, pool, ty).or(Some(a)) else {
+                    return;
+                };
                 let cond = self.value_of(b, pool, Type::BOOL).expect("bool");
-                InstData::Select { cond, args: [a, bv] }
+                InstData::Select {
+                    cond,
+                    args: [a, bv],
+                }
             }
             8 => {
                 let cands = self.of_type(pool, |t| t.scalar().is_some());
                 if cands.is_empty() {
                     return;
                 }
-                InstData::Cast { to: random_scalar(self.rng), arg: *self.rng.pick(&cands) }
+                InstData::Cast {
+                    to: random_scalar(self.rng),
+                    arg: *self.rng.pick(&cands),
+                }
             }
             9 => {
                 let cands = self.of_type(pool, Type::is_slice);
                 if cands.is_empty() {
                     return;
                 }
-                InstData::Len { arg: *self.rng.pick(&cands) }
+                InstData::Len {
+                    arg: *self.rng.pick(&cands),
+                }
             }
             10 | 11 => {
                 let cands = self.of_type(pool, Type::is_slice);
@@ -357,7 +415,11 @@ impl Gen<'_> {
                 let elem = self.f.value_type(slice).elem().expect("slice");
                 let index = self.small_index(b, pool);
                 let value = self.value_of(b, pool, Type::Scalar(elem)).expect("scalar");
-                InstData::Store { slice, index, value }
+                InstData::Store {
+                    slice,
+                    index,
+                    value,
+                }
             }
             13 => {
                 // host or module call
@@ -381,8 +443,17 @@ impl Gen<'_> {
                         None => return,
                     }
                 }
-                let is_static = matches!(callee, Callee::Extern(e) if self.m.externs[e].pure) && self.rng.chance(50);
-                let i = self.f.append_inst(b, InstData::Call { callee, args, is_static }, ret);
+                let is_static = matches!(callee, Callee::Extern(e) if self.m.externs[e].pure)
+                    && self.rng.chance(50);
+                let i = self.f.append_inst(
+                    b,
+                    InstData::Call {
+                        callee,
+                        args,
+                        is_static,
+                    },
+                    ret,
+                );
                 pool.extend_from_slice(self.f.inst_results(i));
                 return;
             }
@@ -398,7 +469,13 @@ impl Gen<'_> {
                     args.push((v, self.f.var(name)));
                 }
                 let mut list = Vec::new();
-                for group in [&Policy::ALL[0..5], &Policy::ALL[5..7], &Policy::ALL[7..9], &Policy::ALL[9..11], &Policy::ALL[11..16]] {
+                for group in [
+                    &Policy::ALL[0..5],
+                    &Policy::ALL[5..7],
+                    &Policy::ALL[7..9],
+                    &Policy::ALL[9..11],
+                    &Policy::ALL[11..16],
+                ] {
                     if self.rng.chance(30) {
                         list.push(*self.rng.pick(group));
                     }
@@ -412,7 +489,9 @@ impl Gen<'_> {
                 }
                 let v = *self.rng.pick(pool);
                 let var = self.f.var(VAR_NAMES[self.rng.below(VAR_NAMES.len())]);
-                InstData::MakeDynamic { args: vec![(v, var)] }
+                InstData::MakeDynamic {
+                    args: vec![(v, var)],
+                }
             }
         };
         let i = self.f.append_inst(b, data, None);
@@ -421,26 +500,46 @@ impl Gen<'_> {
 
     /// `c` with arguments for its block's parameters, taken in `b`.
     fn fill(&mut self, b: Block, pool: &mut Vec<Value>, c: &BlockCall) -> BlockCall {
-        let types: Vec<Type> = self.f.block_params(c.block).iter().map(|&p| self.f.value_type(p)).collect();
+        let types: Vec<Type> = self
+            .f
+            .block_params(c.block)
+            .iter()
+            .map(|&p| self.f.value_type(p))
+            .collect();
         let args = types
             .into_iter()
-            .map(|t| self.value_of(b, pool, t).expect("block parameters are scalars"))
+            .map(|t| {
+                self.value_of(b, pool, t)
+                    .expect("block parameters are scalars")
+            })
             .collect();
         BlockCall::new(c.block, args)
     }
 
     fn terminator(&mut self, b: Block, t: InstData, pool: &mut Vec<Value>) {
         let data = match t {
-            InstData::Jump { dest } => InstData::Jump { dest: self.fill(b, pool, &dest) },
-            InstData::Brif { then_dest, else_dest, .. } => {
+            InstData::Jump { dest } => InstData::Jump {
+                dest: self.fill(b, pool, &dest),
+            },
+            InstData::Brif {
+                then_dest,
+                else_dest,
+                ..
+            } => {
                 let then_dest = self.fill(b, pool, &then_dest);
                 let else_dest = self.fill(b, pool, &else_dest);
                 let cond = self.value_of(b, pool, Type::BOOL).expect("bool");
-                InstData::Brif { cond, then_dest, else_dest }
+                InstData::Brif {
+                    cond,
+                    then_dest,
+                    else_dest,
+                }
             }
             InstData::Switch { cases, default, .. } => {
-                let cases: Vec<(u64, BlockCall)> =
-                    cases.iter().map(|(k, c)| (*k, self.fill(b, pool, c))).collect();
+                let cases: Vec<(u64, BlockCall)> = cases
+                    .iter()
+                    .map(|(k, c)| (*k, self.fill(b, pool, c)))
+                    .collect();
                 let default = self.fill(b, pool, &default);
                 let ints = self.of_type(pool, Type::is_int);
                 let arg = if ints.is_empty() || self.rng.chance(20) {
@@ -452,12 +551,23 @@ impl Gen<'_> {
                 };
                 let ty = self.f.value_type(arg).scalar().expect("int");
                 // Keep the cases that are values of the switch's type (all are small).
-                let cases = cases.into_iter().filter(|(k, _)| semantics::canon(ty, *k) == *k).collect();
-                InstData::Switch { arg, cases, default }
+                let cases = cases
+                    .into_iter()
+                    .filter(|(k, _)| semantics::canon(ty, *k) == *k)
+                    .collect();
+                InstData::Switch {
+                    arg,
+                    cases,
+                    default,
+                }
             }
             _ if self.rng.chance(10) => InstData::Trap,
             _ => {
-                let value = self.f.sig.ret.map(|t| self.value_of(b, pool, t).expect("scalar return"));
+                let value = self
+                    .f
+                    .sig
+                    .ret
+                    .map(|t| self.value_of(b, pool, t).expect("scalar return"));
                 InstData::Return { value }
             }
         };

@@ -53,11 +53,18 @@ fn generated_modules_verify_and_round_trip() {
     for seed in 0..cases(DEFAULT_CASES) {
         let m = func::module(&mut Rng::new(seed), &func::Config::default());
         if let Err(e) = verify_module(&m) {
-            panic!("seed {seed}: generated module does not verify:\n{e}\n{}", print_module(&m));
+            panic!(
+                "seed {seed}: generated module does not verify:\n{e}\n{}",
+                print_module(&m)
+            );
         }
         let text = print_module(&m);
         let parsed = parse_module(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
-        assert_eq!(print_module(&parsed), text, "seed {seed}: round trip differs");
+        assert_eq!(
+            print_module(&parsed),
+            text,
+            "seed {seed}: round trip differs"
+        );
         verify_module(&parsed).unwrap_or_else(|e| panic!("seed {seed}: parsed module: {e}"));
     }
 }
@@ -84,7 +91,10 @@ fn fast_dominators_match_reference_and_definition() {
             for (k, &x) in path.iter().enumerate() {
                 let mut d = fast[x];
                 while let Some(dd) = d {
-                    assert!(path[..k].contains(&dd), "seed {seed}: {dd} dominates {x} but is not on {path:?}");
+                    assert!(
+                        path[..k].contains(&dd),
+                        "seed {seed}: {dd} dominates {x} but is not on {path:?}"
+                    );
                     d = fast[dd];
                 }
             }
@@ -100,7 +110,11 @@ fn fast_dominators_match_reference_and_definition() {
                 let mut cut = g.clone();
                 cut.succs[d].clear();
                 let still = reach(&cut, 0)[x];
-                assert_eq!(tree.dominates(d, x), !still, "seed {seed}: dominates({d}, {x})");
+                assert_eq!(
+                    tree.dominates(d, x),
+                    !still,
+                    "seed {seed}: dominates({d}, {x})"
+                );
             }
         }
     }
@@ -124,7 +138,9 @@ fn post_dominators_match_reference_on_reversed_graph() {
         let reference = idoms_reference(&rev, exit);
         for n in 0..cfgraph.num_blocks() {
             let b = cfgraph.block(n);
-            let expect = reference[n].filter(|&p| p != exit).map(|p| cfgraph.block(p));
+            let expect = reference[n]
+                .filter(|&p| p != exit)
+                .map(|p| cfgraph.block(p));
             assert_eq!(pdt.ipdom(b), expect, "seed {seed}: ipdom({b})");
             assert_eq!(pdt.reaches_exit(b), reach(&rev, exit)[n], "seed {seed}");
         }
@@ -149,7 +165,11 @@ fn topological_predecessor_query_is_reachability_without_back_edges() {
             let r = reach(&dag, a);
             for b in 0..g.len() {
                 let expect = reachable[a] && reachable[b] && r[b];
-                assert_eq!(topo.is_predecessor(a, b), expect, "seed {seed}: is_predecessor({a}, {b})");
+                assert_eq!(
+                    topo.is_predecessor(a, b),
+                    expect,
+                    "seed {seed}: is_predecessor({a}, {b})"
+                );
             }
             // Begin times are a topological order of the DAG.
             for &s in &dag.succs[a] {
@@ -162,7 +182,10 @@ fn topological_predecessor_query_is_reachability_without_back_edges() {
         exact += topo.ranges_exact() as u64;
     }
     // The ranges alone must be exact on most of these small graphs.
-    assert!(exact * 2 > total, "only {exact} of {total} graphs had exact ranges");
+    assert!(
+        exact * 2 > total,
+        "only {exact} of {total} graphs had exact ranges"
+    );
 }
 
 #[test]
@@ -177,7 +200,10 @@ fn structured_cfgs_are_reducible_and_irreducibility_matches_dominance() {
             .iter()
             .all(|&(a, b, k)| k != EdgeKind::Back || tree.dominates(b, a));
         let irreducible_loop = loops.iter().any(|l| l.entries.len() > 1);
-        assert_eq!(reducible, !irreducible_loop, "seed {seed}: {g:?}\n{loops:?}");
+        assert_eq!(
+            reducible, !irreducible_loop,
+            "seed {seed}: {g:?}\n{loops:?}"
+        );
         if seed % 3 == 0 {
             assert!(reducible, "seed {seed}: structured CFG is irreducible");
         }
@@ -190,14 +216,19 @@ fn structured_cfgs_are_reducible_and_irreducibility_matches_dominance() {
                 }
             }
             if let Some(p) = l.parent {
-                assert!(l.nodes.iter().all(|x| loops[p].nodes.contains(x)), "seed {seed}: nesting");
+                assert!(
+                    l.nodes.iter().all(|x| loops[p].nodes.contains(x)),
+                    "seed {seed}: nesting"
+                );
             }
         }
         // Every cycle is inside some loop: each back edge's ends share a loop.
         for (a, b, k) in classify_all(&g, 0) {
             if k == EdgeKind::Back {
                 assert!(
-                    loops.iter().any(|l| l.nodes.contains(&a) && l.nodes.contains(&b)),
+                    loops
+                        .iter()
+                        .any(|l| l.nodes.contains(&a) && l.nodes.contains(&b)),
                     "seed {seed}: back edge {a}->{b} in no loop"
                 );
             }
@@ -237,7 +268,9 @@ fn liveness_matches_path_definition() {
                     ValueDef::Result(i, _) => f.layout.inst_block(i),
                     ValueDef::Unused => None,
                 };
-                let Some(d) = def_block.and_then(|b| cfgraph.node(b)) else { continue };
+                let Some(d) = def_block.and_then(|b| cfgraph.node(b)) else {
+                    continue;
+                };
                 for n in 0..g.len() {
                     // Live-in at n: a path from n avoiding the definition reaches a use.
                     let mut seen = vec![false; g.len()];
@@ -260,7 +293,11 @@ fn liveness_matches_path_definition() {
                         }
                     }
                     let b = cfgraph.block(n);
-                    assert_eq!(live.is_live_in(b, v), found, "seed {seed}: {v} live-in at {b}");
+                    assert_eq!(
+                        live.is_live_in(b, v),
+                        found,
+                        "seed {seed}: {v} live-in at {b}"
+                    );
                 }
             }
         }
@@ -274,7 +311,9 @@ pub(crate) fn random_args(rng: &mut Rng, params: &[Type], mem: &mut Memory) -> V
         .map(|&p| match p {
             Type::Scalar(s) => Val::Scalar(random_scalar_value(rng, s)),
             Type::Slice { elem, mutable } => {
-                let data = (0..rng.below(5)).map(|_| random_scalar_value(rng, elem)).collect();
+                let data = (0..rng.below(5))
+                    .map(|_| random_scalar_value(rng, elem))
+                    .collect();
                 mem.add(elem, data, mutable)
             }
         })
@@ -312,7 +351,10 @@ fn interpreter_never_panics_and_reports_only_runtime_faults() {
                     assert!(ok, "seed {seed}: result {v:?} does not match the signature");
                 }
                 Err(e) => assert!(
-                    !matches!(e.kind, ErrorKind::Internal(_) | ErrorKind::BadArguments(_) | ErrorKind::Host(_)),
+                    !matches!(
+                        e.kind,
+                        ErrorKind::Internal(_) | ErrorKind::BadArguments(_) | ErrorKind::Host(_)
+                    ),
                     "seed {seed}: {e}\n{}",
                     print_module(&m)
                 ),
@@ -334,8 +376,11 @@ fn dfs_orders_are_consistent() {
         let rpo = d.rpo();
         let pos = |x: usize| rpo.iter().position(|&y| y == x);
         for (a, b, k) in classify_all(&g, 0) {
-            assert_eq!(k == EdgeKind::Back, pos(b) <= pos(a), "seed {seed}: {a}->{b} {k:?}");
+            assert_eq!(
+                k == EdgeKind::Back,
+                pos(b) <= pos(a),
+                "seed {seed}: {a}->{b} {k:?}"
+            );
         }
     }
 }
-

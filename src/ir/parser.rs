@@ -766,24 +766,21 @@ impl Parser {
                 if self.eat_punct(":") {
                     loop {
                         let name = self.ident("a policy")?;
-                        match Policy::from_name(&name) {
-                            Some(p) => list.push(p),
-                            None => {
-                                self.pos -= 1;
-                                return self.err(format!("unknown policy `{name}`"));
-                            }
+                        self.pos -= 1;
+                        let Some(p) = Policy::from_name(&name) else {
+                            return self.err(format!("unknown policy `{name}`"));
+                        };
+                        if let Some(q) = list.iter().find(|q: &&Policy| q.group() == p.group()) {
+                            return self.err(format!("policies `{q}` and `{p}` conflict"));
                         }
+                        self.pos += 1;
+                        list.push(p);
                         if !self.eat_punct(",") {
                             break;
                         }
                     }
                 }
-                let policies = match Policies::new(&list) {
-                    Ok(p) => p,
-                    Err(c) => {
-                        return self.err(format!("policies `{}` and `{}` conflict", c.0, c.1))
-                    }
-                };
+                let policies = Policies::new(&list).expect("conflicts refused above");
                 InstData::MakeStatic { args, policies }
             }
             "make_dynamic" => InstData::MakeDynamic {
