@@ -49,10 +49,13 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The text after `; KEY` on every line that has it: one space after the key is dropped,
+/// the rest (indentation included) is kept.
 fn directive<'a>(src: &'a str, key: &str) -> Vec<&'a str> {
     src.lines()
-        .filter_map(|l| l.trim().strip_prefix(';').map(str::trim))
-        .filter_map(|l| l.strip_prefix(key).map(str::trim))
+        .filter_map(|l| l.trim_start().strip_prefix(';').map(str::trim_start))
+        .filter_map(|l| l.strip_prefix(key))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l).trim_end())
         .collect()
 }
 
