@@ -164,6 +164,8 @@ pub struct Interpreter<'m> {
     pub fuel: u64,
     /// Frames one call may nest.
     pub max_depth: usize,
+    /// Instructions executed by the last call.
+    pub executed: u64,
 }
 
 struct Frame {
@@ -180,6 +182,7 @@ impl<'m> Interpreter<'m> {
             hosts: HostFns::default(),
             fuel: DEFAULT_FUEL,
             max_depth: DEFAULT_MAX_DEPTH,
+            executed: 0,
         }
     }
 
@@ -202,6 +205,7 @@ impl<'m> Interpreter<'m> {
         check_args(&f.sig.params, args, mem).map_err(|e| fail(ErrorKind::BadArguments(e)))?;
         let mut stack = vec![self.enter(func, args).map_err(fail)?];
         let mut fuel = self.fuel;
+        self.executed = 0;
         loop {
             let frame = stack.last_mut().expect("a frame");
             let f = &m.funcs[frame.func];
@@ -217,6 +221,7 @@ impl<'m> Interpreter<'m> {
                 return Err(frame_error(m, frame, Some(inst), ErrorKind::FuelExhausted));
             }
             fuel -= 1;
+            self.executed += 1;
             match self.step(frame, inst, mem) {
                 Ok(Step::Next) => frame.pos += 1,
                 Ok(Step::Jumped) => {}

@@ -1,1 +1,24 @@
-//! Templates.
+//! `dyc-templates`: the code side of the specializer's static/run-time split (BRIEF §3).
+//!
+//! This crate owns:
+//! - the **template format**: the dynamic operations of one block of a region, whose
+//!   operands are local dynamic values, **holes** filled with static values at stitch time,
+//!   or constants;
+//! - the **`Emitter` trait**, the abstract sink into which the stitcher instantiates
+//!   templates (one implementation builds residual IR in the `dyc` crate for tests, another
+//!   builds Cranelift IR);
+//! - the **Cranelift emitter**, which lowers template instances to Cranelift IR and applies
+//!   the stitch-time peepholes (constant folding once holes are filled, branch folding,
+//!   strength reduction of multiplications and divisions by constants).
+//!
+//! It depends only on `cranelift-codegen` and `cranelift-frontend`, and knows nothing of the
+//! source IR: the static compiler (`dyc`) produces templates, the runtime
+//! (`dyc-stitcher`) consumes them.
+//!
+//! Status: the format, the trait and the emitter arrive with the end-to-end specialization
+//! work; the crate exists now so that the dependency direction
+//! `dyc → dyc-stitcher → dyc-templates` and the pinned Cranelift version are fixed from the
+//! start.
+
+pub use cranelift_codegen;
+pub use cranelift_frontend;

@@ -1,0 +1,165 @@
+//! The `dyc` command-line tool.
+//!
+//! ```text
+//! dyc verify FILE.ir             parse and verify; print `ok` or the errors
+//! dyc print FILE.ir              print the module in canonical form
+//! dyc analyze FILE.ir            print each function annotated with its CFG analyses
+//! dyc run FILE.ir FN ARGS...     interpret FN on ARGS; print the result or the error
+//! ```
+//!
+//! Arguments of `run`: integers (`-3`), floats (`1.5`), `true`/`false`, and slices as
+//! bracketed lists (`[1,2,3]`; quote them if they contain spaces). A slice passed to a
+//! `[mut T]` parameter is printed again after the call. Exit status: 0 on success, 1 on a
+//! parse, verifier or runtime error, 2 on bad usage.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use dyc::analysis::cfg::ControlFlowGraph;
+use dyc::analysis::dominators::DominatorTree;
+use dyc::analysis::liveness::Liveness;
+use dyc::analysis::loops::LoopForest;
+use dyc::analysis::topo::BlockTopo;
+use dyc::interp::{format_val, parse_args, Interpreter, Memory, Val};
+use dyc::ir::parser::parse_module;
+use dyc::ir::printer::{print_function_with, print_module, Annotate};
+use dyc::ir::{Block, Module};
+use dyc::verifier::verify_module;
+
+const USAGE: &str = "usage: dyc verify FILE.ir | dyc print FILE.ir | dyc analyze FILE.ir | dyc run FILE.ir FN ARGS...";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(m)) => {
+            eprintln!("{m}\n{USAGE}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Error(m)) => {
+            eprintln!("{m}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+enum Failure {
+    Usage(String),
+    Error(String),
+}
+
+fn load(path: &str) -> Result<Module, Failure> {
+    let src = std::fs::read_to_string(path).map_err(|e| Failure::Error(format!("{path}: {e}")))?;
+    parse_module(&src).map_err(|e| Failure::Error(format!("{path}:{e}")))
+}
+
+fn load_verified(path: &str) -> Result<Module, Failure> {
+    let m = load(path)?;
+    verify_module(&m).map_err(|e| Failure::Error(format!("{path}: verifier errors:\n{e}")))?;
+    Ok(m)
+}
+
+fn run(args: &[String]) -> Result<(), Failure> {
+    let (cmd, rest) = args
+        .split_first()
+        .ok_or(Failure::Usage("no command".into()))?;
+    let file = rest
+        .first()
+        .ok_or(Failure::Usage(format!("`{cmd}` needs a file")))?;
+    match cmd.as_str() {
+        "verify" => {
+            load_verified(file)?;
+            println!("ok");
+        }
+        "print" => print!("{}", print_module(&load(file)?)),
+        "analyze" => {
+            let m = load_verified(file)?;
+            for f in m.funcs.values() {
+                print!("{}", print_function_with(&m, f, &Analyses::new(f)));
+            }
+        }
+        "run" => {
+            let m = load_verified(file)?;
+            let name = rest
+                .get(1)
+                .ok_or(Failure::Usage("`run` needs a function name".into()))?;
+            let id = m
+                .func_by_name(name)
+                .ok_or_else(|| Failure::Error(format!("{file}: no function `{name}`")))?;
+            let mut mem = Memory::default();
+            let vals = parse_args(&m.funcs[id].sig.params, &rest[2..].join(","), &mut mem)
+                .map_err(|e| Failure::Usage(format!("arguments of `{name}`: {e}")))?;
+            let mut interp = Interpreter::new(&m);
+            interp.fuel = u64::MAX;
+            let start = Instant::now();
+            let result = interp.call(id, &vals, &mut mem);
+            let elapsed = start.elapsed();
+            match result {
+                Ok(Some(v)) => println!("{}", format_val(v, &mem)),
+                Ok(None) => println!("()"),
+                Err(e) => return Err(Failure::Error(format!("runtime error: {e}"))),
+            }
+            for (k, v) in vals.iter().enumerate() {
+                if matches!(v, Val::Slice(s) if s.mutable) {
+                    println!("argument {k} after the call: {}", format_val(*v, &mem));
+                }
+            }
+            eprintln!(
+                "interpreted {} IR instructions in {:.3} ms",
+                interp.executed,
+                elapsed.as_secs_f64() * 1e3
+            );
+        }
+        other => return Err(Failure::Usage(format!("unknown command `{other}`"))),
+    }
+    Ok(())
+}
+
+/// Per-block comments: dominator, loop, topological numbers and live-in values.
+struct Analyses {
+    text: cranelift_entity::SecondaryMap<Block, String>,
+}
+
+impl Analyses {
+    fn new(f: &dyc::ir::Function) -> Analyses {
+        let cfg = ControlFlowGraph::compute(f);
+        let dt = DominatorTree::compute(&cfg);
+        let loops = LoopForest::compute(&cfg);
+        let topo = BlockTopo::compute(&cfg);
+        let live = Liveness::compute(f, &cfg);
+        let mut text = cranelift_entity::SecondaryMap::new();
+        for &b in cfg.blocks() {
+            let mut parts = Vec::new();
+            match dt.idom(b) {
+                Some(d) => parts.push(format!("idom {d}")),
+                None if dt.is_reachable(b) => parts.push("entry".into()),
+                None => parts.push("unreachable".into()),
+            }
+            if let Some(l) = loops.innermost(b) {
+                let lp = &loops.loops[l];
+                let kind = if lp.is_irreducible() {
+                    ", irreducible"
+                } else {
+                    ""
+                };
+                parts.push(format!(
+                    "loop depth {} (header {}{kind})",
+                    lp.depth, lp.header
+                ));
+            }
+            if let (Some(bg), Some(en)) = (topo.begin(b), topo.end(b)) {
+                parts.push(format!("topo [{bg}, {en}]"));
+            }
+            let li: Vec<String> = live.live_in(b).iter().map(|v| v.to_string()).collect();
+            parts.push(format!("live-in [{}]", li.join(" ")));
+            text[b] = parts.join(", ");
+        }
+        Analyses { text }
+    }
+}
+
+impl Annotate for Analyses {
+    fn block(&self, b: Block) -> Option<String> {
+        Some(self.text[b].clone())
+    }
+}

@@ -1,0 +1,96 @@
+//! The `dyc` command-line tool, run as a user would.
+
+use std::process::Command;
+
+fn dyc(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dyc"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("dyc runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const SUM_PROGRAM: &str =
+    "[1,1,0,0, 1,2,1,0, 1,3,1,0, 2,1,1,2, 2,2,2,3, 5,0,2,28, 6,12,0,0, 0,1,0,0]";
+
+#[test]
+fn runs_the_bytecode_example() {
+    let (code, out, err) = dyc(&[
+        "run",
+        "examples/ir/bytecode.ir",
+        "run",
+        SUM_PROGRAM,
+        "[100,0,0,0,0,0,0,0]",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "5050\nargument 1 after the call: [100, 5050, 101, 1, 0, 0, 0, 0]\n"
+    );
+    assert!(err.contains("interpreted"), "{err}");
+}
+
+#[test]
+fn indirect_jump_in_the_bytecode_example() {
+    // r1 = 12; JMPR r1 -> pc 12: r2 = 5; HALT r2. The slot at 8 would trap.
+    let program = "[1,1,12,0, 7,1,0,0, 9,0,0,0, 1,2,5,0, 0,2,0,0]";
+    let (code, out, err) = dyc(&["run", "examples/ir/bytecode.ir", "run", program, "[0,0,0]"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("5\n"), "{out}");
+}
+
+#[test]
+fn runtime_errors_exit_with_status_1_and_a_location() {
+    // HALT r9 with 3 registers: out of bounds.
+    let (code, out, err) = dyc(&[
+        "run",
+        "examples/ir/bytecode.ir",
+        "run",
+        "[0,9,0,0]",
+        "[0,0,0]",
+    ]);
+    assert_eq!(code, 1);
+    assert_eq!(out, "");
+    assert!(
+        err.contains("runtime error: index 9 out of bounds for length 3 in fn run at"),
+        "{err}"
+    );
+}
+
+#[test]
+fn verify_print_and_analyze() {
+    assert_eq!(dyc(&["verify", "examples/ir/bytecode.ir"]).1, "ok\n");
+    let (code, printed, _) = dyc(&["print", "examples/ir/bytecode.ir"]);
+    assert_eq!(code, 0);
+    assert!(printed.starts_with("fn run([i64], [mut i64]) -> i64 {\n"));
+    let (code, analyzed, _) = dyc(&["analyze", "examples/ir/bytecode.ir"]);
+    assert_eq!(code, 0);
+    assert!(
+        analyzed.contains("block1(v5: i64 as pc):  ; idom block0, loop depth 1 (header block1)"),
+        "{analyzed}"
+    );
+}
+
+#[test]
+fn bad_input_gives_a_located_error_or_usage() {
+    let dir = std::env::temp_dir().join(format!("dyc-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let bad = dir.join("bad.ir");
+    std::fs::write(&bad, "fn f() {\nblock0:\n    v0 = add v1\n}\n").expect("write");
+    let (code, _, err) = dyc(&["verify", bad.to_str().expect("utf-8 path")]);
+    assert_eq!(code, 1);
+    assert!(
+        err.ends_with("bad.ir:4:1: expected `,`, found `}`\n"),
+        "{err}"
+    );
+    let (code, _, err) = dyc(&["frobnicate", "x"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown command"), "{err}");
+    let (code, _, err) = dyc(&["run", "examples/ir/bytecode.ir", "run", "[1]"]);
+    assert_eq!(code, 2, "{err}");
+}
