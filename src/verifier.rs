@@ -621,11 +621,10 @@ impl Verifier<'_> {
         errs: &mut Vec<String>,
     ) {
         match self.ty(slice) {
-            Some(Type::Slice { mutable, .. }) => {
-                if store && !mutable {
-                    errs.push(format!("`store` into {slice}, which is not a [mut T]"));
-                }
+            Some(Type::Slice { mutable: false, .. }) if store => {
+                errs.push(format!("`store` into {slice}, which is not a [mut T]"))
             }
+            Some(Type::Slice { .. }) => {}
             Some(ty) => errs.push(format!("`{op}` from {slice}: {ty}, not a slice")),
             None => {}
         }

@@ -94,3 +94,26 @@ fn bad_input_gives_a_located_error_or_usage() {
     let (code, _, err) = dyc(&["run", "examples/ir/bytecode.ir", "run", "[1]"]);
     assert_eq!(code, 2, "{err}");
 }
+
+#[test]
+fn readme_example_runs_as_documented() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
+    let after = readme
+        .split("## A short example")
+        .nth(1)
+        .expect("example section");
+    let block = after
+        .split("```text\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("text block");
+    let dir = std::env::temp_dir().join(format!("dyc-readme-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("sum.ir");
+    std::fs::write(&file, block).expect("write");
+    let path = file.to_str().expect("utf-8 path");
+    assert_eq!(dyc(&["verify", path]).1, "ok\n");
+    let (code, out, err) = dyc(&["run", path, "sum", "[1,2,3]"]);
+    assert_eq!((code, out.as_str()), (0, "6\n"), "{err}");
+}
