@@ -215,6 +215,10 @@ struct FnState {
 
 type PResult<T> = Result<T, ParseError>;
 
+/// The largest entity number the parser accepts (`v1048575`): numbers are kept, so a
+/// larger one would allocate that many placeholder entities.
+const MAX_ENTITY: usize = 1 << 20;
+
 impl Parser {
     fn peek(&self) -> &Tok {
         &self.toks[self.pos].tok
@@ -455,7 +459,7 @@ impl Parser {
         if digits.len() > 1 && digits.starts_with('0') {
             return None;
         }
-        digits.parse().ok().filter(|&n: &usize| n < 1 << 24)
+        digits.parse().ok().filter(|&n: &usize| n < MAX_ENTITY)
     }
 
     fn value_ref(&mut self, fid: FuncId, st: &mut FnState) -> PResult<Value> {
@@ -637,7 +641,10 @@ impl Parser {
             loop {
                 let at = self.here();
                 let name = self.ident("a value")?;
-                let n = Self::entity_number(&name, "v").expect("checked");
+                let Some(n) = Self::entity_number(&name, "v") else {
+                    self.pos -= 1;
+                    return self.err(format!("expected a value, found `{name}`"));
+                };
                 results.push((n, at));
                 if !self.eat_punct(",") {
                     break;

@@ -87,7 +87,7 @@ pub fn block_header(f: &Function, b: Block) -> String {
             .map(|&v| {
                 let d = &f.values[v];
                 match d.var {
-                    Some(var) => format!("{v}: {} as {}", d.ty, f.var_name(var)),
+                    Some(var) => format!("{v}: {} as {}", d.ty, var_text(f, var)),
                     None => format!("{v}: {}", d.ty),
                 }
             })
@@ -166,7 +166,7 @@ pub fn inst_text(m: &Module, f: &Function, i: Inst) -> String {
         InstData::MakeStatic { args, policies } => {
             let vars: Vec<String> = args
                 .iter()
-                .map(|(v, x)| format!("{v} as {}", f.var_name(*x)))
+                .map(|(v, x)| format!("{v} as {}", var_text(f, *x)))
                 .collect();
             let _ = write!(s, "{name} {}", vars.join(", "));
             if !policies.is_empty() {
@@ -178,7 +178,7 @@ pub fn inst_text(m: &Module, f: &Function, i: Inst) -> String {
         InstData::MakeDynamic { args } => {
             let vars: Vec<String> = args
                 .iter()
-                .map(|(v, x)| format!("{v} as {}", f.var_name(*x)))
+                .map(|(v, x)| format!("{v} as {}", var_text(f, *x)))
                 .collect();
             write!(s, "{name} {}", vars.join(", "))
         }
@@ -225,4 +225,12 @@ pub fn inst_text(m: &Module, f: &Function, i: Inst) -> String {
         InstData::Trap => write!(s, "trap"),
     };
     s
+}
+
+/// A variable's name, or its entity name if it does not exist (in IR under construction).
+fn var_text(f: &Function, var: super::entities::Var) -> String {
+    match f.vars.get(var) {
+        Some(d) => d.name.clone(),
+        None => format!("<unknown {var}>"),
+    }
 }
