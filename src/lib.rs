@@ -10,5 +10,6 @@ pub mod analysis;
 pub mod gen;
 pub mod interp;
 pub mod ir;
+pub mod lang;
 pub mod semantics;
 pub mod verifier;

@@ -63,9 +63,9 @@ fn runtime_errors_exit_with_status_1_and_a_location() {
 }
 
 #[test]
-fn verify_print_and_analyze() {
-    assert_eq!(dyc(&["verify", "examples/ir/bytecode.ir"]).1, "ok\n");
-    let (code, printed, _) = dyc(&["print", "examples/ir/bytecode.ir"]);
+fn check_ir_and_analyze() {
+    assert_eq!(dyc(&["check", "examples/ir/bytecode.ir"]).1, "ok\n");
+    let (code, printed, _) = dyc(&["ir", "examples/ir/bytecode.ir"]);
     assert_eq!(code, 0);
     assert!(printed.starts_with("fn run([i64], [mut i64]) -> i64 {\n"));
     let (code, analyzed, _) = dyc(&["analyze", "examples/ir/bytecode.ir"]);
@@ -82,7 +82,7 @@ fn bad_input_gives_a_located_error_or_usage() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let bad = dir.join("bad.ir");
     std::fs::write(&bad, "fn f() {\nblock0:\n    v0 = add v1\n}\n").expect("write");
-    let (code, _, err) = dyc(&["verify", bad.to_str().expect("utf-8 path")]);
+    let (code, _, err) = dyc(&["check", bad.to_str().expect("utf-8 path")]);
     assert_eq!(code, 1);
     assert!(
         err.ends_with("bad.ir:4:1: expected `,`, found `}`\n"),
@@ -113,7 +113,7 @@ fn readme_example_runs_as_documented() {
     let file = dir.join("sum.ir");
     std::fs::write(&file, block).expect("write");
     let path = file.to_str().expect("utf-8 path");
-    assert_eq!(dyc(&["verify", path]).1, "ok\n");
+    assert_eq!(dyc(&["check", path]).1, "ok\n");
     let (code, out, err) = dyc(&["run", path, "sum", "[1,2,3]"]);
     assert_eq!((code, out.as_str()), (0, "6\n"), "{err}");
 }

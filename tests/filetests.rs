@@ -17,8 +17,10 @@
 //! Every file that parses is also checked to round-trip, and every analysis file must
 //! verify.
 
+mod common;
+
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use dyc::analysis::cfg::ControlFlowGraph;
 use dyc::analysis::dominators::DominatorTree;
@@ -28,36 +30,10 @@ use dyc::analysis::loops::LoopForest;
 use dyc::analysis::order::DfsOrder;
 use dyc::analysis::postdom::PostDominatorTree;
 use dyc::analysis::topo::BlockTopo;
-use dyc::interp::{format_val, parse_args, Interpreter, Memory, Val};
 use dyc::ir::parser::parse_module;
 use dyc::ir::printer::print_module;
-use dyc::ir::{Block, Const, Function, Module, Scalar};
+use dyc::ir::{Block, Function, Module};
 use dyc::verifier::verify_module;
-
-fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("dir entry").path())
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "ir") {
-            out.push(p);
-        }
-    }
-}
-
-/// The text after `; KEY` on every line that has it: one space after the key is dropped,
-/// the rest (indentation included) is kept.
-fn directive<'a>(src: &'a str, key: &str) -> Vec<&'a str> {
-    src.lines()
-        .filter_map(|l| l.trim_start().strip_prefix(';').map(str::trim_start))
-        .filter_map(|l| l.strip_prefix(key))
-        .map(|l| l.strip_prefix(' ').unwrap_or(l).trim_end())
-        .collect()
-}
 
 fn names(bs: impl IntoIterator<Item = Block>) -> String {
     bs.into_iter()
@@ -73,18 +49,6 @@ fn per_function(m: &Module, out: &mut String, mut f: impl FnMut(&Function, &mut 
         }
         f(func, out);
     }
-}
-
-/// A small set of host functions for `interpret` tests.
-fn hosts() -> dyc::interp::HostFns {
-    let mut h = dyc::interp::HostFns::default();
-    h.register("double", |a| match a {
-        [Const::Int(Scalar::I64, x)] => Ok(Some(Const::Int(Scalar::I64, x.wrapping_mul(2)))),
-        _ => Err("double takes an i64".into()),
-    });
-    h.register("fail", |_| Err("the host refused".into()));
-    h.register("observe", |_| Ok(None));
-    h
 }
 
 fn run(kind: &str, src: &str) -> Result<String, String> {
@@ -121,50 +85,7 @@ fn run(kind: &str, src: &str) -> Result<String, String> {
     }
     verify_module(&m).map_err(|e| format!("does not verify:\n{e}"))?;
     match kind {
-        "interpret" => {
-            for call in directive(src, "run:") {
-                let (name, rest) = call
-                    .split_once('(')
-                    .ok_or(format!("bad run line `{call}`"))?;
-                let args_text = rest
-                    .strip_suffix(')')
-                    .ok_or(format!("bad run line `{call}`"))?;
-                let id = m
-                    .func_by_name(name.trim())
-                    .ok_or(format!("no function `{name}`"))?;
-                let mut mem = Memory::default();
-                let args = match parse_args(&m.funcs[id].sig.params, args_text, &mut mem) {
-                    Ok(a) => a,
-                    Err(e) => {
-                        let _ = writeln!(out, "{call} -> bad arguments: {e}");
-                        continue;
-                    }
-                };
-                let mut interp = Interpreter::new(&m);
-                interp.hosts = hosts();
-                interp.fuel = 100_000;
-                interp.max_depth = 100;
-                match interp.call(id, &args, &mut mem) {
-                    Ok(Some(v)) => {
-                        let _ = write!(out, "{call} = {}", format_val(v, &mem));
-                    }
-                    Ok(None) => {
-                        let _ = write!(out, "{call} = ()");
-                    }
-                    Err(e) => {
-                        let _ = write!(out, "{call} -> {e}");
-                    }
-                }
-                for a in &args {
-                    if let Val::Slice(s) = a {
-                        if s.mutable {
-                            let _ = write!(out, "; after: {}", format_val(*a, &mem));
-                        }
-                    }
-                }
-                out.push('\n');
-            }
-        }
+        "interpret" => out = common::run_lines(&m, src, ";")?,
         "cfg" => per_function(&m, &mut out, |f, out| {
             let cfg = ControlFlowGraph::compute(f);
             for &b in cfg.blocks() {
@@ -276,62 +197,12 @@ fn run(kind: &str, src: &str) -> Result<String, String> {
 #[test]
 fn filetests() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/filetests");
-    let mut all = Vec::new();
-    files(&root, &mut all);
-    let bless = std::env::var("DYC_BLESS").is_ok_and(|v| v == "1");
-    let mut failures = Vec::new();
-    for path in &all {
-        let src = std::fs::read_to_string(path).expect("readable test file");
-        let name = path
-            .strip_prefix(&root)
-            .unwrap_or(path)
-            .display()
-            .to_string();
-        let Some(kind) = directive(&src, "test:").first().copied() else {
-            failures.push(format!("{name}: no `; test:` line"));
-            continue;
-        };
-        let actual = match run(kind, &src) {
-            Ok(a) => a,
-            Err(e) => {
-                failures.push(format!("{name}: {e}"));
-                continue;
-            }
-        };
-        let expected: Vec<&str> = directive(&src, "check:");
-        let actual_lines: Vec<&str> = actual.lines().collect();
-        if expected == actual_lines {
-            continue;
-        }
-        if bless {
-            let mut body: String = src
-                .lines()
-                .filter(|l| !l.trim().starts_with("; check:"))
-                .map(|l| format!("{l}\n"))
-                .collect();
-            while body.ends_with("\n\n") {
-                body.pop();
-            }
-            for l in &actual_lines {
-                body.push_str(format!("; check: {l}").trim_end());
-                body.push('\n');
-            }
-            std::fs::write(path, body).expect("writable test file");
-        } else {
-            failures.push(format!(
-                "{name}: output differs\n--- expected\n{}\n--- actual\n{}",
-                expected.join("\n"),
-                actual
-            ));
-        }
-    }
-    println!("{} file tests run", all.len());
-    assert!(!all.is_empty(), "no file tests found");
-    assert!(
-        failures.is_empty(),
-        "{} of {} file tests failed:\n\n{}",
-        failures.len(),
-        all.len(),
-        failures.join("\n\n")
-    );
+    let n = common::run_suite(&root, "ir", ";", |_, src| {
+        let kind = common::directive(src, ";", "test:")
+            .first()
+            .copied()
+            .ok_or("no `; test:` line")?;
+        run(kind, src)
+    });
+    println!("{n} file tests run");
 }

@@ -1,11 +1,13 @@
 //! The `dyc` command-line tool.
 //!
 //! ```text
-//! dyc verify FILE.ir             parse and verify; print `ok` or the errors
-//! dyc print FILE.ir              print the module in canonical form
-//! dyc analyze FILE.ir            print each function annotated with its CFG analyses
-//! dyc run FILE.ir FN ARGS...     interpret FN on ARGS; print the result or the error
+//! dyc check FILE              compile (or parse and verify); print `ok` or the diagnostics
+//! dyc ir FILE                 print the IR of the module
+//! dyc analyze FILE            print each function annotated with its CFG analyses
+//! dyc run FILE FN ARGS...     interpret FN on ARGS; print the result or the error
 //! ```
+//!
+//! FILE is a region-language source (`.dyc`, `docs/language.md`) or IR text (`.ir`).
 //!
 //! Arguments of `run`: integers (`-3`), floats (`1.5`), `true`/`false`, and slices as
 //! bracketed lists (`[1,2,3]`; quote them if they contain spaces). A slice passed to a
@@ -20,13 +22,15 @@ use dyc::analysis::dominators::DominatorTree;
 use dyc::analysis::liveness::Liveness;
 use dyc::analysis::loops::LoopForest;
 use dyc::analysis::topo::BlockTopo;
+use dyc::interp::HostFns;
 use dyc::interp::{format_val, parse_args, Interpreter, Memory, Val};
 use dyc::ir::parser::parse_module;
 use dyc::ir::printer::{print_function_with, print_module, Annotate};
-use dyc::ir::{Block, Module};
+use dyc::ir::{Block, Const, Module};
+use dyc::lang::compile;
 use dyc::verifier::verify_module;
 
-const USAGE: &str = "usage: dyc verify FILE.ir | dyc print FILE.ir | dyc analyze FILE.ir | dyc run FILE.ir FN ARGS...";
+const USAGE: &str = "usage: dyc check FILE | dyc ir FILE | dyc analyze FILE | dyc run FILE FN ARGS...\n(FILE: region source, or IR text ending in .ir)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -48,15 +52,16 @@ enum Failure {
     Error(String),
 }
 
+/// Loads a module: IR text (`.ir`, parsed and verified) or region source (compiled).
 fn load(path: &str) -> Result<Module, Failure> {
     let src = std::fs::read_to_string(path).map_err(|e| Failure::Error(format!("{path}: {e}")))?;
-    parse_module(&src).map_err(|e| Failure::Error(format!("{path}:{e}")))
-}
-
-fn load_verified(path: &str) -> Result<Module, Failure> {
-    let m = load(path)?;
-    verify_module(&m).map_err(|e| Failure::Error(format!("{path}: verifier errors:\n{e}")))?;
-    Ok(m)
+    if path.ends_with(".ir") {
+        let m = parse_module(&src).map_err(|e| Failure::Error(format!("{path}:{e}")))?;
+        verify_module(&m).map_err(|e| Failure::Error(format!("{path}: verifier errors:\n{e}")))?;
+        Ok(m)
+    } else {
+        compile(path, &src).map_err(|d| Failure::Error(d.to_string().trim_end().to_string()))
+    }
 }
 
 fn run(args: &[String]) -> Result<(), Failure> {
@@ -67,19 +72,19 @@ fn run(args: &[String]) -> Result<(), Failure> {
         .first()
         .ok_or(Failure::Usage(format!("`{cmd}` needs a file")))?;
     match cmd.as_str() {
-        "verify" => {
-            load_verified(file)?;
+        "check" => {
+            load(file)?;
             println!("ok");
         }
-        "print" => print!("{}", print_module(&load(file)?)),
+        "ir" => print!("{}", print_module(&load(file)?)),
         "analyze" => {
-            let m = load_verified(file)?;
+            let m = load(file)?;
             for f in m.funcs.values() {
                 print!("{}", print_function_with(&m, f, &Analyses::new(f)));
             }
         }
         "run" => {
-            let m = load_verified(file)?;
+            let m = load(file)?;
             let name = rest
                 .get(1)
                 .ok_or(Failure::Usage("`run` needs a function name".into()))?;
@@ -90,6 +95,7 @@ fn run(args: &[String]) -> Result<(), Failure> {
             let vals = parse_args(&m.funcs[id].sig.params, &rest[2..].join(","), &mut mem)
                 .map_err(|e| Failure::Usage(format!("arguments of `{name}`: {e}")))?;
             let mut interp = Interpreter::new(&m);
+            interp.hosts = builtin_hosts();
             interp.fuel = u64::MAX;
             let start = Instant::now();
             let result = interp.call(id, &vals, &mut mem);
@@ -162,4 +168,29 @@ impl Annotate for Analyses {
     fn block(&self, b: Block) -> Option<String> {
         Some(self.text[b].clone())
     }
+}
+
+/// Host functions `dyc run` provides to programs that declare them: `print_i64(x: i64)`
+/// and `print_f64(x: f64)` print a line; `abs_i64` is pure.
+fn builtin_hosts() -> HostFns {
+    let mut h = HostFns::default();
+    h.register("print_i64", |a| match a {
+        [Const::Int(_, x)] => {
+            println!("{}", *x as i64);
+            Ok(None)
+        }
+        _ => Err("print_i64 takes an i64".into()),
+    });
+    h.register("print_f64", |a| match a {
+        [Const::F64(x)] => {
+            println!("{x}");
+            Ok(None)
+        }
+        _ => Err("print_f64 takes an f64".into()),
+    });
+    h.register("abs_i64", |a| match a {
+        [Const::Int(t, x)] => Ok(Some(Const::Int(*t, (*x as i64).wrapping_abs() as u64))),
+        _ => Err("abs_i64 takes an i64".into()),
+    });
+    h
 }

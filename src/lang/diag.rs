@@ -1,0 +1,171 @@
+//! Diagnostics: an error with a primary span, rendered with the file, line, column and a
+//! source snippet with the span marked, in the style of rustc:
+//!
+//! ```text
+//! error: unknown policy `cache_everything`
+//!  --> prog.dyc:3:20
+//!   |
+//! 3 |     make_static(x: cache_everything);
+//!   |                    ^^^^^^^^^^^^^^^^ not a policy
+//! ```
+//!
+//! Rendering is plain text and deterministic, so tests compare exact messages.
+
+use std::fmt;
+
+/// A byte range of the source.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Span {
+    pub start: u32,
+    pub end: u32,
+}
+
+impl Span {
+    pub fn new(start: usize, end: usize) -> Span {
+        Span {
+            start: start as u32,
+            end: end as u32,
+        }
+    }
+
+    /// The smallest span covering both.
+    pub fn to(self, other: Span) -> Span {
+        Span {
+            start: self.start.min(other.start),
+            end: self.end.max(other.end),
+        }
+    }
+}
+
+/// One error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub message: String,
+    pub span: Span,
+    /// Text under the marked span.
+    pub label: String,
+    /// Extra lines after the snippet (`= note: ...`).
+    pub notes: Vec<String>,
+}
+
+impl Diagnostic {
+    pub fn new(span: Span, message: impl Into<String>, label: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            message: message.into(),
+            span,
+            label: label.into(),
+            notes: Vec::new(),
+        }
+    }
+
+    pub fn note(mut self, note: impl Into<String>) -> Diagnostic {
+        self.notes.push(note.into());
+        self
+    }
+}
+
+/// Maps byte offsets to 1-based lines and columns (columns count characters).
+#[derive(Clone, Debug)]
+pub struct SourceMap<'a> {
+    pub name: &'a str,
+    pub src: &'a str,
+    line_starts: Vec<usize>,
+}
+
+impl<'a> SourceMap<'a> {
+    pub fn new(name: &'a str, src: &'a str) -> SourceMap<'a> {
+        let mut line_starts = vec![0];
+        line_starts.extend(src.match_indices('\n').map(|(i, _)| i + 1));
+        SourceMap {
+            name,
+            src,
+            line_starts,
+        }
+    }
+
+    /// 1-based (line, column) of byte offset `pos`.
+    pub fn line_col(&self, pos: u32) -> (u32, u32) {
+        let pos = (pos as usize).min(self.src.len());
+        let line = self.line_starts.partition_point(|&s| s <= pos) - 1;
+        let start = self.line_starts[line];
+        let col = self
+            .src
+            .get(start..pos)
+            .map_or(pos - start, |s| s.chars().count());
+        (line as u32 + 1, col as u32 + 1)
+    }
+
+    fn line_text(&self, line: u32) -> &'a str {
+        let i = line as usize - 1;
+        let start = self.line_starts[i];
+        let end = self
+            .line_starts
+            .get(i + 1)
+            .map_or(self.src.len(), |&e| e - 1);
+        self.src
+            .get(start..end)
+            .unwrap_or("")
+            .trim_end_matches('\r')
+    }
+
+    /// Renders one diagnostic.
+    pub fn render(&self, d: &Diagnostic) -> String {
+        let (line, col) = self.line_col(d.span.start);
+        let text = self.line_text(line);
+        let gutter = line.to_string().len();
+        let pad = " ".repeat(gutter);
+        // The mark covers the span on its first line (at least one character).
+        let (end_line, end_col) = self.line_col(d.span.end);
+        let width = if end_line == line {
+            (end_col.saturating_sub(col)).max(1)
+        } else {
+            (text.chars().count() as u32 + 1).saturating_sub(col).max(1)
+        };
+        let mut out = format!(
+            "error: {}\n{pad}--> {}:{line}:{col}\n{pad} |\n",
+            d.message, self.name
+        );
+        out.push_str(&format!("{line} | {text}\n"));
+        let lead: String = text
+            .chars()
+            .take(col as usize - 1)
+            .map(|c| if c == '\t' { '\t' } else { ' ' })
+            .collect();
+        let label = if d.label.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", d.label)
+        };
+        out.push_str(&format!(
+            "{pad} | {lead}{}{label}\n",
+            "^".repeat(width as usize)
+        ));
+        for n in &d.notes {
+            out.push_str(&format!("{pad} = note: {n}\n"));
+        }
+        out
+    }
+}
+
+/// Every error of one compilation, with the source they refer to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostics {
+    pub file: String,
+    pub src: String,
+    pub errors: Vec<Diagnostic>,
+}
+
+impl fmt::Display for Diagnostics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let map = SourceMap::new(&self.file, &self.src);
+        for (i, d) in self.errors.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{}", map.render(d))?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Diagnostics {}

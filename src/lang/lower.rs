@@ -1,0 +1,1202 @@
+//! Lowering of the syntax tree to the IR: name resolution, type checking and SSA
+//! construction ([`super::ssa`]) in one walk per function.
+//!
+//! - Every variable, parameter included, is an SSA variable: definitions are recorded per
+//!   block and merges become block parameters tagged with the variable's name, so that a
+//!   `make_static` variable can be followed through merges and loops.
+//! - `make_static(x, ...)` emits a `make_static` instruction and rebinds each variable to
+//!   its result; `make_dynamic` likewise.
+//! - Integer literals take the type their context expects (a declared type, the other
+//!   operand, a parameter), `i64` otherwise; `f64` contexts accept integer literals.
+//! - `&&` and `||` branch: the right operand runs only when needed.
+//! - Instructions carry the source position of the expression or statement they come
+//!   from, so runtime faults (`load`/`store` out of bounds, division by zero, `trap`)
+//!   report it.
+//! - Errors are collected; lowering goes on after one, so a run reports several. A
+//!   function with errors produces no IR.
+//!
+//! Afterwards unreachable blocks are removed, trivial block parameters are replaced, and
+//! the function is verified (a failure there is an internal error, reported as such).
+
+use std::collections::HashMap;
+
+use super::ast::*;
+use super::diag::{Diagnostic, SourceMap, Span};
+use super::ssa::{remove_trivial_params, remove_unreachable_blocks, SsaBuilder, VarId, VarInfo};
+use crate::ir::{
+    BinaryOp, Block, BlockCall, Callee, CmpOp, Const, ExternFunc, FuncId, Function, Inst, InstData,
+    Module, Policies, Policy, Scalar, Signature, SrcLoc, Type, UnaryOp, Value,
+};
+use crate::semantics;
+
+/// An error was reported; the statement being lowered is abandoned.
+struct Reported;
+type LResult<T> = Result<T, Reported>;
+
+/// Lowers a parsed program to a module.
+pub fn lower(prog: &Program, map: &SourceMap) -> Result<Module, Vec<Diagnostic>> {
+    let mut errors = Vec::new();
+    let mut m = Module::default();
+    let mut first: HashMap<String, Span> = HashMap::new();
+    let mut fns: Vec<(FuncId, &FnDecl)> = Vec::new();
+    for item in &prog.items {
+        let (name, params, ret) = match item {
+            Item::Extern(e) => (&e.name, &e.params, &e.ret),
+            Item::Fn(f) => (&f.name, &f.params, &f.ret),
+        };
+        if let Some(prev) = first.get(&name.name) {
+            let (l, c) = map.line_col(prev.start);
+            errors.push(
+                Diagnostic::new(
+                    name.span,
+                    format!("`{}` is defined twice", name.name),
+                    "second definition",
+                )
+                .note(format!("first defined at {l}:{c}")),
+            );
+            continue;
+        }
+        first.insert(name.name.clone(), name.span);
+        check_params(params, &mut errors);
+        let sig = Signature {
+            params: params.iter().map(|p| p.ty.ty).collect(),
+            ret: ret.as_ref().map(|t| t.ty),
+        };
+        match item {
+            Item::Extern(e) => {
+                for t in e.params.iter().map(|p| &p.ty).chain(e.ret.iter()) {
+                    if t.ty.is_slice() {
+                        errors.push(Diagnostic::new(
+                            t.span,
+                            "host functions take and return scalars only",
+                            "a slice",
+                        ));
+                    }
+                }
+                m.externs.push(ExternFunc {
+                    name: e.name.name.clone(),
+                    sig,
+                    pure: e.pure,
+                });
+            }
+            Item::Fn(f) => fns.push((m.funcs.push(Function::new(f.name.name.clone(), sig)), f)),
+        }
+    }
+    let mut built = Vec::new();
+    for (id, decl) in fns {
+        let mut l = FnLowerer::new(&m, map, id, decl);
+        l.run(decl);
+        if l.errors.is_empty() {
+            built.push((id, l.f));
+        } else {
+            errors.append(&mut l.errors);
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    for (id, f) in built {
+        m.funcs[id] = f;
+    }
+    if let Err(e) = crate::verifier::verify_module(&m) {
+        return Err(vec![Diagnostic::new(
+            Span::default(),
+            format!("internal error: the front end produced invalid IR:\n{e}"),
+            "",
+        )]);
+    }
+    Ok(m)
+}
+
+fn check_params(params: &[Param], errors: &mut Vec<Diagnostic>) {
+    for (i, p) in params.iter().enumerate() {
+        if params[..i].iter().any(|q| q.name.name == p.name.name) {
+            errors.push(Diagnostic::new(
+                p.name.span,
+                format!("parameter `{}` is defined twice", p.name.name),
+                "duplicate parameter",
+            ));
+        }
+    }
+}
+
+struct VarDecl {
+    name: String,
+    mutable: bool,
+    span: Span,
+}
+
+struct LoopCtx {
+    label: Option<String>,
+    continue_to: Block,
+    break_to: Block,
+}
+
+struct FnLowerer<'a> {
+    m: &'a Module,
+    map: &'a SourceMap<'a>,
+    me: FuncId,
+    f: Function,
+    ssa: SsaBuilder,
+    vars: Vec<VarInfo>,
+    decls: Vec<VarDecl>,
+    scopes: Vec<HashMap<String, VarId>>,
+    cur: Option<Block>,
+    loops: Vec<LoopCtx>,
+    /// Label name -> (block, defining span if defined, first goto span).
+    labels: HashMap<String, (Block, Option<Span>, Option<Span>)>,
+    loc: SrcLoc,
+    errors: Vec<Diagnostic>,
+}
+
+/// A lowered expression: its value and type, or nothing (a call of a function returning
+/// nothing).
+type Typed = (Value, Type);
+
+impl<'a> FnLowerer<'a> {
+    fn new(m: &'a Module, map: &'a SourceMap<'a>, me: FuncId, decl: &FnDecl) -> FnLowerer<'a> {
+        let sig = m.funcs[me].sig.clone();
+        let mut f = Function::new(decl.name.name.clone(), sig);
+        let entry = f.append_new_block();
+        FnLowerer {
+            m,
+            map,
+            me,
+            f,
+            ssa: SsaBuilder::new(entry),
+            vars: Vec::new(),
+            decls: Vec::new(),
+            scopes: vec![HashMap::new()],
+            cur: Some(entry),
+            loops: Vec::new(),
+            labels: HashMap::new(),
+            loc: SrcLoc::default(),
+            errors: Vec::new(),
+        }
+    }
+
+    fn err(
+        &mut self,
+        span: Span,
+        message: impl Into<String>,
+        label: impl Into<String>,
+    ) -> Reported {
+        self.errors.push(Diagnostic::new(span, message, label));
+        Reported
+    }
+
+    fn set_loc(&mut self, span: Span) {
+        let (line, col) = self.map.line_col(span.start);
+        self.loc = SrcLoc::new(line, col);
+    }
+
+    /// The current block; after a jump, code goes to a fresh block with no predecessors
+    /// (unreachable, removed at the end).
+    fn block(&mut self) -> Block {
+        match self.cur {
+            Some(b) => b,
+            None => {
+                let b = self.new_block();
+                self.ssa.seal(&mut self.f, &self.vars, b);
+                self.cur = Some(b);
+                b
+            }
+        }
+    }
+
+    fn new_block(&mut self) -> Block {
+        self.f.append_new_block()
+    }
+
+    fn inst(&mut self, data: InstData, callee_ret: Option<Type>) -> Inst {
+        let b = self.block();
+        let i = self.f.append_inst(b, data, callee_ret);
+        self.f.srclocs[i] = self.loc;
+        i
+    }
+
+    fn val(&mut self, data: InstData) -> Value {
+        let i = self.inst(data, None);
+        self.f.first_result(i)
+    }
+
+    fn konst(&mut self, c: Const) -> Value {
+        self.val(InstData::Const(c))
+    }
+
+    /// Ends the current block with a branch.
+    fn branch(&mut self, data: InstData) {
+        let from = self.block();
+        let targets: Vec<Block> = data.branch_targets().iter().map(|c| c.block).collect();
+        self.inst(data, None);
+        for t in targets {
+            self.ssa.add_pred(t, from);
+        }
+        self.cur = None;
+    }
+
+    fn jump(&mut self, to: Block) {
+        self.branch(InstData::Jump {
+            dest: BlockCall::new(to, vec![]),
+        });
+    }
+
+    fn seal(&mut self, b: Block) {
+        self.ssa.seal(&mut self.f, &self.vars, b);
+    }
+
+    fn declare(&mut self, name: &Ident, ty: Type, mutable: bool) -> LResult<VarId> {
+        if self
+            .scopes
+            .last()
+            .is_some_and(|s| s.contains_key(&name.name))
+        {
+            let prev = self.decls[self.scopes.last().expect("a scope")[&name.name]].span;
+            let (l, c) = self.map.line_col(prev.start);
+            self.errors.push(
+                Diagnostic::new(
+                    name.span,
+                    format!("`{}` is already defined in this scope", name.name),
+                    "second definition",
+                )
+                .note(format!("first defined at {l}:{c}")),
+            );
+            return Err(Reported);
+        }
+        let id = self.vars.len();
+        let ir_var = self.f.var(&name.name);
+        self.vars.push(VarInfo { ty, ir_var });
+        self.decls.push(VarDecl {
+            name: name.name.clone(),
+            mutable,
+            span: name.span,
+        });
+        self.scopes
+            .last_mut()
+            .expect("a scope")
+            .insert(name.name.clone(), id);
+        Ok(id)
+    }
+
+    fn lookup(&mut self, name: &str, span: Span) -> LResult<VarId> {
+        match self.scopes.iter().rev().find_map(|s| s.get(name)) {
+            Some(&id) => Ok(id),
+            None => Err(self.err(
+                span,
+                format!("undefined variable `{name}`"),
+                "not found in this scope",
+            )),
+        }
+    }
+
+    fn read(&mut self, var: VarId) -> Value {
+        let b = self.block();
+        self.ssa.read(&mut self.f, &self.vars, var, b)
+    }
+
+    fn write(&mut self, var: VarId, v: Value) {
+        let b = self.block();
+        self.ssa.write(var, b, v);
+    }
+
+    fn run(&mut self, decl: &FnDecl) {
+        let entry = self.block();
+        for p in &decl.params {
+            let ir_var = self.f.var(&p.name.name);
+            let v = self.f.append_block_param(entry, p.ty.ty, Some(ir_var));
+            if let Ok(id) = self.declare(&p.name, p.ty.ty, true) {
+                self.ssa.write(id, entry, v);
+            }
+        }
+        self.block_stmts(&decl.body);
+        if self.cur.is_some() {
+            match self.f.sig.ret {
+                Some(t) => {
+                    self.err(
+                        decl.body.close,
+                        format!("missing return in `{}`, which returns {t}", decl.name.name),
+                        "control reaches the end of the function",
+                    );
+                }
+                None => {
+                    self.set_loc(decl.body.close);
+                    self.branch(InstData::Return { value: None });
+                }
+            }
+        }
+        let mut labels: Vec<(String, (Block, Option<Span>, Option<Span>))> =
+            self.labels.drain().collect();
+        labels.sort_by_key(|(_, (_, def, used))| def.or(*used).map(|s| s.start));
+        for (name, (b, def, used)) in labels {
+            self.seal(b);
+            if let (None, Some(span)) = (def, used) {
+                self.err(
+                    span,
+                    format!("`goto` to undefined label `{name}`"),
+                    "no statement has this label",
+                );
+            }
+        }
+        for b in self.f.layout.blocks().to_vec() {
+            self.seal(b);
+        }
+        let mut uninit = std::mem::take(&mut self.ssa.uninitialized);
+        uninit.sort();
+        uninit.dedup();
+        for var in uninit {
+            let d = &self.decls[var];
+            let msg = format!(
+                "`{}` may be used before it is initialized: a `goto` jumps past its declaration",
+                d.name
+            );
+            let span = d.span;
+            self.err(span, msg, "declared here");
+        }
+        if self.errors.is_empty() {
+            remove_unreachable_blocks(&mut self.f);
+            remove_trivial_params(&mut self.f);
+        }
+    }
+
+    fn block_stmts(&mut self, b: &super::ast::Block) {
+        self.scopes.push(HashMap::new());
+        for s in &b.stmts {
+            let _ = self.stmt(s, None);
+        }
+        self.scopes.pop();
+    }
+
+    fn stmt(&mut self, s: &Stmt, label: Option<&Ident>) -> LResult<()> {
+        self.set_loc(s.span);
+        match &s.kind {
+            StmtKind::Let {
+                name,
+                mutable,
+                ty,
+                init,
+            } => {
+                let hint = ty.as_ref().map(|t| t.ty);
+                let (v, t) = self.value(init, hint)?;
+                if let Some(want) = ty {
+                    self.expect_type(t, want.ty, init.span)?;
+                }
+                let id = self.declare(name, t, *mutable)?;
+                self.write(id, v);
+            }
+            StmtKind::Assign { name, value } => {
+                let id = self.lookup(&name.name, name.span)?;
+                if !self.decls[id].mutable {
+                    return Err(self.err(
+                        name.span,
+                        format!(
+                            "cannot assign to `{}`: it is declared with `let`",
+                            name.name
+                        ),
+                        "declare it with `var` to assign it",
+                    ));
+                }
+                let want = self.vars[id].ty;
+                let (v, t) = self.value(value, Some(want))?;
+                self.expect_type(t, want, value.span)?;
+                self.write(id, v);
+            }
+            StmtKind::Store {
+                slice,
+                index,
+                value,
+            } => {
+                let (sv, st) = self.value(slice, None)?;
+                let elem = match st {
+                    Type::Slice {
+                        elem,
+                        mutable: true,
+                    } => elem,
+                    Type::Slice { .. } => {
+                        return Err(self.err(
+                            slice.span,
+                            format!("cannot store into a read-only slice `{st}`"),
+                            "declare it `[mut T]` to store into it",
+                        ))
+                    }
+                    _ => {
+                        return Err(self.err(
+                            slice.span,
+                            format!("cannot index into a value of type `{st}`"),
+                            "not a slice",
+                        ))
+                    }
+                };
+                let iv = self.index(index)?;
+                let (vv, vt) = self.value(value, Some(Type::Scalar(elem)))?;
+                self.expect_type(vt, Type::Scalar(elem), value.span)?;
+                self.set_loc(s.span);
+                self.inst(
+                    InstData::Store {
+                        slice: sv,
+                        index: iv,
+                        value: vv,
+                    },
+                    None,
+                );
+            }
+            StmtKind::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = self.condition(cond)?;
+                let (tb, eb, join) = (self.new_block(), self.new_block(), self.new_block());
+                self.branch(InstData::Brif {
+                    cond: c,
+                    then_dest: BlockCall::new(tb, vec![]),
+                    else_dest: BlockCall::new(eb, vec![]),
+                });
+                self.seal(tb);
+                self.seal(eb);
+                self.cur = Some(tb);
+                self.block_stmts(then);
+                if self.cur.is_some() {
+                    self.jump(join);
+                }
+                self.cur = Some(eb);
+                if let Some(o) = otherwise {
+                    self.block_stmts(o);
+                }
+                if self.cur.is_some() {
+                    self.jump(join);
+                }
+                self.seal(join);
+                // A join without predecessors is unreachable: code after it goes on there.
+                self.cur = Some(join);
+            }
+            StmtKind::While { cond, body } => {
+                let (header, bodyb, exit) = (self.new_block(), self.new_block(), self.new_block());
+                self.jump(header);
+                self.cur = Some(header);
+                let c = self.condition(cond);
+                match c {
+                    Ok(c) => self.branch(InstData::Brif {
+                        cond: c,
+                        then_dest: BlockCall::new(bodyb, vec![]),
+                        else_dest: BlockCall::new(exit, vec![]),
+                    }),
+                    Err(Reported) => self.jump(exit),
+                }
+                self.seal(bodyb);
+                self.cur = Some(bodyb);
+                self.loop_body(body, label, header, exit);
+                self.seal(header);
+                self.seal(exit);
+                self.cur = Some(exit);
+            }
+            StmtKind::Loop { body } => {
+                let (header, exit) = (self.new_block(), self.new_block());
+                self.jump(header);
+                self.cur = Some(header);
+                self.loop_body(body, label, header, exit);
+                self.seal(header);
+                self.seal(exit);
+                self.cur = Some(exit);
+            }
+            StmtKind::Break(l) | StmtKind::Continue(l) => {
+                let is_break = matches!(s.kind, StmtKind::Break(_));
+                let word = if is_break { "break" } else { "continue" };
+                let target = match l {
+                    None => match self.loops.last() {
+                        Some(c) => Some(if is_break { c.break_to } else { c.continue_to }),
+                        None => {
+                            return Err(self.err(
+                                s.span,
+                                format!("`{word}` outside a loop"),
+                                "not inside `while` or `loop`",
+                            ))
+                        }
+                    },
+                    Some(l) => self
+                        .loops
+                        .iter()
+                        .rev()
+                        .find(|c| c.label.as_deref() == Some(l.name.as_str()))
+                        .map(|c| if is_break { c.break_to } else { c.continue_to }),
+                };
+                let Some(target) = target else {
+                    let l = l.as_ref().expect("labeled");
+                    return Err(self.err(
+                        l.span,
+                        format!("no loop labeled `{}` encloses this `{word}`", l.name),
+                        "unknown loop label",
+                    ));
+                };
+                self.jump(target);
+            }
+            StmtKind::Return(value) => {
+                let v = match (value, self.f.sig.ret) {
+                    (None, None) => None,
+                    (Some(e), Some(t)) => {
+                        let (v, vt) = self.value(e, Some(t))?;
+                        self.expect_type(vt, t, e.span)?;
+                        Some(v)
+                    }
+                    (None, Some(t)) => {
+                        return Err(self.err(
+                            s.span,
+                            format!("`return` without a value in a function returning {t}"),
+                            "expected a value",
+                        ))
+                    }
+                    (Some(e), None) => {
+                        return Err(self.err(
+                            e.span,
+                            "`return` with a value in a function returning nothing",
+                            "unexpected value",
+                        ))
+                    }
+                };
+                self.set_loc(s.span);
+                self.branch(InstData::Return { value: v });
+            }
+            StmtKind::Switch {
+                scrutinee,
+                cases,
+                default,
+            } => self.switch(scrutinee, cases, default.as_deref())?,
+            StmtKind::Labeled { label: l, stmt } => {
+                let b = match self.labels.get(&l.name) {
+                    Some(&(_, Some(prev), _)) => {
+                        let (line, col) = self.map.line_col(prev.start);
+                        self.errors.push(
+                            Diagnostic::new(
+                                l.span,
+                                format!("label `{}` is defined twice", l.name),
+                                "second definition",
+                            )
+                            .note(format!("first defined at {line}:{col}")),
+                        );
+                        return Err(Reported);
+                    }
+                    Some(&(b, None, used)) => {
+                        self.labels.insert(l.name.clone(), (b, Some(l.span), used));
+                        b
+                    }
+                    None => {
+                        let b = self.new_block();
+                        self.labels.insert(l.name.clone(), (b, Some(l.span), None));
+                        b
+                    }
+                };
+                if self.cur.is_some() {
+                    self.jump(b);
+                }
+                self.cur = Some(b);
+                self.stmt(stmt, Some(l))?;
+            }
+            StmtKind::Goto(l) => {
+                let b = match self.labels.get(&l.name) {
+                    Some(&(b, _, _)) => b,
+                    None => {
+                        let b = self.new_block();
+                        self.labels.insert(l.name.clone(), (b, None, Some(l.span)));
+                        b
+                    }
+                };
+                self.jump(b);
+            }
+            StmtKind::Trap => self.branch(InstData::Trap),
+            StmtKind::MakeStatic { vars, policies } => {
+                let mut list = Vec::new();
+                for p in policies {
+                    let Some(pol) = Policy::from_name(&p.name) else {
+                        let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+                        self.errors.push(
+                            Diagnostic::new(
+                                p.span,
+                                format!("unknown policy `{}`", p.name),
+                                "not a policy",
+                            )
+                            .note(format!("the policies are {}", names.join(", "))),
+                        );
+                        return Err(Reported);
+                    };
+                    if let Some(q) = list.iter().find(|q: &&Policy| q.group() == pol.group()) {
+                        let msg = format!("policies `{q}` and `{pol}` conflict");
+                        return Err(self.err(
+                            p.span,
+                            msg,
+                            "only one policy of each kind per annotation",
+                        ));
+                    }
+                    list.push(pol);
+                }
+                let policies = Policies::new(&list).expect("conflicts refused above");
+                self.annotation(vars, "make_static", |args| InstData::MakeStatic {
+                    args,
+                    policies,
+                })?;
+            }
+            StmtKind::MakeDynamic { vars } => {
+                self.annotation(vars, "make_dynamic", |args| InstData::MakeDynamic { args })?
+            }
+            StmtKind::Expr(e) => {
+                self.expr(e, None)?;
+            }
+            StmtKind::Block(b) => self.block_stmts(b),
+        }
+        Ok(())
+    }
+
+    fn loop_body(
+        &mut self,
+        body: &super::ast::Block,
+        label: Option<&Ident>,
+        header: Block,
+        exit: Block,
+    ) {
+        self.loops.push(LoopCtx {
+            label: label.map(|l| l.name.clone()),
+            continue_to: header,
+            break_to: exit,
+        });
+        self.block_stmts(body);
+        if self.cur.is_some() {
+            self.jump(header);
+        }
+        self.loops.pop();
+    }
+
+    fn annotation(
+        &mut self,
+        vars: &[Ident],
+        what: &str,
+        make: impl FnOnce(Vec<(Value, crate::ir::Var)>) -> InstData,
+    ) -> LResult<()> {
+        let mut ids = Vec::new();
+        for (i, v) in vars.iter().enumerate() {
+            if vars[..i].iter().any(|w| w.name == v.name) {
+                return Err(self.err(
+                    v.span,
+                    format!("`{}` appears twice in `{what}`", v.name),
+                    "repeated variable",
+                ));
+            }
+            let Some(&id) = self.scopes.iter().rev().find_map(|s| s.get(&v.name)) else {
+                return Err(self.err(
+                    v.span,
+                    format!("`{what}` names undefined variable `{}`", v.name),
+                    "not found in this scope",
+                ));
+            };
+            ids.push(id);
+        }
+        let args: Vec<(Value, crate::ir::Var)> = ids
+            .iter()
+            .map(|&id| (self.read(id), self.vars[id].ir_var))
+            .collect();
+        let i = self.inst(make(args), None);
+        let results = self.f.inst_results(i).to_vec();
+        for (id, r) in ids.into_iter().zip(results) {
+            self.write(id, r);
+        }
+        Ok(())
+    }
+
+    fn switch(
+        &mut self,
+        scrutinee: &Expr,
+        cases: &[Case],
+        default: Option<&[Stmt]>,
+    ) -> LResult<()> {
+        let (v, t) = self.value(scrutinee, None)?;
+        let Some(st) = t.scalar().filter(|s| s.is_int()) else {
+            return Err(self.err(
+                scrutinee.span,
+                format!("`switch` needs an integer, found `{t}`"),
+                "not an integer",
+            ));
+        };
+        let join = self.new_block();
+        let mut seen: HashMap<u64, Span> = HashMap::new();
+        let mut arms = Vec::new();
+        let mut ok = true;
+        for c in cases {
+            let b = self.new_block();
+            for &(x, span) in &c.values {
+                match int_in_range(st, x) {
+                    None => {
+                        self.err(
+                            span,
+                            format!("case value {x} is out of range for `{st}`"),
+                            "out of range",
+                        );
+                        ok = false;
+                    }
+                    Some(k) => {
+                        if let Some(prev) = seen.insert(k, span) {
+                            let (l, col) = self.map.line_col(prev.start);
+                            self.errors.push(
+                                Diagnostic::new(
+                                    span,
+                                    format!("case value {x} appears twice"),
+                                    "repeated case",
+                                )
+                                .note(format!("first at {l}:{col}")),
+                            );
+                            ok = false;
+                        }
+                        arms.push((k, BlockCall::new(b, vec![])));
+                    }
+                }
+            }
+            let _ = b;
+        }
+        if !ok {
+            return Err(Reported);
+        }
+        let default_block = if default.is_some() {
+            self.new_block()
+        } else {
+            join
+        };
+        let bodies: Vec<Block> = {
+            let mut v: Vec<Block> = Vec::new();
+            for (k, c) in arms.iter() {
+                let _ = k;
+                if !v.contains(&c.block) {
+                    v.push(c.block);
+                }
+            }
+            v
+        };
+        self.branch(InstData::Switch {
+            arg: v,
+            cases: arms,
+            default: BlockCall::new(default_block, vec![]),
+        });
+        for (b, c) in bodies.iter().zip(cases) {
+            self.seal(*b);
+            self.cur = Some(*b);
+            self.scopes.push(HashMap::new());
+            for s in &c.body {
+                let _ = self.stmt(s, None);
+            }
+            self.scopes.pop();
+            if self.cur.is_some() {
+                self.jump(join);
+            }
+        }
+        if let Some(d) = default {
+            self.seal(default_block);
+            self.cur = Some(default_block);
+            self.scopes.push(HashMap::new());
+            for s in d {
+                let _ = self.stmt(s, None);
+            }
+            self.scopes.pop();
+            if self.cur.is_some() {
+                self.jump(join);
+            }
+        }
+        self.seal(join);
+        self.cur = Some(join);
+        Ok(())
+    }
+
+    fn expect_type(&mut self, got: Type, want: Type, span: Span) -> LResult<()> {
+        if got == want {
+            Ok(())
+        } else {
+            Err(self.err(
+                span,
+                format!("mismatched types: expected `{want}`, found `{got}`"),
+                format!("this is `{got}`"),
+            ))
+        }
+    }
+
+    fn condition(&mut self, e: &Expr) -> LResult<Value> {
+        let (v, t) = self.value(e, Some(Type::BOOL))?;
+        if t != Type::BOOL {
+            return Err(self.err(
+                e.span,
+                format!("a condition must be `bool`, found `{t}`"),
+                "not a bool",
+            ));
+        }
+        Ok(v)
+    }
+
+    fn index(&mut self, e: &Expr) -> LResult<Value> {
+        let (v, t) = self.value(e, Some(Type::I64))?;
+        if !t.is_int() {
+            return Err(self.err(
+                e.span,
+                format!("an index must be an integer, found `{t}`"),
+                "not an integer",
+            ));
+        }
+        Ok(v)
+    }
+
+    /// An expression that must produce a value.
+    fn value(&mut self, e: &Expr, hint: Option<Type>) -> LResult<Typed> {
+        match self.expr(e, hint)? {
+            Some(tv) => Ok(tv),
+            None => Err(self.err(e.span, "this call returns nothing", "used as a value")),
+        }
+    }
+
+    fn expr(&mut self, e: &Expr, hint: Option<Type>) -> LResult<Option<Typed>> {
+        self.set_loc(e.span);
+        let tv = match &e.kind {
+            ExprKind::Int(x) => self.int_literal(*x as i128, false, hint, e.span)?,
+            ExprKind::Unary(UnOp::Neg, inner) if matches!(inner.kind, ExprKind::Int(_)) => {
+                let ExprKind::Int(x) = inner.kind else {
+                    unreachable!()
+                };
+                self.int_literal(x as i128, true, hint, e.span)?
+            }
+            ExprKind::Float(x) => {
+                if let Some(t) = hint.filter(|t| *t != Type::F64 && t.is_int()) {
+                    return Err(self.err(
+                        e.span,
+                        format!("mismatched types: expected `{t}`, found a float literal"),
+                        "a float",
+                    ));
+                }
+                (self.konst(Const::F64(*x)), Type::F64)
+            }
+            ExprKind::Bool(b) => (self.konst(Const::Bool(*b)), Type::BOOL),
+            ExprKind::Var(name) => {
+                let id = self.lookup(name, e.span)?;
+                (self.read(id), self.vars[id].ty)
+            }
+            ExprKind::Unary(op, inner) => {
+                let (v, t) = self.value(inner, hint)?;
+                let ok = match op {
+                    UnOp::Neg => t.is_int() || t == Type::F64,
+                    UnOp::Not => t.is_int() || t == Type::BOOL,
+                };
+                if !ok {
+                    let sym = if *op == UnOp::Neg { "-" } else { "!" };
+                    return Err(self.err(
+                        e.span,
+                        format!("`{sym}` does not apply to `{t}`"),
+                        format!("this is `{t}`"),
+                    ));
+                }
+                self.set_loc(e.span);
+                let op = if *op == UnOp::Neg {
+                    UnaryOp::Neg
+                } else {
+                    UnaryOp::Not
+                };
+                (self.val(InstData::Unary { op, arg: v }), t)
+            }
+            ExprKind::Binary(op, a, b) => self.binary(*op, a, b, hint, e.span)?,
+            ExprKind::MinMax { max, args } => {
+                let op = if *max { BinOp::Gt } else { BinOp::Lt };
+                let ((av, at), (bv, _)) = self.operands(&args.0, &args.1, hint, e.span, op)?;
+                if !(at.is_int() || at == Type::F64) {
+                    return Err(self.err(
+                        e.span,
+                        format!("`min`/`max` need integers or `f64`, found `{at}`"),
+                        "not a number",
+                    ));
+                }
+                let op = if *max { BinaryOp::Max } else { BinaryOp::Min };
+                self.set_loc(e.span);
+                (self.val(InstData::Binary { op, args: [av, bv] }), at)
+            }
+            ExprKind::AndAlso(a, b) | ExprKind::OrElse(a, b) => {
+                let is_and = matches!(e.kind, ExprKind::AndAlso(..));
+                let av = self.condition(a)?;
+                let (rhs, join) = (self.new_block(), self.new_block());
+                let param = self.f.append_block_param(join, Type::BOOL, None);
+                let (then_dest, else_dest) = if is_and {
+                    (BlockCall::new(rhs, vec![]), BlockCall::new(join, vec![av]))
+                } else {
+                    (BlockCall::new(join, vec![av]), BlockCall::new(rhs, vec![]))
+                };
+                self.branch(InstData::Brif {
+                    cond: av,
+                    then_dest,
+                    else_dest,
+                });
+                self.seal(rhs);
+                self.cur = Some(rhs);
+                let bv = self.condition(b);
+                let bv = match bv {
+                    Ok(v) => v,
+                    Err(r) => {
+                        self.seal(join);
+                        self.cur = Some(join);
+                        return Err(r);
+                    }
+                };
+                self.branch(InstData::Jump {
+                    dest: BlockCall::new(join, vec![bv]),
+                });
+                self.seal(join);
+                self.cur = Some(join);
+                (param, Type::BOOL)
+            }
+            ExprKind::Cast(inner, to) => {
+                let (v, t) = self.value(inner, None)?;
+                match (t.scalar(), to.ty.scalar()) {
+                    (Some(_), Some(s)) => {
+                        self.set_loc(e.span);
+                        (self.val(InstData::Cast { to: s, arg: v }), to.ty)
+                    }
+                    _ => {
+                        return Err(self.err(
+                            e.span,
+                            format!("cannot cast `{t}` to `{}`", to.ty),
+                            "casts convert between scalar types",
+                        ))
+                    }
+                }
+            }
+            ExprKind::Len(inner) => {
+                let (v, t) = self.value(inner, None)?;
+                if !t.is_slice() {
+                    return Err(self.err(
+                        inner.span,
+                        format!("`len` needs a slice, found `{t}`"),
+                        "not a slice",
+                    ));
+                }
+                self.set_loc(e.span);
+                (self.val(InstData::Len { arg: v }), Type::I64)
+            }
+            ExprKind::Index {
+                slice,
+                index,
+                is_static,
+            } => {
+                let (sv, st) = self.value(slice, None)?;
+                let Some(elem) = st.elem() else {
+                    let msg = if *is_static {
+                        format!("static load from a value of type `{st}`, which is not a slice")
+                    } else {
+                        format!("cannot index into a value of type `{st}`")
+                    };
+                    return Err(self.err(slice.span, msg, "not a slice"));
+                };
+                let iv = self.index(index)?;
+                self.set_loc(e.span);
+                let data = if *is_static {
+                    InstData::StaticLoad {
+                        slice: sv,
+                        index: iv,
+                    }
+                } else {
+                    InstData::Load {
+                        slice: sv,
+                        index: iv,
+                    }
+                };
+                (self.val(data), Type::Scalar(elem))
+            }
+            ExprKind::Call {
+                name,
+                args,
+                is_static,
+            } => return self.call(name, args, *is_static, e.span),
+        };
+        Ok(Some(tv))
+    }
+
+    fn int_literal(
+        &mut self,
+        x: i128,
+        negate: bool,
+        hint: Option<Type>,
+        span: Span,
+    ) -> LResult<Typed> {
+        let x = if negate { -x } else { x };
+        match hint {
+            Some(Type::F64) => Ok((self.konst(Const::F64(x as f64)), Type::F64)),
+            Some(Type::Scalar(s)) if s.is_int() => match int_in_range(s, x) {
+                Some(bits) => Ok((self.konst(Const::Int(s, bits)), Type::Scalar(s))),
+                None => Err(self.err(
+                    span,
+                    format!("literal {x} is out of range for `{s}`"),
+                    format!("does not fit in `{s}`"),
+                )),
+            },
+            _ => match int_in_range(Scalar::I64, x) {
+                Some(bits) => Ok((self.konst(Const::Int(Scalar::I64, bits)), Type::I64)),
+                None => Err(self.err(
+                    span,
+                    format!("literal {x} is out of range for `i64`"),
+                    "add a cast or a typed context",
+                )),
+            },
+        }
+    }
+
+    /// Lowers two operands that must have one type; a literal-only operand takes the type
+    /// of the other.
+    fn operands(
+        &mut self,
+        a: &Expr,
+        b: &Expr,
+        hint: Option<Type>,
+        span: Span,
+        op: BinOp,
+    ) -> LResult<(Typed, Typed)> {
+        let hint = if op.is_comparison() { None } else { hint };
+        let (x, y) = if a.is_literal() && !b.is_literal() {
+            let y = self.value(b, hint)?;
+            let x = self.value(a, Some(y.1))?;
+            (x, y)
+        } else {
+            let x = self.value(a, hint)?;
+            let y = self.value(b, Some(x.1))?;
+            (x, y)
+        };
+        if x.1 != y.1 {
+            return Err(self.err(
+                span,
+                format!("mismatched types: `{}` {} `{}`", x.1, op.symbol(), y.1),
+                "both operands must have the same type",
+            ));
+        }
+        Ok((x, y))
+    }
+
+    fn binary(
+        &mut self,
+        op: BinOp,
+        a: &Expr,
+        b: &Expr,
+        hint: Option<Type>,
+        span: Span,
+    ) -> LResult<Typed> {
+        let ((av, t), (bv, _)) = self.operands(a, b, hint, span, op)?;
+        self.set_loc(span);
+        if op.is_comparison() {
+            if t.is_slice() {
+                return Err(self.err(
+                    span,
+                    format!("cannot compare slices (`{t}`)"),
+                    "compare elements instead",
+                ));
+            }
+            let cmp = match op {
+                BinOp::Eq => CmpOp::Eq,
+                BinOp::Ne => CmpOp::Ne,
+                BinOp::Lt => CmpOp::Lt,
+                BinOp::Le => CmpOp::Le,
+                BinOp::Gt => CmpOp::Gt,
+                _ => CmpOp::Ge,
+            };
+            return Ok((
+                self.val(InstData::Cmp {
+                    op: cmp,
+                    args: [av, bv],
+                }),
+                Type::BOOL,
+            ));
+        }
+        let (irop, ok) = match op {
+            BinOp::Add => (BinaryOp::Add, t.is_int() || t == Type::F64),
+            BinOp::Sub => (BinaryOp::Sub, t.is_int() || t == Type::F64),
+            BinOp::Mul => (BinaryOp::Mul, t.is_int() || t == Type::F64),
+            BinOp::Div => (BinaryOp::Div, t.is_int() || t == Type::F64),
+            BinOp::Rem => (BinaryOp::Rem, t.is_int() || t == Type::F64),
+            BinOp::And => (BinaryOp::And, t.is_int() || t == Type::BOOL),
+            BinOp::Or => (BinaryOp::Or, t.is_int() || t == Type::BOOL),
+            BinOp::Xor => (BinaryOp::Xor, t.is_int() || t == Type::BOOL),
+            BinOp::Shl => (BinaryOp::Shl, t.is_int()),
+            _ => (BinaryOp::Shr, t.is_int()),
+        };
+        if !ok {
+            return Err(self.err(
+                span,
+                format!("`{}` does not apply to `{t}`", op.symbol()),
+                format!("operands are `{t}`"),
+            ));
+        }
+        Ok((
+            self.val(InstData::Binary {
+                op: irop,
+                args: [av, bv],
+            }),
+            t,
+        ))
+    }
+
+    fn call(
+        &mut self,
+        name: &Ident,
+        args: &[Expr],
+        is_static: bool,
+        span: Span,
+    ) -> LResult<Option<Typed>> {
+        let callee = if let Some(id) = self.m.func_by_name(&name.name) {
+            Callee::Func(id)
+        } else if let Some(id) = self.m.extern_by_name(&name.name) {
+            Callee::Extern(id)
+        } else {
+            return Err(self.err(
+                name.span,
+                format!("call to undefined function `{}`", name.name),
+                "not declared",
+            ));
+        };
+        if is_static && !self.m.is_pure(callee) {
+            return Err(self.err(
+                name.span,
+                format!(
+                    "static call of `{}`, which is not a pure host function",
+                    name.name
+                ),
+                "only `extern pure fn` can be called with `@`",
+            ));
+        }
+        let sig = if callee == Callee::Func(self.me) {
+            self.f.sig.clone()
+        } else {
+            self.m.callee_sig(callee).clone()
+        };
+        if sig.params.len() != args.len() {
+            return Err(self.err(
+                span,
+                format!(
+                    "`{}` takes {} argument(s), {} given",
+                    name.name,
+                    sig.params.len(),
+                    args.len()
+                ),
+                "wrong number of arguments",
+            ));
+        }
+        let mut vals = Vec::new();
+        for (a, &p) in args.iter().zip(&sig.params) {
+            let (v, t) = self.value(a, Some(p))?;
+            self.expect_type(t, p, a.span)?;
+            vals.push(v);
+        }
+        self.set_loc(span);
+        let i = self.inst(
+            InstData::Call {
+                callee,
+                args: vals,
+                is_static,
+            },
+            sig.ret,
+        );
+        Ok(sig.ret.map(|t| (self.f.first_result(i), t)))
+    }
+}
+
+/// `x` as canonical bits of `s`, if it is a value of `s`.
+fn int_in_range(s: Scalar, x: i128) -> Option<u64> {
+    let (lo, hi) = semantics::int_range(s);
+    let (lo, hi) = if s.is_signed() {
+        (lo as i64 as i128, hi as i64 as i128)
+    } else {
+        (lo as i128, hi as i128)
+    };
+    (lo..=hi).contains(&x).then_some(x as u64)
+}

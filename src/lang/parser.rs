@@ -1,0 +1,792 @@
+//! The parser of the region language: recursive descent over the tokens of
+//! [`super::lexer`], with error recovery at statement and item boundaries so that one run
+//! reports several syntax errors. The grammar is in `docs/language.md`.
+//!
+//! Expression precedence, loosest first: `||`, `&&`, `|`, `^`, `&`, `==` `!=`,
+//! `<` `<=` `>` `>=`, `<<` `>>`, `+` `-`, `*` `/` `%`, `as`, unary `-` `!`, postfix
+//! (calls, `s[i]`, `s@[i]`).
+
+use super::ast::*;
+use super::diag::{Diagnostic, Span};
+use super::lexer::{Tok, Token};
+use crate::ir::{Scalar, Type};
+
+/// Reported errors stop at this many (the rest are usually consequences).
+const MAX_ERRORS: usize = 30;
+
+/// Keywords, which cannot name variables or functions.
+pub const KEYWORDS: [&str; 26] = [
+    "fn",
+    "extern",
+    "pure",
+    "let",
+    "var",
+    "if",
+    "else",
+    "while",
+    "loop",
+    "break",
+    "continue",
+    "return",
+    "switch",
+    "case",
+    "default",
+    "goto",
+    "trap",
+    "make_static",
+    "make_dynamic",
+    "true",
+    "false",
+    "len",
+    "min",
+    "max",
+    "as",
+    "mut",
+];
+
+pub fn parse(toks: Vec<Token>) -> (Program, Vec<Diagnostic>) {
+    let mut p = Parser {
+        toks,
+        pos: 0,
+        errors: Vec::new(),
+    };
+    let prog = p.program();
+    (prog, p.errors)
+}
+
+struct Parser {
+    toks: Vec<Token>,
+    pos: usize,
+    errors: Vec<Diagnostic>,
+}
+
+/// A syntax error has been reported; the caller recovers.
+struct Reported;
+
+type PResult<T> = Result<T, Reported>;
+
+impl Parser {
+    fn peek(&self) -> &Tok {
+        &self.toks[self.pos].tok
+    }
+
+    fn peek_at(&self, k: usize) -> &Tok {
+        &self.toks[(self.pos + k).min(self.toks.len() - 1)].tok
+    }
+
+    fn span(&self) -> Span {
+        self.toks[self.pos].span
+    }
+
+    fn prev_span(&self) -> Span {
+        self.toks[self.pos.saturating_sub(1)].span
+    }
+
+    fn bump(&mut self) -> Token {
+        let t = self.toks[self.pos].clone();
+        if t.tok != Tok::Eof {
+            self.pos += 1;
+        }
+        t
+    }
+
+    fn is(&self, p: &str) -> bool {
+        matches!(self.peek(), Tok::Punct(q) if *q == p)
+    }
+
+    fn is_kw(&self, k: &str) -> bool {
+        matches!(self.peek(), Tok::Ident(s) if s == k)
+    }
+
+    fn eat(&mut self, p: &str) -> bool {
+        let yes = self.is(p);
+        if yes {
+            self.pos += 1;
+        }
+        yes
+    }
+
+    fn eat_kw(&mut self, k: &str) -> bool {
+        let yes = self.is_kw(k);
+        if yes {
+            self.pos += 1;
+        }
+        yes
+    }
+
+    fn error<T>(&mut self, span: Span, message: String, label: &str) -> PResult<T> {
+        if self.errors.len() < MAX_ERRORS {
+            self.errors.push(Diagnostic::new(span, message, label));
+        }
+        Err(Reported)
+    }
+
+    fn expected<T>(&mut self, what: &str) -> PResult<T> {
+        let found = self.peek().to_string();
+        let span = self.span();
+        self.error(
+            span,
+            format!("expected {what}, found {found}"),
+            &format!("expected {what}"),
+        )
+    }
+
+    fn expect(&mut self, p: &str) -> PResult<()> {
+        if self.eat(p) {
+            Ok(())
+        } else {
+            self.expected(&format!("`{p}`"))
+        }
+    }
+
+    fn ident(&mut self, what: &str) -> PResult<Ident> {
+        match self.peek().clone() {
+            Tok::Ident(name) if !KEYWORDS.contains(&name.as_str()) => {
+                let span = self.bump().span;
+                Ok(Ident { name, span })
+            }
+            Tok::Ident(name) => {
+                let span = self.span();
+                self.error(
+                    span,
+                    format!("expected {what}, found keyword `{name}`"),
+                    "a keyword cannot be a name",
+                )
+            }
+            _ => self.expected(what),
+        }
+    }
+
+    fn program(&mut self) -> Program {
+        let mut prog = Program::default();
+        while *self.peek() != Tok::Eof && self.errors.len() < MAX_ERRORS {
+            let item = if self.is_kw("extern") {
+                self.extern_decl().map(Item::Extern)
+            } else if self.is_kw("fn") {
+                self.fn_decl().map(Item::Fn)
+            } else {
+                self.expected("`fn` or `extern`")
+            };
+            match item {
+                Ok(i) => prog.items.push(i),
+                Err(Reported) => self.recover_item(),
+            }
+        }
+        prog
+    }
+
+    /// Skips to the next `fn` or `extern` at the start of an item.
+    fn recover_item(&mut self) {
+        self.bump();
+        while *self.peek() != Tok::Eof && !self.is_kw("fn") && !self.is_kw("extern") {
+            self.bump();
+        }
+    }
+
+    fn ty(&mut self) -> PResult<TypeExpr> {
+        let start = self.span();
+        if self.eat("[") {
+            let mutable = self.eat_kw("mut");
+            let elem = self.scalar()?;
+            self.expect("]")?;
+            return Ok(TypeExpr {
+                ty: Type::Slice { elem, mutable },
+                span: start.to(self.prev_span()),
+            });
+        }
+        let s = self.scalar()?;
+        Ok(TypeExpr {
+            ty: Type::Scalar(s),
+            span: start,
+        })
+    }
+
+    fn scalar(&mut self) -> PResult<Scalar> {
+        match self.peek().clone() {
+            Tok::Ident(name) => match Scalar::from_name(&name) {
+                Some(s) => {
+                    self.bump();
+                    Ok(s)
+                }
+                None => {
+                    let span = self.span();
+                    self.error(
+                        span,
+                        format!("unknown type `{name}`"),
+                        "expected i8, i16, i32, i64, u8, u16, u32, u64, f64, bool or a slice",
+                    )
+                }
+            },
+            _ => self.expected("a type"),
+        }
+    }
+
+    fn params(&mut self) -> PResult<Vec<Param>> {
+        self.expect("(")?;
+        let mut params = Vec::new();
+        while !self.is(")") {
+            let name = self.ident("a parameter name")?;
+            self.expect(":")?;
+            let ty = self.ty()?;
+            params.push(Param { name, ty });
+            if !self.eat(",") {
+                break;
+            }
+        }
+        self.expect(")")?;
+        Ok(params)
+    }
+
+    fn ret(&mut self) -> PResult<Option<TypeExpr>> {
+        if self.eat("->") {
+            Ok(Some(self.ty()?))
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn extern_decl(&mut self) -> PResult<ExternDecl> {
+        self.bump(); // extern
+        let pure = self.eat_kw("pure");
+        if !self.eat_kw("fn") {
+            return self.expected("`fn`");
+        }
+        let name = self.ident("a function name")?;
+        let params = self.params()?;
+        let ret = self.ret()?;
+        self.expect(";")?;
+        Ok(ExternDecl {
+            name,
+            params,
+            ret,
+            pure,
+        })
+    }
+
+    fn fn_decl(&mut self) -> PResult<FnDecl> {
+        self.bump(); // fn
+        let name = self.ident("a function name")?;
+        let params = self.params()?;
+        let ret = self.ret()?;
+        let body = self.block()?;
+        Ok(FnDecl {
+            name,
+            params,
+            ret,
+            body,
+        })
+    }
+
+    fn block(&mut self) -> PResult<Block> {
+        self.expect("{")?;
+        let stmts = self.stmts_until(&["}"]);
+        let close = self.span();
+        self.expect("}")?;
+        Ok(Block { stmts, close })
+    }
+
+    /// Statements up to (not including) one of `ends` (`}` or, in a switch, `case` and
+    /// `default`), recovering from errors inside.
+    fn stmts_until(&mut self, ends: &[&str]) -> Vec<Stmt> {
+        let mut stmts = Vec::new();
+        loop {
+            let at_end = ends.iter().any(|e| self.is(e) || self.is_kw(e));
+            if at_end || *self.peek() == Tok::Eof || self.errors.len() >= MAX_ERRORS {
+                return stmts;
+            }
+            let before = self.pos;
+            match self.stmt() {
+                Ok(s) => stmts.push(s),
+                Err(Reported) => self.recover_stmt(before),
+            }
+        }
+    }
+
+    /// Skips past the next `;` or to the next `}` of this nesting level.
+    fn recover_stmt(&mut self, start: usize) {
+        if self.pos == start {
+            self.bump();
+        }
+        let mut depth = 0i32;
+        loop {
+            match self.peek() {
+                Tok::Eof => return,
+                Tok::Punct("{") => depth += 1,
+                Tok::Punct("}") if depth == 0 => return,
+                Tok::Punct("}") => depth -= 1,
+                Tok::Punct(";") if depth == 0 => {
+                    self.bump();
+                    return;
+                }
+                _ => {}
+            }
+            self.bump();
+        }
+    }
+
+    fn stmt(&mut self) -> PResult<Stmt> {
+        let start = self.span();
+        let kind = match self.peek().clone() {
+            Tok::Punct(";") => {
+                self.bump();
+                StmtKind::Block(Block {
+                    stmts: Vec::new(),
+                    close: start,
+                })
+            }
+            Tok::Punct("{") => StmtKind::Block(self.block()?),
+            Tok::Ident(k) => match k.as_str() {
+                "let" | "var" => {
+                    self.bump();
+                    let name = self.ident("a variable name")?;
+                    let ty = if self.eat(":") {
+                        Some(self.ty()?)
+                    } else {
+                        None
+                    };
+                    self.expect("=")?;
+                    let init = self.expr()?;
+                    self.expect(";")?;
+                    StmtKind::Let {
+                        name,
+                        mutable: k == "var",
+                        ty,
+                        init,
+                    }
+                }
+                "if" => self.if_stmt()?,
+                "while" => {
+                    self.bump();
+                    let cond = self.expr()?;
+                    let body = self.block()?;
+                    StmtKind::While { cond, body }
+                }
+                "loop" => {
+                    self.bump();
+                    StmtKind::Loop {
+                        body: self.block()?,
+                    }
+                }
+                "break" | "continue" => {
+                    self.bump();
+                    let label = if matches!(self.peek(), Tok::Ident(_)) {
+                        Some(self.ident("a label")?)
+                    } else {
+                        None
+                    };
+                    self.expect(";")?;
+                    if k == "break" {
+                        StmtKind::Break(label)
+                    } else {
+                        StmtKind::Continue(label)
+                    }
+                }
+                "return" => {
+                    self.bump();
+                    let value = if self.is(";") {
+                        None
+                    } else {
+                        Some(self.expr()?)
+                    };
+                    self.expect(";")?;
+                    StmtKind::Return(value)
+                }
+                "switch" => self.switch_stmt()?,
+                "goto" => {
+                    self.bump();
+                    let label = self.ident("a label")?;
+                    self.expect(";")?;
+                    StmtKind::Goto(label)
+                }
+                "trap" => {
+                    self.bump();
+                    self.expect(";")?;
+                    StmtKind::Trap
+                }
+                "make_static" | "make_dynamic" => {
+                    self.bump();
+                    self.expect("(")?;
+                    let mut vars = vec![self.ident("a variable name")?];
+                    while self.eat(",") {
+                        vars.push(self.ident("a variable name")?);
+                    }
+                    let mut policies = Vec::new();
+                    if k == "make_static" && self.eat(":") {
+                        loop {
+                            match self.peek().clone() {
+                                Tok::Ident(name) => {
+                                    let span = self.bump().span;
+                                    policies.push(Ident { name, span });
+                                }
+                                _ => return self.expected("a policy"),
+                            }
+                            if !self.eat(",") {
+                                break;
+                            }
+                        }
+                    }
+                    self.expect(")")?;
+                    self.expect(";")?;
+                    if k == "make_static" {
+                        StmtKind::MakeStatic { vars, policies }
+                    } else {
+                        StmtKind::MakeDynamic { vars }
+                    }
+                }
+                _ if !KEYWORDS.contains(&k.as_str()) && *self.peek_at(1) == Tok::Punct(":") => {
+                    let label = self.ident("a label")?;
+                    self.bump(); // :
+                    let stmt = Box::new(self.stmt()?);
+                    StmtKind::Labeled { label, stmt }
+                }
+                _ => self.expr_stmt()?,
+            },
+            _ => self.expr_stmt()?,
+        };
+        Ok(Stmt {
+            kind,
+            span: start.to(self.prev_span()),
+        })
+    }
+
+    fn if_stmt(&mut self) -> PResult<StmtKind> {
+        self.bump(); // if
+        let cond = self.expr()?;
+        let then = self.block()?;
+        let otherwise = if self.eat_kw("else") {
+            if self.is_kw("if") {
+                let start = self.span();
+                let kind = self.if_stmt()?;
+                let span = start.to(self.prev_span());
+                Some(Block {
+                    stmts: vec![Stmt { kind, span }],
+                    close: self.prev_span(),
+                })
+            } else {
+                Some(self.block()?)
+            }
+        } else {
+            None
+        };
+        Ok(StmtKind::If {
+            cond,
+            then,
+            otherwise,
+        })
+    }
+
+    fn switch_stmt(&mut self) -> PResult<StmtKind> {
+        self.bump(); // switch
+        let scrutinee = self.expr()?;
+        self.expect("{")?;
+        let mut cases = Vec::new();
+        let mut default = None;
+        loop {
+            if self.eat_kw("case") {
+                let mut values = Vec::new();
+                loop {
+                    let start = self.span();
+                    let neg = self.eat("-");
+                    match self.peek().clone() {
+                        Tok::Int(x) if x <= i128::MAX as u128 => {
+                            self.bump();
+                            let v = if neg { -(x as i128) } else { x as i128 };
+                            values.push((v, start.to(self.prev_span())));
+                        }
+                        _ => return self.expected("an integer case value"),
+                    }
+                    if !self.eat(",") {
+                        break;
+                    }
+                }
+                self.expect(":")?;
+                let body = self.stmts_until(&["case", "default", "}"]);
+                cases.push(Case { values, body });
+            } else if self.is_kw("default") {
+                let span = self.span();
+                self.bump();
+                self.expect(":")?;
+                let body = self.stmts_until(&["case", "default", "}"]);
+                if default.is_some() {
+                    return self.error(
+                        span,
+                        "a switch has two `default` arms".into(),
+                        "second default",
+                    );
+                }
+                default = Some(body);
+            } else {
+                break;
+            }
+        }
+        self.expect("}")?;
+        Ok(StmtKind::Switch {
+            scrutinee,
+            cases,
+            default,
+        })
+    }
+
+    fn expr_stmt(&mut self) -> PResult<StmtKind> {
+        let target = self.expr()?;
+        let compound = [
+            ("+=", BinOp::Add),
+            ("-=", BinOp::Sub),
+            ("*=", BinOp::Mul),
+            ("/=", BinOp::Div),
+            ("<<=", BinOp::Shl),
+            (">>=", BinOp::Shr),
+        ];
+        let op = compound.iter().find(|(p, _)| self.is(p)).map(|&(_, op)| op);
+        if op.is_some() || self.is("=") {
+            let eq = self.bump().span;
+            let rhs = self.expr()?;
+            self.expect(";")?;
+            let value = match op {
+                Some(op) => Expr {
+                    span: target.span.to(rhs.span),
+                    kind: ExprKind::Binary(op, Box::new(target.clone()), Box::new(rhs)),
+                },
+                None => rhs,
+            };
+            return match target.kind {
+                ExprKind::Var(name) => Ok(StmtKind::Assign {
+                    name: Ident {
+                        name,
+                        span: target.span,
+                    },
+                    value,
+                }),
+                ExprKind::Index {
+                    slice,
+                    index,
+                    is_static: false,
+                } => Ok(StmtKind::Store {
+                    slice: *slice,
+                    index: *index,
+                    value,
+                }),
+                ExprKind::Index {
+                    is_static: true, ..
+                } => self.error(
+                    target.span,
+                    "cannot store through a static load".into(),
+                    "`s@[i]` only reads; write `s[i] = ...`",
+                ),
+                _ => self.error(
+                    eq,
+                    "invalid assignment target".into(),
+                    "only a variable or `s[i]` can be assigned",
+                ),
+            };
+        }
+        self.expect(";")?;
+        if !matches!(target.kind, ExprKind::Call { .. }) {
+            return self.error(
+                target.span,
+                "this expression statement has no effect".into(),
+                "only calls can stand alone as statements",
+            );
+        }
+        Ok(StmtKind::Expr(target))
+    }
+
+    pub fn expr(&mut self) -> PResult<Expr> {
+        self.binary(0)
+    }
+
+    fn binary(&mut self, level: usize) -> PResult<Expr> {
+        const LEVELS: [&[(&str, Option<BinOp>)]; 10] = [
+            &[("||", None)],
+            &[("&&", None)],
+            &[("|", Some(BinOp::Or))],
+            &[("^", Some(BinOp::Xor))],
+            &[("&", Some(BinOp::And))],
+            &[("==", Some(BinOp::Eq)), ("!=", Some(BinOp::Ne))],
+            &[
+                ("<", Some(BinOp::Lt)),
+                ("<=", Some(BinOp::Le)),
+                (">", Some(BinOp::Gt)),
+                (">=", Some(BinOp::Ge)),
+            ],
+            &[("<<", Some(BinOp::Shl)), (">>", Some(BinOp::Shr))],
+            &[("+", Some(BinOp::Add)), ("-", Some(BinOp::Sub))],
+            &[
+                ("*", Some(BinOp::Mul)),
+                ("/", Some(BinOp::Div)),
+                ("%", Some(BinOp::Rem)),
+            ],
+        ];
+        if level == LEVELS.len() {
+            return self.cast();
+        }
+        let mut lhs = self.binary(level + 1)?;
+        loop {
+            let Some(&(sym, op)) = LEVELS[level].iter().find(|(p, _)| self.is(p)) else {
+                return Ok(lhs);
+            };
+            self.bump();
+            let rhs = self.binary(level + 1)?;
+            let span = lhs.span.to(rhs.span);
+            let kind = match (sym, op) {
+                ("||", _) => ExprKind::OrElse(Box::new(lhs), Box::new(rhs)),
+                ("&&", _) => ExprKind::AndAlso(Box::new(lhs), Box::new(rhs)),
+                (_, Some(op)) => ExprKind::Binary(op, Box::new(lhs), Box::new(rhs)),
+                _ => unreachable!("every level but the first two has an operator"),
+            };
+            lhs = Expr { kind, span };
+        }
+    }
+
+    fn cast(&mut self) -> PResult<Expr> {
+        let mut e = self.unary()?;
+        while self.eat_kw("as") {
+            let ty = self.ty()?;
+            let span = e.span.to(ty.span);
+            e = Expr {
+                kind: ExprKind::Cast(Box::new(e), ty),
+                span,
+            };
+        }
+        Ok(e)
+    }
+
+    fn unary(&mut self) -> PResult<Expr> {
+        let start = self.span();
+        let op = if self.eat("-") {
+            Some(UnOp::Neg)
+        } else if self.eat("!") {
+            Some(UnOp::Not)
+        } else {
+            None
+        };
+        match op {
+            Some(op) => {
+                let e = self.unary()?;
+                let span = start.to(e.span);
+                Ok(Expr {
+                    kind: ExprKind::Unary(op, Box::new(e)),
+                    span,
+                })
+            }
+            None => self.postfix(),
+        }
+    }
+
+    fn postfix(&mut self) -> PResult<Expr> {
+        let mut e = self.primary()?;
+        loop {
+            let is_static = self.is("@") && *self.peek_at(1) == Tok::Punct("[");
+            if is_static {
+                self.bump();
+            }
+            if self.eat("[") {
+                let index = self.expr()?;
+                self.expect("]")?;
+                let span = e.span.to(self.prev_span());
+                e = Expr {
+                    kind: ExprKind::Index {
+                        slice: Box::new(e),
+                        index: Box::new(index),
+                        is_static,
+                    },
+                    span,
+                };
+            } else {
+                return Ok(e);
+            }
+        }
+    }
+
+    fn args(&mut self) -> PResult<Vec<Expr>> {
+        self.expect("(")?;
+        let mut args = Vec::new();
+        while !self.is(")") {
+            args.push(self.expr()?);
+            if !self.eat(",") {
+                break;
+            }
+        }
+        self.expect(")")?;
+        Ok(args)
+    }
+
+    fn primary(&mut self) -> PResult<Expr> {
+        let start = self.span();
+        let kind = match self.peek().clone() {
+            Tok::Int(x) => {
+                self.bump();
+                ExprKind::Int(x)
+            }
+            Tok::Float(x) => {
+                self.bump();
+                ExprKind::Float(x)
+            }
+            Tok::Punct("(") => {
+                self.bump();
+                let e = self.expr()?;
+                self.expect(")")?;
+                return Ok(Expr {
+                    kind: e.kind,
+                    span: start.to(self.prev_span()),
+                });
+            }
+            Tok::Punct("@") => {
+                self.bump();
+                let name = self.ident("a function name after `@`")?;
+                let args = self.args()?;
+                ExprKind::Call {
+                    name,
+                    args,
+                    is_static: true,
+                }
+            }
+            Tok::Ident(k) => match k.as_str() {
+                "true" | "false" => {
+                    self.bump();
+                    ExprKind::Bool(k == "true")
+                }
+                "len" | "min" | "max" => {
+                    let kw = self.bump().span;
+                    let mut args = self.args()?;
+                    let want = if k == "len" { 1 } else { 2 };
+                    if args.len() != want {
+                        return self.error(
+                            kw.to(self.prev_span()),
+                            format!("`{k}` takes {want} argument(s), {} given", args.len()),
+                            "wrong number of arguments",
+                        );
+                    }
+                    if k == "len" {
+                        ExprKind::Len(Box::new(args.remove(0)))
+                    } else {
+                        let b = args.pop().expect("two");
+                        let a = args.pop().expect("two");
+                        ExprKind::MinMax {
+                            max: k == "max",
+                            args: Box::new((a, b)),
+                        }
+                    }
+                }
+                _ if *self.peek_at(1) == Tok::Punct("(") => {
+                    let name = self.ident("a function name")?;
+                    let args = self.args()?;
+                    ExprKind::Call {
+                        name,
+                        args,
+                        is_static: false,
+                    }
+                }
+                _ => {
+                    let name = self.ident("an expression")?;
+                    ExprKind::Var(name.name)
+                }
+            },
+            _ => return self.expected("an expression"),
+        };
+        Ok(Expr {
+            kind,
+            span: start.to(self.prev_span()),
+        })
+    }
+}

@@ -1,0 +1,173 @@
+//! Shared machinery of the file-test harnesses: expectations as comment lines inside the
+//! test files, and a bless mode (`DYC_BLESS=1`) that rewrites them from the actual output.
+
+use std::path::{Path, PathBuf};
+
+/// Files under `dir` (recursively) whose name ends with `.ext`, sorted.
+pub fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    collect(dir, ext, &mut out);
+    out
+}
+
+fn collect(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            collect(&p, ext, out);
+        } else if p.extension().is_some_and(|e| e == ext) {
+            out.push(p);
+        }
+    }
+}
+
+/// The text after `COMMENT KEY` on every line that has it: one space after the key is
+/// dropped, the rest (indentation included) is kept.
+pub fn directive<'a>(src: &'a str, comment: &str, key: &str) -> Vec<&'a str> {
+    src.lines()
+        .filter_map(|l| l.trim_start().strip_prefix(comment).map(str::trim_start))
+        .filter_map(|l| l.strip_prefix(key))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l).trim_end())
+        .collect()
+}
+
+/// Runs `run` on every file and compares its output with the file's `COMMENT check:`
+/// lines; with `DYC_BLESS=1`, rewrites them instead. Panics listing every failure.
+pub fn run_suite(
+    root: &Path,
+    ext: &str,
+    comment: &str,
+    run: impl Fn(&Path, &str) -> Result<String, String>,
+) -> usize {
+    let all = files(root, ext);
+    let bless = std::env::var("DYC_BLESS").is_ok_and(|v| v == "1");
+    let check = format!("{comment} check:");
+    let mut failures = Vec::new();
+    for path in &all {
+        let src = std::fs::read_to_string(path).expect("readable test file");
+        let name = path
+            .strip_prefix(root)
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        let actual = match run(path, &src) {
+            Ok(a) => a,
+            Err(e) => {
+                failures.push(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        let expected = directive(&src, comment, "check:");
+        let actual_lines: Vec<&str> = actual.lines().collect();
+        if expected == actual_lines {
+            continue;
+        }
+        if bless {
+            let mut body: String = src
+                .lines()
+                .filter(|l| !l.trim_start().starts_with(&check))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            while body.ends_with("\n\n") {
+                body.pop();
+            }
+            for l in &actual_lines {
+                body.push_str(format!("{check} {l}").trim_end());
+                body.push('\n');
+            }
+            std::fs::write(path, body).expect("writable test file");
+        } else {
+            failures.push(format!(
+                "{name}: output differs\n--- expected\n{}\n--- actual\n{}",
+                expected.join("\n"),
+                actual
+            ));
+        }
+    }
+    assert!(!all.is_empty(), "no test files under {}", root.display());
+    assert!(
+        failures.is_empty(),
+        "{} of {} file tests failed:\n\n{}",
+        failures.len(),
+        all.len(),
+        failures.join("\n\n")
+    );
+    all.len()
+}
+
+/// Host functions available to interpreted tests.
+pub fn hosts() -> dyc::interp::HostFns {
+    use dyc::ir::{Const, Scalar};
+    let mut h = dyc::interp::HostFns::default();
+    h.register("double", |a| match a {
+        [Const::Int(Scalar::I64, x)] => Ok(Some(Const::Int(Scalar::I64, x.wrapping_mul(2)))),
+        _ => Err("double takes an i64".into()),
+    });
+    h.register("hash", |a| match a {
+        [Const::Int(Scalar::I64, x)] => Ok(Some(Const::Int(
+            Scalar::I64,
+            x.wrapping_mul(31).wrapping_add(7),
+        ))),
+        _ => Err("hash takes an i64".into()),
+    });
+    h.register("fail", |_| Err("the host refused".into()));
+    h.register("observe", |_| Ok(None));
+    h.register("log_value", |_| Ok(None));
+    h
+}
+
+/// Runs every `COMMENT run: f(args)` line of `src` on `m` and returns one output line per
+/// run: `f(args) = result` or `f(args) -> error`, then the final contents of mutable
+/// slice arguments.
+pub fn run_lines(m: &dyc::ir::Module, src: &str, comment: &str) -> Result<String, String> {
+    use dyc::interp::{format_val, parse_args, Interpreter, Memory, Val};
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for call in directive(src, comment, "run:") {
+        let (name, rest) = call
+            .split_once('(')
+            .ok_or(format!("bad run line `{call}`"))?;
+        let args_text = rest
+            .strip_suffix(')')
+            .ok_or(format!("bad run line `{call}`"))?;
+        let id = m
+            .func_by_name(name.trim())
+            .ok_or(format!("no function `{name}`"))?;
+        let mut mem = Memory::default();
+        let args = match parse_args(&m.funcs[id].sig.params, args_text, &mut mem) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = writeln!(out, "{call} -> bad arguments: {e}");
+                continue;
+            }
+        };
+        let mut interp = Interpreter::new(m);
+        interp.hosts = hosts();
+        interp.fuel = 1_000_000;
+        interp.max_depth = 200;
+        match interp.call(id, &args, &mut mem) {
+            Ok(Some(v)) => {
+                let _ = write!(out, "{call} = {}", format_val(v, &mem));
+            }
+            Ok(None) => {
+                let _ = write!(out, "{call} = ()");
+            }
+            Err(e) => {
+                let _ = write!(out, "{call} -> {e}");
+            }
+        }
+        for a in &args {
+            if let Val::Slice(s) = a {
+                if s.mutable {
+                    let _ = write!(out, "; after: {}", format_val(*a, &mem));
+                }
+            }
+        }
+        out.push('\n');
+    }
+    Ok(out)
+}
