@@ -22,7 +22,7 @@ const SUM_PROGRAM: &str =
 fn runs_the_bytecode_example() {
     let (code, out, err) = dyc(&[
         "run",
-        "examples/ir/bytecode.ir",
+        "examples/bytecode.dyc",
         "run",
         SUM_PROGRAM,
         "[100,0,0,0,0,0,0,0]",
@@ -39,7 +39,7 @@ fn runs_the_bytecode_example() {
 fn indirect_jump_in_the_bytecode_example() {
     // r1 = 12; JMPR r1 -> pc 12: r2 = 5; HALT r2. The slot at 8 would trap.
     let program = "[1,1,12,0, 7,1,0,0, 9,0,0,0, 1,2,5,0, 0,2,0,0]";
-    let (code, out, err) = dyc(&["run", "examples/ir/bytecode.ir", "run", program, "[0,0,0]"]);
+    let (code, out, err) = dyc(&["run", "examples/bytecode.dyc", "run", program, "[0,0,0]"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("5\n"), "{out}");
 }
@@ -49,7 +49,7 @@ fn runtime_errors_exit_with_status_1_and_a_location() {
     // HALT r9 with 3 registers: out of bounds.
     let (code, out, err) = dyc(&[
         "run",
-        "examples/ir/bytecode.ir",
+        "examples/bytecode.dyc",
         "run",
         "[0,9,0,0]",
         "[0,0,0]",
@@ -64,14 +64,14 @@ fn runtime_errors_exit_with_status_1_and_a_location() {
 
 #[test]
 fn check_ir_and_analyze() {
-    assert_eq!(dyc(&["check", "examples/ir/bytecode.ir"]).1, "ok\n");
-    let (code, printed, _) = dyc(&["ir", "examples/ir/bytecode.ir"]);
+    assert_eq!(dyc(&["check", "examples/bytecode.dyc"]).1, "ok\n");
+    let (code, printed, _) = dyc(&["ir", "examples/bytecode.dyc"]);
     assert_eq!(code, 0);
     assert!(printed.starts_with("fn run([i64], [mut i64]) -> i64 {\n"));
-    let (code, analyzed, _) = dyc(&["analyze", "examples/ir/bytecode.ir"]);
+    let (code, analyzed, _) = dyc(&["analyze", "examples/bytecode.dyc"]);
     assert_eq!(code, 0);
     assert!(
-        analyzed.contains("block1(v5: i64 as pc):  ; idom block0, loop depth 1 (header block1)"),
+        analyzed.contains("block1(v6: i64 as pc):  ; idom block0, loop depth 1 (header block1)"),
         "{analyzed}"
     );
 }
@@ -91,7 +91,7 @@ fn bad_input_gives_a_located_error_or_usage() {
     let (code, _, err) = dyc(&["frobnicate", "x"]);
     assert_eq!(code, 2);
     assert!(err.contains("unknown command"), "{err}");
-    let (code, _, err) = dyc(&["run", "examples/ir/bytecode.ir", "run", "[1]"]);
+    let (code, _, err) = dyc(&["run", "examples/bytecode.dyc", "run", "[1]"]);
     assert_eq!(code, 2, "{err}");
 }
 
@@ -104,16 +104,38 @@ fn readme_example_runs_as_documented() {
         .nth(1)
         .expect("example section");
     let block = after
-        .split("```text\n")
+        .split("```dyc\n")
         .nth(1)
         .and_then(|s| s.split("```").next())
-        .expect("text block");
+        .expect("dyc block");
     let dir = std::env::temp_dir().join(format!("dyc-readme-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = dir.join("sum.ir");
+    let file = dir.join("dot.dyc");
     std::fs::write(&file, block).expect("write");
     let path = file.to_str().expect("utf-8 path");
     assert_eq!(dyc(&["check", path]).1, "ok\n");
-    let (code, out, err) = dyc(&["run", path, "sum", "[1,2,3]"]);
-    assert_eq!((code, out.as_str()), (0, "6\n"), "{err}");
+    let (code, out, err) = dyc(&["run", path, "dot", "[2,0,3]", "[10,20,30]"]);
+    assert_eq!((code, out.as_str()), (0, "110\n"), "{err}");
+    let (code, ir, _) = dyc(&["ir", path]);
+    assert_eq!(code, 0);
+    assert!(ir.contains("make_static v0 as w"), "{ir}");
+}
+
+#[test]
+fn source_errors_are_rendered_with_a_snippet() {
+    let dir = std::env::temp_dir().join(format!("dyc-diag-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("prog.dyc");
+    std::fs::write(
+        &file,
+        "fn f(a: i64, b: u8) -> i64 {\n    return a + b;\n}\n",
+    )
+    .expect("write");
+    let (code, out, err) = dyc(&["check", file.to_str().expect("utf-8 path")]);
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert!(
+        err.starts_with("error: mismatched types: `i64` + `u8`\n --> "),
+        "{err}"
+    );
+    assert!(err.ends_with("prog.dyc:2:12\n  |\n2 |     return a + b;\n  |            ^^^^^ both operands must have the same type\n"), "{err}");
 }

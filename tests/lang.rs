@@ -1,4 +1,4 @@
-//! Region-language tests: every `tests/lang/**/*.dyc` file is compiled; if it compiles,
+//! Region-language tests: every `tests/lang/**/*.dyc` and `examples/*.dyc` file is compiled; if it compiles,
 //! each `// run: f(args)` line is interpreted and the results are the output; if not, the
 //! rendered diagnostics are. The output is compared with the file's `// check:` lines
 //! (`DYC_BLESS=1` rewrites them). Compiled modules must also round-trip through the IR
@@ -29,14 +29,23 @@ fn output(file: &str, src: &str) -> Result<String, String> {
     }
 }
 
-#[test]
-fn lang_programs() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lang");
-    let n = common::run_suite(&root, "dyc", "//", |path, src| {
+fn suite(dir: &str) -> usize {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    common::run_suite(&root, "dyc", "//", |path, src| {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
         output(name, src)
-    });
-    println!("{n} language tests run");
+    })
+}
+
+#[test]
+fn lang_programs() {
+    println!("{} language tests run", suite("tests/lang"));
+}
+
+/// The examples carry their expected output too.
+#[test]
+fn example_programs() {
+    println!("{} examples run", suite("examples"));
 }
 
 #[test]

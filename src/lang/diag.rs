@@ -125,7 +125,8 @@ impl<'a> SourceMap<'a> {
             "error: {}\n{pad}--> {}:{line}:{col}\n{pad} |\n",
             d.message, self.name
         );
-        out.push_str(&format!("{line} | {text}\n"));
+        out.push_str(format!("{line} | {text}").trim_end());
+        out.push('\n');
         let lead: String = text
             .chars()
             .take(col as usize - 1)

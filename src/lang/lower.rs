@@ -57,7 +57,10 @@ pub fn lower(prog: &Program, map: &SourceMap) -> Result<Module, Vec<Diagnostic>>
             continue;
         }
         first.insert(name.name.clone(), name.span);
-        check_params(params, &mut errors);
+        if matches!(item, Item::Extern(_)) {
+            // (A function's parameters are declared as variables, which reports repeats.)
+            check_params(params, &mut errors);
+        }
         let sig = Signature {
             params: params.iter().map(|p| p.ty.ty).collect(),
             ret: ret.as_ref().map(|t| t.ty),
@@ -124,6 +127,17 @@ struct VarDecl {
     name: String,
     mutable: bool,
     span: Span,
+    /// Its initializer had an error: uses fail silently instead of cascading.
+    poisoned: bool,
+}
+
+/// A statement label: its block, where it is defined (once seen), and the first `goto`
+/// naming it.
+#[derive(Clone, Copy)]
+struct Label {
+    block: Block,
+    defined: Option<Span>,
+    first_goto: Option<Span>,
 }
 
 struct LoopCtx {
@@ -143,8 +157,7 @@ struct FnLowerer<'a> {
     scopes: Vec<HashMap<String, VarId>>,
     cur: Option<Block>,
     loops: Vec<LoopCtx>,
-    /// Label name -> (block, defining span if defined, first goto span).
-    labels: HashMap<String, (Block, Option<Span>, Option<Span>)>,
+    labels: HashMap<String, Label>,
     loc: SrcLoc,
     errors: Vec<Diagnostic>,
 }
@@ -245,6 +258,13 @@ impl<'a> FnLowerer<'a> {
         self.ssa.seal(&mut self.f, &self.vars, b);
     }
 
+    /// Seals `b`, whose predecessors are all known, and continues there; if no edge
+    /// reaches it (every path returned, jumped or trapped), what follows is unreachable.
+    fn continue_at(&mut self, b: Block) {
+        self.seal(b);
+        self.cur = self.ssa.has_preds(b).then_some(b);
+    }
+
     fn declare(&mut self, name: &Ident, ty: Type, mutable: bool) -> LResult<VarId> {
         if self
             .scopes
@@ -270,6 +290,7 @@ impl<'a> FnLowerer<'a> {
             name: name.name.clone(),
             mutable,
             span: name.span,
+            poisoned: false,
         });
         self.scopes
             .last_mut()
@@ -280,6 +301,7 @@ impl<'a> FnLowerer<'a> {
 
     fn lookup(&mut self, name: &str, span: Span) -> LResult<VarId> {
         match self.scopes.iter().rev().find_map(|s| s.get(name)) {
+            Some(&id) if self.decls[id].poisoned => Err(Reported),
             Some(&id) => Ok(id),
             None => Err(self.err(
                 span,
@@ -311,6 +333,8 @@ impl<'a> FnLowerer<'a> {
         self.block_stmts(&decl.body);
         if self.cur.is_some() {
             match self.f.sig.ret {
+                // After other errors the end may only look reachable: stay quiet then.
+                Some(_) if !self.errors.is_empty() => {}
                 Some(t) => {
                     self.err(
                         decl.body.close,
@@ -324,12 +348,11 @@ impl<'a> FnLowerer<'a> {
                 }
             }
         }
-        let mut labels: Vec<(String, (Block, Option<Span>, Option<Span>))> =
-            self.labels.drain().collect();
-        labels.sort_by_key(|(_, (_, def, used))| def.or(*used).map(|s| s.start));
-        for (name, (b, def, used)) in labels {
-            self.seal(b);
-            if let (None, Some(span)) = (def, used) {
+        let mut labels: Vec<(String, Label)> = self.labels.drain().collect();
+        labels.sort_by_key(|(_, l)| l.defined.or(l.first_goto).map(|s| s.start));
+        for (name, l) in labels {
+            self.seal(l.block);
+            if let (None, Some(span)) = (l.defined, l.first_goto) {
                 self.err(
                     span,
                     format!("`goto` to undefined label `{name}`"),
@@ -360,10 +383,27 @@ impl<'a> FnLowerer<'a> {
 
     fn block_stmts(&mut self, b: &super::ast::Block) {
         self.scopes.push(HashMap::new());
-        for s in &b.stmts {
-            let _ = self.stmt(s, None);
-        }
+        self.stmt_list(&b.stmts);
         self.scopes.pop();
+    }
+
+    /// Lowers statements, going on after an error. A failed `return`, `break`,
+    /// `continue`, `goto` or `trap` still ends its block, so that no spurious "missing
+    /// return" follows.
+    fn stmt_list(&mut self, stmts: &[Stmt]) {
+        for s in stmts {
+            let ends = matches!(
+                s.kind,
+                StmtKind::Return(_)
+                    | StmtKind::Break(_)
+                    | StmtKind::Continue(_)
+                    | StmtKind::Goto(_)
+                    | StmtKind::Trap
+            );
+            if self.stmt(s, None).is_err() && ends {
+                self.cur = None;
+            }
+        }
     }
 
     fn stmt(&mut self, s: &Stmt, label: Option<&Ident>) -> LResult<()> {
@@ -376,12 +416,22 @@ impl<'a> FnLowerer<'a> {
                 init,
             } => {
                 let hint = ty.as_ref().map(|t| t.ty);
-                let (v, t) = self.value(init, hint)?;
-                if let Some(want) = ty {
-                    self.expect_type(t, want.ty, init.span)?;
+                let typed = self.value(init, hint).and_then(|(v, t)| match ty {
+                    Some(want) => self.expect_type(t, want.ty, init.span).map(|()| (v, t)),
+                    None => Ok((v, t)),
+                });
+                match typed {
+                    Ok((v, t)) => {
+                        let id = self.declare(name, t, *mutable)?;
+                        self.write(id, v);
+                    }
+                    Err(r) => {
+                        // Declared all the same, so that its uses report nothing more.
+                        let id = self.declare(name, hint.unwrap_or(Type::I64), *mutable)?;
+                        self.decls[id].poisoned = true;
+                        return Err(r);
+                    }
                 }
-                let id = self.declare(name, t, *mutable)?;
-                self.write(id, v);
             }
             StmtKind::Assign { name, value } => {
                 let id = self.lookup(&name.name, name.span)?;
@@ -465,9 +515,7 @@ impl<'a> FnLowerer<'a> {
                 if self.cur.is_some() {
                     self.jump(join);
                 }
-                self.seal(join);
-                // A join without predecessors is unreachable: code after it goes on there.
-                self.cur = Some(join);
+                self.continue_at(join);
             }
             StmtKind::While { cond, body } => {
                 let (header, bodyb, exit) = (self.new_block(), self.new_block(), self.new_block());
@@ -486,8 +534,7 @@ impl<'a> FnLowerer<'a> {
                 self.cur = Some(bodyb);
                 self.loop_body(body, label, header, exit);
                 self.seal(header);
-                self.seal(exit);
-                self.cur = Some(exit);
+                self.continue_at(exit);
             }
             StmtKind::Loop { body } => {
                 let (header, exit) = (self.new_block(), self.new_block());
@@ -495,8 +542,7 @@ impl<'a> FnLowerer<'a> {
                 self.cur = Some(header);
                 self.loop_body(body, label, header, exit);
                 self.seal(header);
-                self.seal(exit);
-                self.cur = Some(exit);
+                self.continue_at(exit);
             }
             StmtKind::Break(l) | StmtKind::Continue(l) => {
                 let is_break = matches!(s.kind, StmtKind::Break(_));
@@ -561,29 +607,21 @@ impl<'a> FnLowerer<'a> {
                 default,
             } => self.switch(scrutinee, cases, default.as_deref())?,
             StmtKind::Labeled { label: l, stmt } => {
-                let b = match self.labels.get(&l.name) {
-                    Some(&(_, Some(prev), _)) => {
-                        let (line, col) = self.map.line_col(prev.start);
-                        self.errors.push(
-                            Diagnostic::new(
-                                l.span,
-                                format!("label `{}` is defined twice", l.name),
-                                "second definition",
-                            )
-                            .note(format!("first defined at {line}:{col}")),
-                        );
-                        return Err(Reported);
-                    }
-                    Some(&(b, None, used)) => {
-                        self.labels.insert(l.name.clone(), (b, Some(l.span), used));
-                        b
-                    }
-                    None => {
-                        let b = self.new_block();
-                        self.labels.insert(l.name.clone(), (b, Some(l.span), None));
-                        b
-                    }
-                };
+                let lab = self.label(&l.name);
+                if let Some(prev) = lab.defined {
+                    let (line, col) = self.map.line_col(prev.start);
+                    self.errors.push(
+                        Diagnostic::new(
+                            l.span,
+                            format!("label `{}` is defined twice", l.name),
+                            "second definition",
+                        )
+                        .note(format!("first defined at {line}:{col}")),
+                    );
+                    return Err(Reported);
+                }
+                lab.defined = Some(l.span);
+                let b = lab.block;
                 if self.cur.is_some() {
                     self.jump(b);
                 }
@@ -591,14 +629,9 @@ impl<'a> FnLowerer<'a> {
                 self.stmt(stmt, Some(l))?;
             }
             StmtKind::Goto(l) => {
-                let b = match self.labels.get(&l.name) {
-                    Some(&(b, _, _)) => b,
-                    None => {
-                        let b = self.new_block();
-                        self.labels.insert(l.name.clone(), (b, None, Some(l.span)));
-                        b
-                    }
-                };
+                let lab = self.label(&l.name);
+                lab.first_goto.get_or_insert(l.span);
+                let b = lab.block;
                 self.jump(b);
             }
             StmtKind::Trap => self.branch(InstData::Trap),
@@ -642,6 +675,20 @@ impl<'a> FnLowerer<'a> {
             StmtKind::Block(b) => self.block_stmts(b),
         }
         Ok(())
+    }
+
+    /// The label named `name`, created (with its block) at its first mention.
+    fn label(&mut self, name: &str) -> &mut Label {
+        if !self.labels.contains_key(name) {
+            let block = self.new_block();
+            let label = Label {
+                block,
+                defined: None,
+                first_goto: None,
+            };
+            self.labels.insert(name.to_string(), label);
+        }
+        self.labels.get_mut(name).expect("inserted above")
     }
 
     fn loop_body(
@@ -716,9 +763,11 @@ impl<'a> FnLowerer<'a> {
         let join = self.new_block();
         let mut seen: HashMap<u64, Span> = HashMap::new();
         let mut arms = Vec::new();
+        let mut bodies = Vec::new();
         let mut ok = true;
         for c in cases {
             let b = self.new_block();
+            bodies.push(b);
             for &(x, span) in &c.values {
                 match int_in_range(st, x) {
                     None => {
@@ -746,7 +795,6 @@ impl<'a> FnLowerer<'a> {
                     }
                 }
             }
-            let _ = b;
         }
         if !ok {
             return Err(Reported);
@@ -755,16 +803,6 @@ impl<'a> FnLowerer<'a> {
             self.new_block()
         } else {
             join
-        };
-        let bodies: Vec<Block> = {
-            let mut v: Vec<Block> = Vec::new();
-            for (k, c) in arms.iter() {
-                let _ = k;
-                if !v.contains(&c.block) {
-                    v.push(c.block);
-                }
-            }
-            v
         };
         self.branch(InstData::Switch {
             arg: v,
@@ -775,9 +813,7 @@ impl<'a> FnLowerer<'a> {
             self.seal(*b);
             self.cur = Some(*b);
             self.scopes.push(HashMap::new());
-            for s in &c.body {
-                let _ = self.stmt(s, None);
-            }
+            self.stmt_list(&c.body);
             self.scopes.pop();
             if self.cur.is_some() {
                 self.jump(join);
@@ -787,16 +823,13 @@ impl<'a> FnLowerer<'a> {
             self.seal(default_block);
             self.cur = Some(default_block);
             self.scopes.push(HashMap::new());
-            for s in d {
-                let _ = self.stmt(s, None);
-            }
+            self.stmt_list(d);
             self.scopes.pop();
             if self.cur.is_some() {
                 self.jump(join);
             }
         }
-        self.seal(join);
-        self.cur = Some(join);
+        self.continue_at(join);
         Ok(())
     }
 

@@ -31,3 +31,6 @@ pub fn compile(file: &str, src: &str) -> Result<Module, Diagnostics> {
     let map = SourceMap::new(file, src);
     lower::lower(&prog, &map).map_err(fail)
 }
+
+#[cfg(test)]
+mod tests;

@@ -67,6 +67,11 @@ impl SsaBuilder {
         }
     }
 
+    /// Whether some edge into `b` has been recorded.
+    pub fn has_preds(&self, b: Block) -> bool {
+        !self.preds[b].is_empty()
+    }
+
     pub fn is_sealed(&self, b: Block) -> bool {
         self.sealed[b]
     }
@@ -213,7 +218,7 @@ pub fn remove_trivial_params(f: &mut Function) {
             break;
         }
         // Remove from the highest index down so the lower indices stay valid.
-        removed.sort_by(|a, b| b.1.cmp(&a.1));
+        removed.sort_by_key(|&(_, k)| std::cmp::Reverse(k));
         for (b, k) in removed {
             remove_block_param(f, b, k);
         }

@@ -1,0 +1,225 @@
+//! Robustness of the front end: random token streams and random mutations of the test
+//! programs never make it panic; what still compiles verifies (the front end checks) and
+//! runs in the interpreter without internal errors. `DYC_PROPTEST_CASES` cases each
+//! (default 1,000).
+
+use super::compile;
+use crate::gen::{cases, func, Rng};
+use crate::interp::{ErrorKind, Interpreter, Memory, Val};
+use crate::ir::{Const, Scalar, Type};
+
+const VOCABULARY: [&str; 64] = [
+    "fn",
+    "extern",
+    "pure",
+    "let",
+    "var",
+    "if",
+    "else",
+    "while",
+    "loop",
+    "break",
+    "continue",
+    "return",
+    "switch",
+    "case",
+    "default",
+    "goto",
+    "trap",
+    "make_static",
+    "make_dynamic",
+    "true",
+    "false",
+    "len",
+    "min",
+    "max",
+    "as",
+    "mut",
+    "i64",
+    "u8",
+    "f64",
+    "bool",
+    "x",
+    "y",
+    "f",
+    "lbl",
+    "0",
+    "1",
+    "-1",
+    "255",
+    "1.5",
+    "(",
+    ")",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    ";",
+    ":",
+    "=",
+    "->",
+    "+",
+    "-",
+    "*",
+    "/",
+    "%",
+    "<",
+    "<=",
+    "==",
+    "&&",
+    "||",
+    "!",
+    "@",
+    "cache_all",
+    "<<",
+];
+
+/// Every `.dyc` file under `tests/lang` and `examples`.
+fn corpus() -> Vec<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    let mut dirs = vec![root.join("tests/lang"), root.join("examples")];
+    while let Some(d) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "dyc") {
+                out.push(std::fs::read_to_string(&p).expect("readable"));
+            }
+        }
+    }
+    out.sort();
+    assert!(out.len() >= 40, "corpus of {} programs", out.len());
+    out
+}
+
+fn mutate(rng: &mut Rng, text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return String::new();
+    }
+    match rng.below(4) {
+        0 => {
+            let a = rng.below(chars.len());
+            let b = (a + 1 + rng.below(12)).min(chars.len());
+            chars[..a].iter().chain(&chars[b..]).collect()
+        }
+        1 => {
+            let mut lines: Vec<&str> = text.lines().collect();
+            let (a, b) = (rng.below(lines.len()), rng.below(lines.len()));
+            lines.swap(a, b);
+            lines.join("\n")
+        }
+        2 => {
+            let mut lines: Vec<&str> = text.lines().collect();
+            let (a, b) = (rng.below(lines.len()), rng.below(lines.len()));
+            let l = lines[a];
+            lines.insert(b, l);
+            lines.join("\n")
+        }
+        _ => {
+            let at = rng.below(chars.len());
+            let tok = format!(" {} ", rng.pick(&VOCABULARY));
+            chars[..at]
+                .iter()
+                .copied()
+                .chain(tok.chars())
+                .chain(chars[at..].iter().copied())
+                .collect()
+        }
+    }
+}
+
+/// Runs every function of a compiled module on small arguments.
+fn run_all(m: &crate::ir::Module, rng: &mut Rng, what: &str) {
+    for (id, f) in m.funcs.iter() {
+        let mut mem = Memory::default();
+        let args: Vec<Val> = f
+            .sig
+            .params
+            .iter()
+            .map(|&p| match p {
+                Type::Scalar(s) => Val::Scalar(small(rng, s)),
+                Type::Slice { elem, mutable } => {
+                    let data = (0..rng.below(6)).map(|_| small(rng, elem)).collect();
+                    mem.add(elem, data, mutable)
+                }
+            })
+            .collect();
+        let mut interp = Interpreter::new(m);
+        interp.hosts = func::hosts();
+        for name in ["double", "fail", "observe", "log_value"] {
+            interp.hosts.register(name, |_| Ok(None));
+        }
+        interp.fuel = 5_000;
+        interp.max_depth = 30;
+        if let Err(e) = interp.call(id, &args, &mut mem) {
+            assert!(!matches!(e.kind, ErrorKind::Internal(_)), "{what}: {e}");
+        }
+    }
+}
+
+fn small(rng: &mut Rng, s: Scalar) -> Const {
+    match s {
+        Scalar::F64 => Const::F64(rng.range(-2, 3) as f64),
+        Scalar::Bool => Const::Bool(rng.chance(50)),
+        t => crate::semantics::int(t, rng.range(-1, 8) as u64),
+    }
+}
+
+#[test]
+fn random_token_streams_never_panic() {
+    for seed in 0..cases(1000) {
+        let mut rng = Rng::new(seed);
+        let n = 1 + rng.below(60);
+        let src: Vec<&str> = (0..n).map(|_| *rng.pick(&VOCABULARY)).collect();
+        let src = src.join(" ");
+        if let Ok(m) = compile("random.dyc", &src) {
+            run_all(&m, &mut rng, &format!("seed {seed}: {src}"));
+        } else if let Err(d) = compile("random.dyc", &src) {
+            assert!(!d.errors.is_empty());
+            let _ = d.to_string();
+        }
+    }
+}
+
+#[test]
+fn mutated_programs_never_panic() {
+    let corpus = corpus();
+    let mut compiled = 0;
+    for seed in 0..cases(1000) {
+        let mut rng = Rng::new(seed);
+        let mut src = corpus[rng.below(corpus.len())].clone();
+        for _ in 0..1 + rng.below(3) {
+            src = mutate(&mut rng, &src);
+        }
+        match compile("mutated.dyc", &src) {
+            Ok(m) => {
+                compiled += 1;
+                run_all(&m, &mut rng, &format!("seed {seed}:\n{src}"));
+            }
+            Err(d) => {
+                assert!(
+                    !d.errors.is_empty(),
+                    "seed {seed}: an error without diagnostics"
+                );
+                let text = d.to_string();
+                assert!(
+                    !text.contains("internal error"),
+                    "seed {seed}: {text}\n{src}"
+                );
+            }
+        }
+    }
+    // Some mutations must still compile (about one in seven does), or the interpreter half
+    // tests nothing.
+    assert!(
+        compiled * 20 >= cases(1000),
+        "only {compiled} mutated programs compiled"
+    );
+}
