@@ -7,6 +7,7 @@
 use super::entities::{Block, ExternId, FuncId, Value, Var};
 use super::policy::Policies;
 use super::types::{Scalar, Type};
+pub use dyc_templates::ops::{BinaryOp, CmpOp, Const, UnaryOp};
 
 /// A branch target: a block and the arguments passed to its parameters.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -18,103 +19,6 @@ pub struct BlockCall {
 impl BlockCall {
     pub fn new(block: Block, args: Vec<Value>) -> BlockCall {
         BlockCall { block, args }
-    }
-}
-
-/// Unary operators.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum UnaryOp {
-    /// Integer negation (wrapping) or float negation.
-    Neg,
-    /// Bitwise not of an integer, logical not of a `bool`.
-    Not,
-}
-
-/// Binary operators. Integer forms wrap; `div`/`rem` trap on a zero divisor and wrap on
-/// `MIN / -1` (result `MIN`, remainder 0). Shifts take the amount modulo the width and
-/// shift arithmetically for signed types. `and`/`or`/`xor` also apply to `bool`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Rem,
-    And,
-    Or,
-    Xor,
-    Shl,
-    Shr,
-    Min,
-    Max,
-}
-
-/// Comparison conditions; signed, unsigned or float by the operand type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CmpOp {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-}
-
-macro_rules! op_names {
-    ($ty:ident { $($v:ident = $s:literal),* $(,)? }) => {
-        impl $ty {
-            pub const ALL: &'static [$ty] = &[$($ty::$v),*];
-            pub fn name(self) -> &'static str {
-                match self { $($ty::$v => $s),* }
-            }
-            pub fn from_name(s: &str) -> Option<$ty> {
-                match s { $($s => Some($ty::$v),)* _ => None }
-            }
-        }
-    };
-}
-
-op_names!(UnaryOp { Neg = "neg", Not = "not" });
-op_names!(BinaryOp {
-    Add = "add",
-    Sub = "sub",
-    Mul = "mul",
-    Div = "div",
-    Rem = "rem",
-    And = "and",
-    Or = "or",
-    Xor = "xor",
-    Shl = "shl",
-    Shr = "shr",
-    Min = "min",
-    Max = "max",
-});
-op_names!(CmpOp {
-    Eq = "eq",
-    Ne = "ne",
-    Lt = "lt",
-    Le = "le",
-    Gt = "gt",
-    Ge = "ge",
-});
-
-/// A constant. Integers are stored in canonical form: the value's bits truncated to the
-/// type's width, then sign-extended (signed types) or zero-extended (unsigned types) to 64
-/// bits, see [`crate::semantics::canon`].
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Const {
-    Int(Scalar, u64),
-    F64(f64),
-    Bool(bool),
-}
-
-impl Const {
-    pub fn ty(self) -> Scalar {
-        match self {
-            Const::Int(t, _) => t,
-            Const::F64(_) => Scalar::F64,
-            Const::Bool(_) => Scalar::Bool,
-        }
     }
 }
 

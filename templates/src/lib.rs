@@ -1,6 +1,9 @@
 //! `dyc-templates`: the code side of the specializer's static/run-time split (BRIEF §3).
 //!
 //! This crate owns:
+//! - the **operator vocabulary** shared by every layer ([`types`], [`ops`]) and its one
+//!   definition ([`semantics`]): the reference interpreter, the stitcher's setup code and
+//!   the emitters' constant folding all evaluate operators through it;
 //! - the **template format**: the dynamic operations of one block of a region, whose
 //!   operands are local dynamic values, **holes** filled with static values at stitch time,
 //!   or constants;
@@ -19,6 +22,10 @@
 //! work; the crate exists now so that the dependency direction
 //! `dyc → dyc-stitcher → dyc-templates` and the pinned Cranelift version are fixed from the
 //! start.
+
+pub mod ops;
+pub mod semantics;
+pub mod types;
 
 pub use cranelift_codegen;
 pub use cranelift_frontend;
