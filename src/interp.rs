@@ -149,6 +149,18 @@ impl HostFns {
     ) {
         self.fns.insert(name.to_string(), Box::new(f));
     }
+
+    pub fn unregister(&mut self, name: &str) {
+        self.fns.remove(name);
+    }
+
+    /// Calls host `name`; an unregistered name is an error.
+    pub fn call(&mut self, name: &str, args: &[Const]) -> Result<Option<Const>, String> {
+        match self.fns.get_mut(name) {
+            Some(f) => f(args),
+            None => Err(format!("`{name}` is not registered")),
+        }
+    }
 }
 
 /// Default fuel: instructions executed by one call.

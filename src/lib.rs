@@ -6,10 +6,13 @@
 //! ([`analysis`]). See `docs/ARCHITECTURE.md` for the pipeline and the code map.
 
 pub mod analysis;
+pub mod bta;
+pub mod ge;
 #[cfg(any(test, feature = "gen"))]
 pub mod gen;
 pub mod interp;
 pub mod ir;
 pub mod lang;
+pub mod residual;
 pub mod semantics;
 pub mod verifier;

@@ -4,6 +4,9 @@
 //! dyc check FILE              compile (or parse and verify); print `ok` or the diagnostics
 //! dyc ir FILE                 print the IR of the module
 //! dyc analyze FILE            print each function annotated with its CFG analyses
+//! dyc explain FILE FN         print FN with its binding-time analysis
+//! dyc spec FILE FN ARGS...    specialize FN on its run-time constants among ARGS, print
+//!                             the residual IR, and run it
 //! dyc run FILE FN ARGS...     interpret FN on ARGS; print the result or the error
 //! ```
 //!
@@ -30,7 +33,7 @@ use dyc::ir::{Block, Const, Module};
 use dyc::lang::compile;
 use dyc::verifier::verify_module;
 
-const USAGE: &str = "usage: dyc check FILE | dyc ir FILE | dyc analyze FILE | dyc run FILE FN ARGS...\n(FILE: region source, or IR text ending in .ir)";
+const USAGE: &str = "usage: dyc check FILE | dyc ir FILE | dyc analyze FILE | dyc explain FILE FN | dyc spec FILE FN ARGS... | dyc run FILE FN ARGS...\n(FILE: region source, or IR text ending in .ir)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -81,6 +84,61 @@ fn run(args: &[String]) -> Result<(), Failure> {
             let m = load(file)?;
             for f in m.funcs.values() {
                 print!("{}", print_function_with(&m, f, &Analyses::new(f)));
+            }
+        }
+        "explain" => {
+            let m = load(file)?;
+            let name = rest
+                .get(1)
+                .ok_or(Failure::Usage("`explain` needs a function name".into()))?;
+            let id = m
+                .func_by_name(name)
+                .ok_or_else(|| Failure::Error(format!("{file}: no function `{name}`")))?;
+            let f = &m.funcs[id];
+            let bta = dyc::bta::analyze(&m, f, dyc::bta::Mode::Specialize);
+            print!("{}", dyc::bta::explain(&m, f, &bta));
+        }
+        "spec" => {
+            let m = load(file)?;
+            let name = rest
+                .get(1)
+                .ok_or(Failure::Usage("`spec` needs a function name".into()))?;
+            let id = m
+                .func_by_name(name)
+                .ok_or_else(|| Failure::Error(format!("{file}: no function `{name}`")))?;
+            let mut mem = Memory::default();
+            let vals = parse_args(&m.funcs[id].sig.params, &rest[2..].join(","), &mut mem)
+                .map_err(|e| Failure::Usage(format!("arguments of `{name}`: {e}")))?;
+            let mut hosts = builtin_hosts();
+            let run = dyc::residual::run(
+                &m,
+                id,
+                &vals,
+                &mut mem,
+                &mut hosts,
+                u64::MAX,
+                Default::default(),
+            );
+            match run {
+                Ok(r) => {
+                    let spec = r.module.funcs.values().last().expect("the specialization");
+                    print!(
+                        "{}",
+                        dyc::ir::printer::print_function_with(
+                            &r.module,
+                            spec,
+                            &dyc::ir::printer::Plain
+                        )
+                    );
+                    match r.result {
+                        Some(v) => println!("result: {}", format_val(v, &mem)),
+                        None => println!("result: ()"),
+                    }
+                }
+                Err(dyc::residual::ResidualError::Runtime(e)) => {
+                    return Err(Failure::Error(format!("runtime error: {e}")))
+                }
+                Err(dyc::residual::ResidualError::Spec(e)) => return Err(Failure::Error(e)),
             }
         }
         "run" => {

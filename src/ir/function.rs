@@ -49,27 +49,7 @@ pub struct VarData {
     pub name: String,
 }
 
-/// A position in the source text of a region (1-based); `line == 0` means unknown.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SrcLoc {
-    pub line: u32,
-    pub col: u32,
-}
-
-impl SrcLoc {
-    pub fn new(line: u32, col: u32) -> SrcLoc {
-        SrcLoc { line, col }
-    }
-    pub fn is_known(self) -> bool {
-        self.line != 0
-    }
-}
-
-impl std::fmt::Display for SrcLoc {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.line, self.col)
-    }
-}
+pub use dyc_templates::types::SrcLoc;
 
 /// The order of blocks and of the instructions inside them.
 #[derive(Clone, Debug, Default)]

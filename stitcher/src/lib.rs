@@ -15,5 +15,7 @@
 //! end-to-end specialization work.
 
 pub mod jit;
+pub mod program;
+pub mod specialize;
 
 pub use dyc_templates;

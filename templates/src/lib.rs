@@ -18,13 +18,10 @@
 //! source IR: the static compiler (`dyc`) produces templates, the runtime
 //! (`dyc-stitcher`) consumes them.
 //!
-//! Status: the format, the trait and the emitter arrive with the end-to-end specialization
-//! work; the crate exists now so that the dependency direction
-//! `dyc → dyc-stitcher → dyc-templates` and the pinned Cranelift version are fixed from the
-//! start.
 
 pub mod ops;
 pub mod semantics;
+pub mod template;
 pub mod types;
 
 pub use cranelift_codegen;

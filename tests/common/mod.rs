@@ -1,3 +1,4 @@
+#![allow(dead_code)] // Each test crate uses a part of these helpers.
 //! Shared machinery of the file-test harnesses: expectations as comment lines inside the
 //! test files, and a bless mode (`DYC_BLESS=1`) that rewrites them from the actual output.
 

@@ -1,0 +1,449 @@
+//! Binding-time analysis: which values, instructions and branches are **static**
+//! (computable when specializing, from run-time constants) and which are **dynamic**.
+//!
+//! ## Lattice
+//!
+//! Per SSA value: `⊥ (not reached) < Static < Dynamic`; the analysis only moves values up,
+//! so it terminates (each value changes at most twice).
+//!
+//! ## Transfer functions
+//!
+//! | definition | binding time |
+//! |---|---|
+//! | parameter of the entry block | `Static` if it is a **key parameter**, else `Dynamic` |
+//! | constant | `Static` |
+//! | `neg`, `not`, binary ops, `cmp`, `select`, `cast`, `len` | join (max) of the operands |
+//! | `load_static s, i` (`s@[i]`) | join of `s` and `i` |
+//! | `call_static f(args)` of a pure host (`@f`) | join of the arguments |
+//! | `load`, `call`, any call of a module function | `Dynamic` |
+//! | `make_static` results | `Static` |
+//! | `make_dynamic` results | `Dynamic` |
+//! | block parameter | join over the incoming arguments (`mono_divide`: dynamic on one path makes it dynamic); `Dynamic` if its variable asks for `mono_specialize` and the incoming values may differ, or if it is a loop variable that would unroll without bound (below) |
+//!
+//! **Key parameters** are the entry parameters named by a `make_static` in the entry
+//! block: they are the region's run-time constants, given when a specialization is made.
+//! Every other `make_static` whose operand may be dynamic is a **promotion point**: the
+//! specialized code dispatches on the value at run time.
+//!
+//! An instruction is static when all its results are static (it runs as setup code at
+//! specialization time), a branch when its condition is. A block with a static parameter
+//! whose incoming arguments may differ is a **specialization point** (`poly_specialize`,
+//! the default): it is specialized once per incoming static value, which unrolls loops
+//! with static induction variables and, in an interpreter, unrolls the dispatch loop
+//! multi-way over the program.
+//!
+//! **Loop variables.** A parameter of a loop entry whose incoming values are static is
+//! specialized per value, which unrolls the loop. That terminates when the loop's control
+//! is decided at specialization time (`while i < len(w)` with `w` static), but a loop with
+//! a dynamic exit (`while i < n` with `n` dynamic), or whose variable changes along
+//! dynamically chosen paths (`if d { sp = sp - 1 } else { sp = sp + 2 }`), would unroll
+//! without bound. So a loop entry's parameter stays static only if every branch inside the
+//! loop is static, or if its variable is named by a `make_static` (the user asked for it:
+//! the interpreter's `pc`, which changes under dynamic branches of the interpreted
+//! program); otherwise it is dynamic. A loop that does not end at specialization time
+//! exhausts the specializer's budget, which is an error.
+//!
+//! ## Restrictions (errors)
+//!
+//! A `[mut T]` slice cannot be a run-time constant (stores into it must reach the caller's
+//! memory), and promoting a slice (a `make_static` of a dynamic slice) is not supported:
+//! slices are run-time constants only as key parameters.
+//!
+//! The generic mode ([`Mode::Generic`]) makes everything dynamic: it describes the region
+//! compiled without specialization.
+
+use cranelift_entity::SecondaryMap;
+
+use crate::analysis::cfg::ControlFlowGraph;
+use crate::analysis::loops::LoopForest;
+use crate::analysis::order::DfsOrder;
+use crate::ir::{
+    Block, Callee, Function, Inst, InstData, Module, Policy, PolicyGroup, Type, Value, Var,
+};
+
+/// The binding time of a value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum BindingTime {
+    /// Not reached (yet) by the analysis.
+    #[default]
+    Bottom,
+    Static,
+    Dynamic,
+}
+
+impl BindingTime {
+    pub fn join(self, other: BindingTime) -> BindingTime {
+        self.max(other)
+    }
+    pub fn is_static(self) -> bool {
+        self == BindingTime::Static
+    }
+}
+
+/// Specialize (the annotations act) or generic (everything dynamic).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Specialize,
+    Generic,
+}
+
+/// A binding-time error: the variable and the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BtaError {
+    pub inst: Inst,
+    pub message: String,
+}
+
+/// The result of the analysis for one function.
+#[derive(Clone, Debug)]
+pub struct Bta {
+    pub value: SecondaryMap<Value, BindingTime>,
+    /// Entry parameter positions that are run-time constants of the region.
+    pub key_params: Vec<usize>,
+    /// `make_static` instructions whose operands may be dynamic.
+    pub promotions: Vec<Inst>,
+    /// Blocks with a static parameter whose incoming values may differ.
+    pub spec_points: Vec<Block>,
+    pub errors: Vec<BtaError>,
+}
+
+impl Bta {
+    pub fn is_static(&self, v: Value) -> bool {
+        self.value[v].is_static()
+    }
+
+    /// Whether `i` runs at specialization time (all its results static; annotations on
+    /// static operands are copies).
+    pub fn inst_is_static(&self, f: &Function, i: Inst) -> bool {
+        let results = f.inst_results(i);
+        !results.is_empty()
+            && results.iter().all(|&r| self.is_static(r))
+            && !self.promotions.contains(&i)
+    }
+
+    /// Whether the terminator of `b` branches on a static condition.
+    pub fn branch_is_static(&self, f: &Function, b: Block) -> bool {
+        match f.terminator(b).map(|t| &f.insts[t]) {
+            Some(InstData::Brif { cond, .. }) => self.is_static(*cond),
+            Some(InstData::Switch { arg, .. }) => self.is_static(*arg),
+            _ => false,
+        }
+    }
+}
+
+/// The policy of `group` that the `make_static` annotations of `var` ask for, if any.
+fn var_policy(f: &Function, var: Var, group: PolicyGroup) -> Option<Policy> {
+    f.layout
+        .blocks()
+        .iter()
+        .flat_map(|&b| f.layout.block_insts(b))
+        .find_map(|&i| match &f.insts[i] {
+            InstData::MakeStatic { args, policies } if args.iter().any(|&(_, v)| v == var) => {
+                policies.get(group)
+            }
+            _ => None,
+        })
+}
+
+/// Runs the analysis on `f`, a function of `m`.
+pub fn analyze(m: &Module, f: &Function, mode: Mode) -> Bta {
+    use BindingTime::*;
+    let mut bt: SecondaryMap<Value, BindingTime> = SecondaryMap::new();
+    let mut key_params = Vec::new();
+    let mut errors = Vec::new();
+    let entry = f.entry_block().expect("a verified function has an entry");
+    let params = f.block_params(entry);
+    if mode == Mode::Specialize {
+        for &i in f.layout.block_insts(entry) {
+            if let InstData::MakeStatic { args, .. } = &f.insts[i] {
+                for &(v, _) in args {
+                    if let Some(k) = params.iter().position(|&p| p == v) {
+                        if !key_params.contains(&k) {
+                            key_params.push(k);
+                        }
+                    }
+                }
+            }
+        }
+        key_params.sort();
+    }
+    for (k, &p) in params.iter().enumerate() {
+        bt[p] = if key_params.contains(&k) {
+            Static
+        } else {
+            Dynamic
+        };
+    }
+    let cfg = ControlFlowGraph::compute(f);
+    // Loop entries and, per loop, the blocks that branch.
+    let forest = LoopForest::compute(&cfg);
+    let loop_branches: Vec<Vec<Block>> = forest
+        .loops
+        .iter()
+        .map(|l| {
+            l.blocks
+                .iter()
+                .copied()
+                .filter(|&b| cfg.succs(b).nth(1).is_some())
+                .collect()
+        })
+        .collect();
+    let annotated: Vec<Var> = f
+        .layout
+        .blocks()
+        .iter()
+        .flat_map(|&b| f.layout.block_insts(b))
+        .filter_map(|&i| match &f.insts[i] {
+            InstData::MakeStatic { args, .. } => {
+                Some(args.iter().map(|&(_, v)| v).collect::<Vec<_>>())
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let rpo: Vec<Block> = DfsOrder::compute(cfg.graph(), 0)
+        .rpo()
+        .into_iter()
+        .map(|n| cfg.block(n))
+        .collect();
+    let ty_join = |bt: &SecondaryMap<Value, BindingTime>, vs: &[Value]| {
+        vs.iter().fold(Bottom, |a, &v| a.join(bt[v]))
+    };
+    let mut changed = true;
+    while changed {
+        changed = false;
+        let mut set = |bt: &mut SecondaryMap<Value, BindingTime>, v: Value, t: BindingTime| {
+            let t = if mode == Mode::Generic { Dynamic } else { t };
+            let new = bt[v].join(t);
+            if new != bt[v] {
+                bt[v] = new;
+                changed = true;
+            }
+        };
+        for &b in &rpo {
+            if b != entry {
+                // Block parameters: join of the incoming arguments.
+                for (k, &p) in f.block_params(b).iter().enumerate() {
+                    let mut t = Bottom;
+                    let mut incoming: Vec<Value> = Vec::new();
+                    for pred in cfg.preds(b) {
+                        let term = f.terminator(pred).expect("verified");
+                        for call in f.insts[term].branch_targets() {
+                            if call.block == b {
+                                t = t.join(bt[call.args[k]]);
+                                incoming.push(call.args[k]);
+                            }
+                        }
+                    }
+                    incoming.sort();
+                    incoming.dedup();
+                    if t == Static && incoming.len() > 1 {
+                        let var = f.values[p].var;
+                        let mono = var.and_then(|v| var_policy(f, v, PolicyGroup::Specialization));
+                        if mono == Some(Policy::MonoSpecialize) {
+                            t = Dynamic;
+                        }
+                        let user = var.is_some_and(|v| annotated.contains(&v));
+                        let entered: Vec<usize> = (0..forest.loops.len())
+                            .filter(|&l| forest.loops[l].entries.contains(&b))
+                            .collect();
+                        let dynamic_control = entered.iter().any(|&l| {
+                            loop_branches[l].iter().any(|&x| {
+                                match f.terminator(x).map(|t| &f.insts[t]) {
+                                    Some(InstData::Brif { cond, .. }) => bt[*cond] == Dynamic,
+                                    Some(InstData::Switch { arg, .. }) => bt[*arg] == Dynamic,
+                                    _ => false,
+                                }
+                            })
+                        });
+                        if !user && dynamic_control {
+                            t = Dynamic;
+                        }
+                    }
+                    set(&mut bt, p, t);
+                }
+            }
+            for &i in f.layout.block_insts(b) {
+                let data = &f.insts[i];
+                let ops = data.operands();
+                let t = match data {
+                    InstData::Const(_) => Static,
+                    InstData::Unary { .. }
+                    | InstData::Binary { .. }
+                    | InstData::Cmp { .. }
+                    | InstData::Select { .. }
+                    | InstData::Cast { .. }
+                    | InstData::Len { .. }
+                    | InstData::StaticLoad { .. } => ty_join(&bt, &ops),
+                    InstData::Call {
+                        callee, is_static, ..
+                    } => {
+                        if *is_static && matches!(callee, Callee::Extern(_)) && m.is_pure(*callee) {
+                            ty_join(&bt, &ops).join(Static)
+                        } else {
+                            Dynamic
+                        }
+                    }
+                    InstData::Load { .. } | InstData::MakeDynamic { .. } => Dynamic,
+                    InstData::MakeStatic { .. } => Static,
+                    _ => continue,
+                };
+                for &r in f.inst_results(i) {
+                    set(&mut bt, r, t);
+                }
+            }
+        }
+    }
+    // Promotion points, specialization points and restrictions.
+    let mut promotions = Vec::new();
+    let mut spec_points = Vec::new();
+    if mode == Mode::Specialize {
+        for &b in &rpo {
+            for &i in f.layout.block_insts(b) {
+                let InstData::MakeStatic { args, .. } = &f.insts[i] else {
+                    continue;
+                };
+                for &(v, var) in args {
+                    let name = f.var_name(var);
+                    match f.value_type(v) {
+                        Type::Slice { mutable: true, .. } => errors.push(BtaError {
+                            inst: i,
+                            message: format!("`{name}` is a mutable slice and cannot be a run-time constant"),
+                        }),
+                        Type::Slice { .. } if bt[v] == Dynamic && !(b == entry && params.contains(&v)) => {
+                            errors.push(BtaError {
+                                inst: i,
+                                message: format!(
+                                    "`{name}` is a slice that may be dynamic here: promoting slices is not supported (make it static at the region entry)"
+                                ),
+                            })
+                        }
+                        _ => {}
+                    }
+                }
+                if args.iter().any(|&(v, _)| bt[v] == Dynamic) {
+                    promotions.push(i);
+                }
+            }
+            if b != entry {
+                for (k, &p) in f.block_params(b).iter().enumerate() {
+                    if bt[p] != Static {
+                        continue;
+                    }
+                    let mut incoming: Vec<Value> = cfg
+                        .preds(b)
+                        .flat_map(|pred| {
+                            let term = f.terminator(pred).expect("verified");
+                            f.insts[term]
+                                .branch_targets()
+                                .into_iter()
+                                .filter(|c| c.block == b)
+                                .map(|c| c.args[k])
+                                .collect::<Vec<_>>()
+                        })
+                        .collect();
+                    incoming.sort();
+                    incoming.dedup();
+                    if incoming.len() > 1 && !spec_points.contains(&b) {
+                        spec_points.push(b);
+                    }
+                }
+            }
+        }
+    }
+    Bta {
+        value: bt,
+        key_params,
+        promotions,
+        spec_points,
+        errors,
+    }
+}
+
+/// The IR of `f` with every value, instruction and branch marked static (`S`) or dynamic
+/// (`D`), then the key parameters, specialization points, promotion points and errors.
+pub fn explain(m: &Module, f: &Function, bta: &Bta) -> String {
+    use crate::ir::printer::{print_function_with, Annotate};
+    struct Marks<'a>(&'a Function, &'a Bta);
+    impl Annotate for Marks<'_> {
+        fn block(&self, b: Block) -> Option<String> {
+            let (f, bta) = (self.0, self.1);
+            let mut parts: Vec<String> = f
+                .block_params(b)
+                .iter()
+                .map(|&p| format!("{p}:{}", mark_of(bta.value[p])))
+                .collect();
+            if bta.spec_points.contains(&b) {
+                parts.push("specialization point".into());
+            }
+            (!parts.is_empty()).then(|| parts.join(" "))
+        }
+        fn inst(&self, i: Inst) -> Option<String> {
+            let (f, bta) = (self.0, self.1);
+            let data = &f.insts[i];
+            Some(if bta.promotions.contains(&i) {
+                "promotion point".to_string()
+            } else if data.is_terminator() {
+                let b = f.layout.inst_block(i).expect("in layout");
+                match data {
+                    InstData::Brif { .. } | InstData::Switch { .. }
+                        if bta.branch_is_static(f, b) =>
+                    {
+                        "static branch".into()
+                    }
+                    InstData::Brif { .. } | InstData::Switch { .. } => "dynamic branch".into(),
+                    _ => "D".into(),
+                }
+            } else if bta.inst_is_static(f, i) {
+                "S".into()
+            } else {
+                "D".into()
+            })
+        }
+    }
+    fn mark_of(t: BindingTime) -> &'static str {
+        match t {
+            BindingTime::Static => "S",
+            BindingTime::Dynamic => "D",
+            BindingTime::Bottom => "-",
+        }
+    }
+    let mut out = print_function_with(m, f, &Marks(f, bta));
+    let list = |xs: Vec<String>| {
+        if xs.is_empty() {
+            "none".to_string()
+        } else {
+            xs.join(", ")
+        }
+    };
+    let entry = f.entry_block().expect("entry");
+    let keys: Vec<String> = bta
+        .key_params
+        .iter()
+        .map(|&k| {
+            let p = f.block_params(entry)[k];
+            match f.values[p].var {
+                Some(v) => format!("{p} ({})", f.var_name(v)),
+                None => p.to_string(),
+            }
+        })
+        .collect();
+    out.push_str(&format!("key parameters: {}\n", list(keys)));
+    out.push_str(&format!(
+        "specialization points: {}\n",
+        list(bta.spec_points.iter().map(|b| b.to_string()).collect())
+    ));
+    out.push_str(&format!(
+        "promotion points: {}\n",
+        list(
+            bta.promotions
+                .iter()
+                .map(|&i| format!("{i} in {}", f.layout.inst_block(i).expect("in layout")))
+                .collect()
+        )
+    ));
+    for e in &bta.errors {
+        out.push_str(&format!("error at {}: {}\n", e.inst, e.message));
+    }
+    out
+}

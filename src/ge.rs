@@ -1,0 +1,309 @@
+//! Building the generating extension: a function and its binding-time analysis become a
+//! [`StitchProgram`] (setup operations, templates and terminators per block), the only
+//! input of the runtime.
+//!
+//! Steps:
+//! 1. binding-time analysis ([`crate::bta`]);
+//! 2. blocks are split so that every promotion point (`make_static` of a value that may be
+//!    dynamic) starts a block: entering that block is where the runtime dispatches;
+//! 3. liveness ([`crate::analysis::liveness`]) gives each block its static live-ins (part
+//!    of the memo key of its specialized copies) and dynamic live-ins (extra parameters of
+//!    the copies, so that each copy is self-contained, as in max-SSA form);
+//! 4. each instruction becomes a setup operation (static), a template operation (dynamic,
+//!    static operands becoming holes) or a lift (`make_dynamic`); branches become static or
+//!    dynamic terminators.
+
+use std::collections::HashMap;
+
+use dyc_stitcher::program::{
+    BlockId, CalleeDecl, Edge, HostDecl, Op, Operand, Param, Reg, SBlock, SetupOp, StitchProgram,
+    Term,
+};
+use dyc_templates::template::TOp;
+
+use crate::analysis::cfg::ControlFlowGraph;
+use crate::analysis::liveness::Liveness;
+use crate::bta::{self, Bta, BtaError, Mode};
+use crate::ir::{Block, BlockCall, Callee, FuncId, Function, InstData, Module, Value};
+
+/// The generating extension of a function, with the analysis it came from.
+#[derive(Clone, Debug)]
+pub struct GeneratingExtension {
+    pub program: StitchProgram,
+    pub bta: Bta,
+    /// The function after splitting at promotion points (what `program` describes).
+    pub function: Function,
+}
+
+/// Builds the stitch program of function `id` of `m`.
+pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, Vec<BtaError>> {
+    let orig = &m.funcs[id];
+    let bta = bta::analyze(m, orig, mode);
+    if !bta.errors.is_empty() {
+        return Err(bta.errors.clone());
+    }
+    let mut f = orig.clone();
+    split_at_promotions(&mut f, &bta);
+    let cfg = ControlFlowGraph::compute(&f);
+    let live = Liveness::compute(&f, &cfg);
+    let ids: HashMap<Block, BlockId> = f
+        .layout
+        .blocks()
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| (b, i as BlockId))
+        .collect();
+    let mut callees: Vec<CalleeDecl> = Vec::new();
+    let mut callee_index = |c: Callee| -> u32 {
+        let decl = match c {
+            Callee::Func(fid) => CalleeDecl::Func {
+                index: fid.as_u32(),
+                params: m.funcs[fid].sig.params.clone(),
+                ret: m.funcs[fid].sig.ret,
+            },
+            Callee::Extern(e) => CalleeDecl::Host { index: e.as_u32() },
+        };
+        match callees.iter().position(|d| *d == decl) {
+            Some(k) => k as u32,
+            None => {
+                callees.push(decl);
+                callees.len() as u32 - 1
+            }
+        }
+    };
+    let r = |v: Value| v.as_u32();
+    let operand = |v: Value| {
+        if bta.is_static(v) {
+            Operand::Static(v.as_u32())
+        } else {
+            Operand::Dyn(v.as_u32())
+        }
+    };
+    let edge = |c: &BlockCall| Edge {
+        block: ids[&c.block],
+        args: c.args.iter().map(|&a| operand(a)).collect(),
+    };
+    let mut blocks = Vec::new();
+    for &b in f.layout.blocks() {
+        let params: Vec<Value> = f.block_params(b).to_vec();
+        let sparams: Vec<Param> = params
+            .iter()
+            .map(|&p| {
+                if bta.is_static(p) {
+                    Param::Static(r(p))
+                } else {
+                    Param::Dyn(r(p), f.value_type(p))
+                }
+            })
+            .collect();
+        let insts = f.layout.block_insts(b);
+        let mut promote = Vec::new();
+        let mut ops = Vec::new();
+        let mut first = 0;
+        if let Some(&i0) = insts.first() {
+            if bta.promotions.contains(&i0) {
+                let InstData::MakeStatic { args, .. } = &f.insts[i0] else {
+                    unreachable!("promotions are make_static")
+                };
+                for (&(v, _), &res) in args.iter().zip(f.inst_results(i0)) {
+                    if bta.is_static(v) {
+                        ops.push(Op::Setup {
+                            dst: r(res),
+                            op: SetupOp::Copy(r(v)),
+                            loc: f.srclocs[i0],
+                        });
+                    } else {
+                        promote.push((r(v), r(res)));
+                    }
+                }
+                first = 1;
+            }
+        }
+        let promoted: Vec<Value> = if first == 1 {
+            f.inst_results(insts[0]).to_vec()
+        } else {
+            Vec::new()
+        };
+        let mut static_live_in = Vec::new();
+        let mut dyn_live_in = Vec::new();
+        for &v in live.live_in(b) {
+            if params.contains(&v) || promoted.contains(&v) {
+                continue;
+            }
+            if bta.is_static(v) {
+                static_live_in.push(r(v));
+            } else {
+                dyn_live_in.push((r(v), f.value_type(v)));
+            }
+        }
+        let last = insts.len() - 1;
+        for &i in &insts[first..last] {
+            let loc = f.srclocs[i];
+            let data = &f.insts[i];
+            let results = f.inst_results(i);
+            if bta.inst_is_static(&f, i) {
+                let regs: Vec<Reg> = data.operands().into_iter().map(r).collect();
+                let op = match data {
+                    InstData::Const(c) => SetupOp::Const(*c),
+                    InstData::Unary { op, .. } => SetupOp::Unary(*op, regs[0]),
+                    InstData::Binary { op, .. } => SetupOp::Binary(*op, regs[0], regs[1]),
+                    InstData::Cmp { op, .. } => SetupOp::Cmp(*op, regs[0], regs[1]),
+                    InstData::Select { .. } => SetupOp::Select(regs[0], regs[1], regs[2]),
+                    InstData::Cast { to, .. } => SetupOp::Cast(*to, regs[0]),
+                    InstData::Len { .. } => SetupOp::Len(regs[0]),
+                    InstData::StaticLoad { .. } => SetupOp::StaticLoad(regs[0], regs[1]),
+                    InstData::Call {
+                        callee: c @ Callee::Extern(e),
+                        ..
+                    } => SetupOp::CallPure {
+                        host: e.as_u32(),
+                        callee: callee_index(*c),
+                        args: regs,
+                    },
+                    InstData::MakeStatic { .. } => {
+                        for (&src, &res) in regs.iter().zip(results) {
+                            ops.push(Op::Setup {
+                                dst: r(res),
+                                op: SetupOp::Copy(src),
+                                loc,
+                            });
+                        }
+                        continue;
+                    }
+                    other => unreachable!("static instruction {other:?}"),
+                };
+                ops.push(Op::Setup {
+                    dst: r(results[0]),
+                    op,
+                    loc,
+                });
+                continue;
+            }
+            let args: Vec<Operand> = data.operands().into_iter().map(operand).collect();
+            let top = match data {
+                InstData::MakeStatic { .. } | InstData::MakeDynamic { .. } => {
+                    for (&src, &res) in args.iter().zip(results) {
+                        ops.push(Op::Lift { dst: r(res), src });
+                    }
+                    continue;
+                }
+                InstData::Const(c) => {
+                    // A constant made dynamic (generic mode).
+                    ops.push(Op::Setup {
+                        dst: r(results[0]),
+                        op: SetupOp::Const(*c),
+                        loc,
+                    });
+                    ops.push(Op::Lift {
+                        dst: r(results[0]),
+                        src: Operand::Static(r(results[0])),
+                    });
+                    continue;
+                }
+                InstData::Unary { op, .. } => TOp::Unary(*op),
+                InstData::Binary { op, .. } => TOp::Binary(*op),
+                InstData::Cmp { op, .. } => TOp::Cmp(*op),
+                InstData::Select { .. } => TOp::Select,
+                InstData::Cast { to, .. } => TOp::Cast(*to),
+                InstData::Len { .. } => TOp::Len,
+                InstData::Load { .. } | InstData::StaticLoad { .. } => TOp::Load,
+                InstData::Store { .. } => TOp::Store,
+                InstData::Call { callee, .. } => TOp::Call {
+                    callee: callee_index(*callee),
+                    ret: m.callee_sig(*callee).ret,
+                },
+                other => unreachable!("terminator in the body: {other:?}"),
+            };
+            ops.push(Op::Emit {
+                dst: results.first().map(|&v| r(v)),
+                op: top,
+                args,
+                loc,
+            });
+        }
+        let t = insts[last];
+        let term = match &f.insts[t] {
+            InstData::Jump { dest } => Term::Jump(edge(dest)),
+            InstData::Brif {
+                cond,
+                then_dest,
+                else_dest,
+            } => Term::Branch {
+                cond: operand(*cond),
+                then_edge: edge(then_dest),
+                else_edge: edge(else_dest),
+            },
+            InstData::Switch {
+                arg,
+                cases,
+                default,
+            } => Term::Switch {
+                arg: operand(*arg),
+                cases: cases.iter().map(|(k, c)| (*k, edge(c))).collect(),
+                default: edge(default),
+            },
+            InstData::Return { value } => Term::Return(value.map(operand)),
+            InstData::Trap => Term::Trap(f.srclocs[t]),
+            other => unreachable!("not a terminator: {other:?}"),
+        };
+        blocks.push(SBlock {
+            name: b.to_string(),
+            params: sparams,
+            promote,
+            static_live_in,
+            dyn_live_in,
+            ops,
+            term,
+        });
+    }
+    let program = StitchProgram {
+        name: f.name.clone(),
+        blocks,
+        entry: 0,
+        param_types: f.sig.params.clone(),
+        ret: f.sig.ret,
+        key_params: bta.key_params.clone(),
+        hosts: m
+            .externs
+            .values()
+            .map(|e| HostDecl {
+                name: e.name.clone(),
+                params: e.sig.params.clone(),
+                ret: e.sig.ret,
+                pure: e.pure,
+            })
+            .collect(),
+        callees,
+        num_regs: f.values.len() as u32,
+    };
+    Ok(GeneratingExtension {
+        program,
+        bta,
+        function: f,
+    })
+}
+
+/// Splits blocks so that every promotion point is the first instruction of its block.
+fn split_at_promotions(f: &mut Function, bta: &Bta) {
+    for &i in &bta.promotions {
+        let b = f.layout.inst_block(i).expect("in layout");
+        let insts = f.layout.block_insts(b).to_vec();
+        let pos = insts.iter().position(|&x| x == i).expect("in its block");
+        if pos == 0 {
+            continue;
+        }
+        let nb = f.create_block();
+        f.layout.insert_block_after(nb, b);
+        for &x in &insts[pos..] {
+            f.layout.remove_inst(x);
+            f.layout.append_inst(x, nb);
+        }
+        f.append_inst(
+            b,
+            InstData::Jump {
+                dest: BlockCall::new(nb, vec![]),
+            },
+            None,
+        );
+    }
+}

@@ -1,0 +1,459 @@
+//! The residual-IR emitter: specialized code as IR of our own, so that any specialization
+//! can be run by the reference interpreter and compared with the original program.
+//!
+//! The residual module is a copy of the source module (its functions are the generic code
+//! that specialized code calls) plus one function: the specialization, with the source
+//! function's signature (static scalar arguments are ignored; static slices that
+//! specialized code reads dynamically are taken from their parameters). Promotions are
+//! dispatched inline ([`PromotionMode::Inline`]): the values seen so far at a site are
+//! tested in turn, and a miss calls the host function `__dyc_miss_<site>` with the
+//! promoted values and traps. [`run`] drives this like a lazy stitcher would: on a miss it
+//! records the values, specializes again with them known, and runs again from the start
+//! on fresh copies of the arguments.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+use dyc_stitcher::specialize::{
+    self, Budget, Context, PromotionMode, PureHosts, SVal, Site, SliceData, SpecError,
+};
+use dyc_templates::template::{Emitter, TOp};
+
+use crate::bta::Mode;
+use crate::ge;
+use crate::interp::{ErrorKind, HostFns, Interpreter, Memory, RuntimeError, Val};
+use crate::ir::{
+    Block, BlockCall, Callee, Const, ExternFunc, ExternId, FuncId, Function, InstData, Module,
+    Signature, SrcLoc, Type, Value,
+};
+
+/// Builds residual IR into a function.
+pub struct ResidualEmitter<'m> {
+    pub func: Function,
+    module: &'m Module,
+    cur: Option<Block>,
+    /// Host declarations added for promotion misses: (site, extern name, signature).
+    pub misses: Vec<(u32, ExternFunc)>,
+    callees: Vec<Callee>,
+}
+
+impl<'m> ResidualEmitter<'m> {
+    /// A residual function named `name` with signature `sig`, calling into `module`;
+    /// `callees` maps the stitch program's callee indices to callees of `module`.
+    pub fn new(
+        module: &'m Module,
+        name: &str,
+        sig: Signature,
+        callees: Vec<Callee>,
+    ) -> ResidualEmitter<'m> {
+        let mut func = Function::new(name, sig.clone());
+        let entry = func.append_new_block();
+        for &t in &sig.params {
+            func.append_block_param(entry, t, None);
+        }
+        ResidualEmitter {
+            func,
+            module,
+            cur: None,
+            misses: Vec::new(),
+            callees,
+        }
+    }
+
+    fn ins(&mut self, data: InstData, ret: Option<Type>, loc: SrcLoc) -> Option<Value> {
+        let b = self.cur.expect("a current block");
+        let i = self.func.append_inst(b, data, ret);
+        self.func.srclocs[i] = loc;
+        self.func.inst_results(i).first().copied()
+    }
+
+    fn call(b: Block, args: &[Value]) -> BlockCall {
+        BlockCall::new(b, args.to_vec())
+    }
+}
+
+impl Emitter for ResidualEmitter<'_> {
+    type Value = Value;
+    type Block = Block;
+
+    fn create_block(&mut self, params: &[Type]) -> Block {
+        let b = self.func.append_new_block();
+        for &t in params {
+            self.func.append_block_param(b, t, None);
+        }
+        b
+    }
+
+    fn block_params(&self, b: Block) -> Vec<Value> {
+        self.func.block_params(b).to_vec()
+    }
+
+    fn switch_to_block(&mut self, b: Block) {
+        self.cur = Some(b);
+    }
+
+    fn constant(&mut self, c: Const) -> Value {
+        self.ins(InstData::Const(c), None, SrcLoc::default())
+            .expect("a constant")
+    }
+
+    fn static_slice(&mut self, id: u32, _ty: Type) -> Value {
+        let entry = self.func.entry_block().expect("entry");
+        self.func.block_params(entry)[id as usize]
+    }
+
+    fn op(&mut self, op: &TOp, args: &[Value], loc: SrcLoc) -> Option<Value> {
+        let (data, ret) = match op {
+            TOp::Unary(o) => (
+                InstData::Unary {
+                    op: *o,
+                    arg: args[0],
+                },
+                None,
+            ),
+            TOp::Binary(o) => (
+                InstData::Binary {
+                    op: *o,
+                    args: [args[0], args[1]],
+                },
+                None,
+            ),
+            TOp::Cmp(o) => (
+                InstData::Cmp {
+                    op: *o,
+                    args: [args[0], args[1]],
+                },
+                None,
+            ),
+            TOp::Select => (
+                InstData::Select {
+                    cond: args[0],
+                    args: [args[1], args[2]],
+                },
+                None,
+            ),
+            TOp::Cast(t) => (
+                InstData::Cast {
+                    to: *t,
+                    arg: args[0],
+                },
+                None,
+            ),
+            TOp::Len => (InstData::Len { arg: args[0] }, None),
+            TOp::Load => (
+                InstData::Load {
+                    slice: args[0],
+                    index: args[1],
+                },
+                None,
+            ),
+            TOp::Store => (
+                InstData::Store {
+                    slice: args[0],
+                    index: args[1],
+                    value: args[2],
+                },
+                None,
+            ),
+            TOp::Call { callee, ret } => {
+                let c = self.callees[*callee as usize];
+                (
+                    InstData::Call {
+                        callee: c,
+                        args: args.to_vec(),
+                        is_static: false,
+                    },
+                    *ret,
+                )
+            }
+        };
+        self.ins(data, ret, loc)
+    }
+
+    fn jump(&mut self, dest: Block, args: &[Value]) {
+        self.ins(
+            InstData::Jump {
+                dest: Self::call(dest, args),
+            },
+            None,
+            SrcLoc::default(),
+        );
+    }
+
+    fn brif(&mut self, cond: Value, t: (Block, &[Value]), e: (Block, &[Value])) {
+        let data = InstData::Brif {
+            cond,
+            then_dest: Self::call(t.0, t.1),
+            else_dest: Self::call(e.0, e.1),
+        };
+        self.ins(data, None, SrcLoc::default());
+    }
+
+    fn switch(
+        &mut self,
+        arg: Value,
+        cases: &[(u64, Block, Vec<Value>)],
+        default: (Block, &[Value]),
+    ) {
+        let cases = cases
+            .iter()
+            .map(|(k, b, a)| (*k, Self::call(*b, a)))
+            .collect();
+        let data = InstData::Switch {
+            arg,
+            cases,
+            default: Self::call(default.0, default.1),
+        };
+        self.ins(data, None, SrcLoc::default());
+    }
+
+    fn ret(&mut self, value: Option<Value>) {
+        self.ins(InstData::Return { value }, None, SrcLoc::default());
+    }
+
+    fn trap(&mut self, loc: SrcLoc) {
+        self.ins(InstData::Trap, None, loc);
+    }
+
+    fn promote(&mut self, _site: u32, _promoted: &[Value], _live: &[Value]) {
+        unreachable!("residual code dispatches promotions inline");
+    }
+
+    fn promote_miss(&mut self, site: u32, promoted: &[Value]) {
+        let name = format!("__dyc_miss_{site}");
+        let sig = Signature {
+            params: promoted.iter().map(|&v| self.func.value_type(v)).collect(),
+            ret: None,
+        };
+        let id = match self.misses.iter().position(|(s, _)| *s == site) {
+            Some(k) => k,
+            None => {
+                self.misses.push((
+                    site,
+                    ExternFunc {
+                        name,
+                        sig,
+                        pure: false,
+                    },
+                ));
+                self.misses.len() - 1
+            }
+        };
+        let callee = Callee::Extern(ExternId::from_u32((self.module.externs.len() + id) as u32));
+        self.ins(
+            InstData::Call {
+                callee,
+                args: promoted.to_vec(),
+                is_static: false,
+            },
+            None,
+            SrcLoc::default(),
+        );
+        self.ins(InstData::Trap, None, SrcLoc::default());
+    }
+}
+
+/// Pure host functions of the interpreter's registry, for static calls.
+struct InterpHosts<'a> {
+    module: &'a Module,
+    hosts: RefCell<&'a mut HostFns>,
+}
+
+impl PureHosts for InterpHosts<'_> {
+    fn call(&self, index: u32, args: &[Const]) -> Result<Option<Const>, String> {
+        let name = &self.module.externs[ExternId::from_u32(index)].name;
+        self.hosts.borrow_mut().call(name, args)
+    }
+}
+
+/// A promotion miss: the site and the promoted values.
+type Miss = (u32, Vec<Const>);
+
+/// Why running specialized code failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResidualError {
+    /// The specializer failed (budget, or an analysis error).
+    Spec(String),
+    /// The specialized code raised a runtime error.
+    Runtime(RuntimeError),
+}
+
+/// What [`run`] produced besides the result.
+#[derive(Clone, Debug)]
+pub struct ResidualRun {
+    pub result: Option<Val>,
+    /// The residual module of the last attempt; its last function is the specialization.
+    pub module: Module,
+    /// Promotion misses that led to a new specialization.
+    pub restarts: usize,
+}
+
+/// Specializes function `fid` of `m` on the key parameters in `args` and runs the residual
+/// code on `args` (slices in `mem`, which receives the effects of the final run).
+pub fn run(
+    m: &Module,
+    fid: FuncId,
+    args: &[Val],
+    mem: &mut Memory,
+    hosts: &mut HostFns,
+    fuel: u64,
+    budget: Budget,
+) -> Result<ResidualRun, ResidualError> {
+    let ge = ge::build(m, fid, Mode::Specialize).map_err(|e| {
+        ResidualError::Spec(
+            e.iter()
+                .map(|e| e.message.clone())
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    })?;
+    let prog = &ge.program;
+    let mut key = Vec::new();
+    let mut slices: Vec<Option<SliceData>> = vec![None; args.len()];
+    for &k in &prog.key_params {
+        match args.get(k) {
+            Some(Val::Scalar(c)) => key.push(SVal::Scalar(*c)),
+            Some(Val::Slice(s)) => {
+                let b = &mem.bufs[s.buf];
+                slices[k] = Some(SliceData {
+                    elem: b.elem,
+                    data: b.data.clone(),
+                });
+                key.push(SVal::Slice(k as u32));
+            }
+            None => return Err(ResidualError::Spec("missing key argument".into())),
+        }
+    }
+    let callees: Vec<Callee> = prog
+        .callees
+        .iter()
+        .map(|c| match c {
+            dyc_stitcher::program::CalleeDecl::Func { index, .. } => {
+                Callee::Func(FuncId::from_u32(*index))
+            }
+            dyc_stitcher::program::CalleeDecl::Host { index } => {
+                Callee::Extern(ExternId::from_u32(*index))
+            }
+        })
+        .collect();
+    type KnownMap = HashMap<(u32, Vec<(u8, u64)>), Vec<Vec<Const>>>;
+    let known: Rc<RefCell<KnownMap>> = Rc::new(RefCell::new(HashMap::new()));
+    let site_key = |s: &Site| {
+        (
+            s.block,
+            s.params
+                .iter()
+                .chain(&s.live)
+                .map(SVal::key_bits)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let original = mem.clone();
+    let mut restarts = 0;
+    loop {
+        let sig = m.funcs[fid].sig.clone();
+        let mut em = ResidualEmitter::new(
+            m,
+            &format!("{}$spec", m.funcs[fid].name),
+            sig,
+            callees.clone(),
+        );
+        let entry_block = em.func.entry_block().expect("entry");
+        let lookup = |s: &Site| {
+            known
+                .borrow()
+                .get(&site_key(s))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let unit = {
+            let ph = InterpHosts {
+                module: m,
+                hosts: RefCell::new(&mut *hosts),
+            };
+            let cx = Context {
+                prog,
+                slices: &slices,
+                hosts: &ph,
+                mode: PromotionMode::Inline(&lookup),
+                budget,
+            };
+            specialize::specialize(&cx, prog.entry, &key, &mut em)
+                .map_err(|e: SpecError| ResidualError::Spec(e.to_string()))?
+        };
+        // The entry passes the dynamic parameters to the unit's first block.
+        let dyn_params: Vec<Value> = em
+            .func
+            .block_params(entry_block)
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| !prog.key_params.contains(k))
+            .map(|(_, &v)| v)
+            .collect();
+        em.switch_to_block(entry_block);
+        em.jump(unit.entry, &dyn_params);
+        let mut rm = m.clone();
+        for (_, e) in &em.misses {
+            rm.externs.push(e.clone());
+        }
+        let misses: Vec<(u32, String)> = em
+            .misses
+            .iter()
+            .map(|(s, e)| (*s, e.name.clone()))
+            .collect();
+        let spec_id = rm.funcs.push(em.func);
+        // Run; a miss records its values.
+        let missed: Arc<Mutex<Option<Miss>>> = Arc::new(Mutex::new(None));
+        *mem = original.clone();
+        let outcome = {
+            let mut interp = Interpreter::new(&rm);
+            interp.hosts = std::mem::take(hosts);
+            for (site, name) in &misses {
+                let missed = missed.clone();
+                let site = *site;
+                interp.hosts.register(name, move |a| {
+                    *missed.lock().expect("not poisoned") = Some((site, a.to_vec()));
+                    Err("promotion miss".into())
+                });
+            }
+            interp.fuel = fuel;
+            let r = interp.call(spec_id, args, mem);
+            *hosts = std::mem::take(&mut interp.hosts);
+            for (_, name) in &misses {
+                hosts.unregister(name);
+            }
+            r
+        };
+        let miss = missed.lock().expect("not poisoned").take();
+        match (outcome, miss) {
+            (
+                Err(RuntimeError {
+                    kind: ErrorKind::Host(_),
+                    ..
+                }),
+                Some((site, values)),
+            ) => {
+                let s = &unit.sites[site as usize];
+                known
+                    .borrow_mut()
+                    .entry(site_key(s))
+                    .or_default()
+                    .push(values);
+                restarts += 1;
+                if restarts > budget.max_blocks {
+                    return Err(ResidualError::Spec("too many promotion misses".into()));
+                }
+            }
+            (Ok(result), _) => {
+                return Ok(ResidualRun {
+                    result,
+                    module: rm,
+                    restarts,
+                })
+            }
+            (Err(e), _) => return Err(ResidualError::Runtime(e)),
+        }
+    }
+}

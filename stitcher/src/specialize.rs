@@ -1,0 +1,688 @@
+//! The work-list specializer: the simple reference machinery that runs a stitch program.
+//!
+//! It specializes one **unit** at a time: from a start block and the static values of its
+//! key, it produces specialized copies of blocks through an [`Emitter`], memoized on
+//! (block, static values of the block's key). For each copy it runs the setup operations
+//! on the static values, instantiates the template operations with their holes filled,
+//! and then:
+//! - follows a static branch to its one successor;
+//! - for a dynamic branch, stitches every successor;
+//! - at an edge into a block with a promotion, either leaves the unit
+//!   ([`PromotionMode::Units`]: the runtime dispatches on the value and stitches the
+//!   continuation as a new unit on a miss) or dispatches inline on the values already known
+//!   for that site ([`PromotionMode::Inline`], with a miss exit).
+//!
+//! Loops whose induction variables are static unroll, because each iteration reaches the
+//! loop header with different static values; an interpreter's dispatch loop unrolls
+//! multi-way over its program. A [`Budget`] bounds the copies and operations of one unit:
+//! exceeding it is an error, never a hang or runaway memory.
+//!
+//! Faults that setup code meets (a static division by zero, a static load out of bounds,
+//! a failing pure host) are not errors of the specialization: the code reaching them must
+//! raise them when it runs, so the specializer emits the faulting operation as a dynamic
+//! one on its constant operands (which faults when executed, with the right kind,
+//! location and details) and ends the block.
+
+use std::collections::HashMap;
+
+use dyc_templates::ops::Const;
+use dyc_templates::semantics::{self, Fault};
+use dyc_templates::template::{Emitter, TOp};
+use dyc_templates::types::{Scalar, SrcLoc, Type};
+
+use crate::program::{
+    BlockId, CalleeDecl, Edge, Op, Operand, Param, Reg, SetupOp, StitchProgram, Term,
+};
+
+/// A static value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SVal {
+    Scalar(Const),
+    /// The static slice that is key parameter `k` of the region.
+    Slice(u32),
+}
+
+impl SVal {
+    /// A hashable, exact encoding (floats by their bits).
+    pub fn key_bits(&self) -> (u8, u64) {
+        match *self {
+            SVal::Scalar(Const::Int(t, x)) => (t as u8, x),
+            SVal::Scalar(Const::F64(x)) => (100, x.to_bits()),
+            SVal::Scalar(Const::Bool(b)) => (101, b as u64),
+            SVal::Slice(k) => (102, k as u64),
+        }
+    }
+}
+
+/// The contents of a static slice, read by static loads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SliceData {
+    pub elem: Scalar,
+    pub data: Vec<Const>,
+}
+
+/// Pure host functions, callable at specialization time (`@f(args)`).
+pub trait PureHosts {
+    fn call(&self, index: u32, args: &[Const]) -> Result<Option<Const>, String>;
+}
+
+/// No host functions.
+pub struct NoHosts;
+impl PureHosts for NoHosts {
+    fn call(&self, _: u32, _: &[Const]) -> Result<Option<Const>, String> {
+        Err("no host functions are registered".into())
+    }
+}
+
+/// Limits on one unit's specialization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// Specialized block copies.
+    pub max_blocks: usize,
+    /// Setup and template operations processed.
+    pub max_ops: usize,
+}
+
+impl Default for Budget {
+    /// 20,000 block copies and 1,000,000 operations per unit.
+    fn default() -> Budget {
+        Budget {
+            max_blocks: 20_000,
+            max_ops: 1_000_000,
+        }
+    }
+}
+
+/// Why a specialization failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SpecError {
+    /// The budget ran out: the static computation does not terminate, or unrolls too far.
+    BudgetExceeded { what: &'static str, limit: usize },
+    /// Ill-formed input: a bug in the static compiler, or inconsistent arguments.
+    Internal(String),
+}
+
+impl std::fmt::Display for SpecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpecError::BudgetExceeded { what, limit } => {
+                write!(
+                    f,
+                    "specialization budget exceeded: more than {limit} {what}"
+                )
+            }
+            SpecError::Internal(m) => write!(f, "internal specializer error: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+/// A promotion site met while specializing: entering `block` with these static values for
+/// its static parameters and static live-ins; the promoted values complete the key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Site {
+    pub block: BlockId,
+    pub params: Vec<SVal>,
+    pub live: Vec<SVal>,
+}
+
+impl Site {
+    /// The key of the continuation for `promoted` values, in [`crate::program::SBlock::key_regs`] order.
+    pub fn key(&self, promoted: &[Const]) -> Vec<SVal> {
+        let mut k = self.params.clone();
+        k.extend(promoted.iter().map(|&c| SVal::Scalar(c)));
+        k.extend_from_slice(&self.live);
+        k
+    }
+}
+
+/// How edges into promotion blocks are specialized.
+pub enum PromotionMode<'a> {
+    /// Leave the unit through [`Emitter::promote`].
+    Units,
+    /// Dispatch inline over the promoted values known for a site (`known(site)`), with a
+    /// [`Emitter::promote_miss`] exit for the others.
+    Inline(&'a dyn Fn(&Site) -> Vec<Vec<Const>>),
+}
+
+/// What one unit's specialization produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unit<B> {
+    /// The unit's first block; its parameters are the start block's dynamic inputs.
+    pub entry: B,
+    /// Promotion sites, indexed by the `site` numbers given to the emitter.
+    pub sites: Vec<Site>,
+    pub blocks: usize,
+    pub ops: usize,
+}
+
+/// Everything a specialization reads besides its start: the program, the contents of its
+/// static slices (`slices[k]` for key parameter `k`), pure hosts, promotion mode, budget.
+pub struct Context<'a> {
+    pub prog: &'a StitchProgram,
+    pub slices: &'a [Option<SliceData>],
+    pub hosts: &'a dyn PureHosts,
+    pub mode: PromotionMode<'a>,
+    pub budget: Budget,
+}
+
+/// Specializes one unit starting at block `start` with static values `key` (in the start
+/// block's `key_regs` order).
+pub fn specialize<E: Emitter>(
+    cx: &Context,
+    start: BlockId,
+    key: &[SVal],
+    emitter: &mut E,
+) -> Result<Unit<E::Block>, SpecError> {
+    let prog = cx.prog;
+    let mut s = Spec {
+        prog,
+        slices: cx.slices,
+        hosts: cx.hosts,
+        em: emitter,
+        mode: &cx.mode,
+        budget: cx.budget,
+        memo: HashMap::new(),
+        work: Vec::new(),
+        sites: Vec::new(),
+        site_index: HashMap::new(),
+        blocks: 0,
+        ops: 0,
+        env_s: vec![None; prog.num_regs as usize],
+        env_d: vec![None; prog.num_regs as usize],
+        cur: None,
+    };
+    let entry = s.copy_of(start, key.to_vec())?;
+    while let Some((b, key, res)) = s.work.pop() {
+        s.stitch(b, &key, res)?;
+    }
+    Ok(Unit {
+        entry,
+        sites: s.sites,
+        blocks: s.blocks,
+        ops: s.ops,
+    })
+}
+
+type KeyBits = Vec<(u8, u64)>;
+
+/// A branch target: block and arguments.
+type Target<E> = (<E as Emitter>::Block, Vec<<E as Emitter>::Value>);
+
+/// What an edge gives its target: static parameters, static live-ins, dynamic inputs.
+struct Inputs<V> {
+    params: Vec<SVal>,
+    live: Vec<SVal>,
+    args: Vec<V>,
+}
+
+struct Spec<'a, E: Emitter> {
+    prog: &'a StitchProgram,
+    slices: &'a [Option<SliceData>],
+    hosts: &'a dyn PureHosts,
+    em: &'a mut E,
+    mode: &'a PromotionMode<'a>,
+    budget: Budget,
+    memo: HashMap<(BlockId, KeyBits), E::Block>,
+    work: Vec<(BlockId, Vec<SVal>, E::Block)>,
+    sites: Vec<Site>,
+    site_index: HashMap<(BlockId, KeyBits), u32>,
+    blocks: usize,
+    ops: usize,
+    env_s: Vec<Option<SVal>>,
+    env_d: Vec<Option<E::Value>>,
+    /// The emitter's current block.
+    cur: Option<E::Block>,
+}
+
+fn internal<T>(m: impl Into<String>) -> Result<T, SpecError> {
+    Err(SpecError::Internal(m.into()))
+}
+
+impl<E: Emitter> Spec<'_, E> {
+    /// The specialized copy of `b` for static values `key`, created (and queued) if new.
+    fn copy_of(&mut self, b: BlockId, key: Vec<SVal>) -> Result<E::Block, SpecError> {
+        let bits: KeyBits = key.iter().map(SVal::key_bits).collect();
+        if let Some(&res) = self.memo.get(&(b, bits.clone())) {
+            return Ok(res);
+        }
+        self.blocks += 1;
+        if self.blocks > self.budget.max_blocks {
+            return Err(SpecError::BudgetExceeded {
+                what: "specialized blocks",
+                limit: self.budget.max_blocks,
+            });
+        }
+        let sb = &self.prog.blocks[b as usize];
+        let types: Vec<Type> = sb.dyn_inputs().iter().map(|&(_, t)| t).collect();
+        let res = self.em.create_block(&types);
+        self.memo.insert((b, bits), res);
+        self.work.push((b, key, res));
+        Ok(res)
+    }
+
+    fn switch_to(&mut self, b: E::Block) {
+        self.em.switch_to_block(b);
+        self.cur = Some(b);
+    }
+
+    fn get_s(&self, r: Reg) -> Result<SVal, SpecError> {
+        match self.env_s.get(r as usize).copied().flatten() {
+            Some(v) => Ok(v),
+            None => internal(format!("static register {r} read before it was set")),
+        }
+    }
+
+    fn get_c(&self, r: Reg) -> Result<Const, SpecError> {
+        match self.get_s(r)? {
+            SVal::Scalar(c) => Ok(c),
+            SVal::Slice(_) => internal(format!("register {r} holds a slice")),
+        }
+    }
+
+    fn operand(&mut self, o: Operand) -> Result<E::Value, SpecError> {
+        match o {
+            Operand::Dyn(r) => match self.env_d.get(r as usize).copied().flatten() {
+                Some(v) => Ok(v),
+                None => internal(format!("dynamic variable {r} read before it was set")),
+            },
+            Operand::Static(r) => Ok(match self.get_s(r)? {
+                SVal::Scalar(c) => self.em.constant(c),
+                SVal::Slice(k) => {
+                    let ty = self.prog.param_types.get(k as usize).copied();
+                    match ty {
+                        Some(ty) => self.em.static_slice(k, ty),
+                        None => return internal(format!("static slice {k} is not a parameter")),
+                    }
+                }
+            }),
+        }
+    }
+
+    /// Specializes block `b` for `key` into the emitter's block `res`.
+    fn stitch(&mut self, b: BlockId, key: &[SVal], res: E::Block) -> Result<(), SpecError> {
+        let prog = self.prog;
+        let sb = &prog.blocks[b as usize];
+        for slot in self.env_s.iter_mut() {
+            *slot = None;
+        }
+        for slot in self.env_d.iter_mut() {
+            *slot = None;
+        }
+        let regs = sb.key_regs();
+        if regs.len() != key.len() {
+            return internal(format!(
+                "{}: key of {} values for {} registers",
+                sb.name,
+                key.len(),
+                regs.len()
+            ));
+        }
+        for (&r, &v) in regs.iter().zip(key) {
+            self.env_s[r as usize] = Some(v);
+        }
+        self.switch_to(res);
+        let params = self.em.block_params(res);
+        for ((r, _), v) in sb.dyn_inputs().into_iter().zip(params) {
+            self.env_d[r as usize] = Some(v);
+        }
+        for op in &sb.ops {
+            self.ops += 1;
+            if self.ops > self.budget.max_ops {
+                return Err(SpecError::BudgetExceeded {
+                    what: "operations",
+                    limit: self.budget.max_ops,
+                });
+            }
+            match op {
+                Op::Setup { dst, op, loc } => match self.setup(op)? {
+                    Ok(v) => self.env_s[*dst as usize] = Some(v),
+                    Err(()) => {
+                        self.emit_fault(op, *loc)?;
+                        return Ok(());
+                    }
+                },
+                Op::Emit { dst, op, args, loc } => {
+                    let vals = args
+                        .iter()
+                        .map(|&a| self.operand(a))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let r = self.em.op(op, &vals, *loc);
+                    if let (Some(d), Some(r)) = (dst, r) {
+                        self.env_d[*d as usize] = Some(r);
+                    }
+                }
+                Op::Lift { dst, src } => {
+                    let v = self.operand(*src)?;
+                    self.env_d[*dst as usize] = Some(v);
+                }
+            }
+        }
+        match &sb.term {
+            Term::Jump(e) => {
+                if let Some((t, args)) = self.edge(e)? {
+                    self.em.jump(t, &args);
+                }
+            }
+            Term::Branch {
+                cond,
+                then_edge,
+                else_edge,
+            } => match cond {
+                Operand::Static(r) => {
+                    let taken = match self.get_c(*r)? {
+                        Const::Bool(b) => b,
+                        c => return internal(format!("branch on {c:?}")),
+                    };
+                    let e = if taken { then_edge } else { else_edge };
+                    if let Some((t, args)) = self.edge(e)? {
+                        self.em.jump(t, &args);
+                    }
+                }
+                Operand::Dyn(_) => {
+                    let c = self.operand(*cond)?;
+                    let (t1, a1) = self.edge_block(then_edge)?;
+                    let (t2, a2) = self.edge_block(else_edge)?;
+                    self.em.brif(c, (t1, &a1), (t2, &a2));
+                }
+            },
+            Term::Switch {
+                arg,
+                cases,
+                default,
+            } => match arg {
+                Operand::Static(r) => {
+                    let k = match self.get_c(*r)? {
+                        Const::Int(_, k) => k,
+                        c => return internal(format!("switch on {c:?}")),
+                    };
+                    let e = cases
+                        .iter()
+                        .find(|(c, _)| *c == k)
+                        .map(|(_, e)| e)
+                        .unwrap_or(default);
+                    if let Some((t, args)) = self.edge(e)? {
+                        self.em.jump(t, &args);
+                    }
+                }
+                Operand::Dyn(_) => {
+                    let a = self.operand(*arg)?;
+                    let mut cs = Vec::new();
+                    for (k, e) in cases {
+                        let (t, args) = self.edge_block(e)?;
+                        cs.push((*k, t, args));
+                    }
+                    let (d, dargs) = self.edge_block(default)?;
+                    self.em.switch(a, &cs, (d, &dargs));
+                }
+            },
+            Term::Return(v) => {
+                let v = match v {
+                    Some(o) => Some(self.operand(*o)?),
+                    None => None,
+                };
+                self.em.ret(v);
+            }
+            Term::Trap(loc) => self.em.trap(*loc),
+        }
+        Ok(())
+    }
+
+    /// Runs one setup operation: the static value, or `Err(())` if it faults.
+    fn setup(&mut self, op: &SetupOp) -> Result<Result<SVal, ()>, SpecError> {
+        let fault = |f: Fault| match f {
+            Fault::DivisionByZero => Ok(Err(())),
+            Fault::IllTyped => internal("ill-typed setup operation"),
+        };
+        let c = |v: Const| Ok(Ok(SVal::Scalar(v)));
+        match op {
+            SetupOp::Const(k) => c(*k),
+            SetupOp::Copy(r) => Ok(Ok(self.get_s(*r)?)),
+            SetupOp::Unary(o, a) => match semantics::unary(*o, self.get_c(*a)?) {
+                Ok(v) => c(v),
+                Err(f) => fault(f),
+            },
+            SetupOp::Binary(o, a, b) => {
+                match semantics::binary(*o, self.get_c(*a)?, self.get_c(*b)?) {
+                    Ok(v) => c(v),
+                    Err(f) => fault(f),
+                }
+            }
+            SetupOp::Cmp(o, a, b) => match semantics::cmp(*o, self.get_c(*a)?, self.get_c(*b)?) {
+                Ok(v) => c(Const::Bool(v)),
+                Err(f) => fault(f),
+            },
+            SetupOp::Select(cond, a, b) => {
+                let pick = matches!(self.get_c(*cond)?, Const::Bool(true));
+                Ok(Ok(self.get_s(if pick { *a } else { *b })?))
+            }
+            SetupOp::Cast(t, a) => c(semantics::cast(*t, self.get_c(*a)?)),
+            SetupOp::Len(s) => {
+                let data = self.slice(*s)?;
+                c(Const::Int(Scalar::I64, data.data.len() as u64))
+            }
+            SetupOp::StaticLoad(s, i) => {
+                let idx = match semantics::int_value(self.get_c(*i)?) {
+                    Some(x) => x,
+                    None => return internal("non-integer index"),
+                };
+                let data = self.slice(*s)?;
+                match usize::try_from(idx).ok().and_then(|k| data.data.get(k)) {
+                    Some(&v) => c(v),
+                    None => Ok(Err(())),
+                }
+            }
+            SetupOp::CallPure { host, args, .. } => {
+                let vals = args
+                    .iter()
+                    .map(|&a| self.get_c(a))
+                    .collect::<Result<Vec<_>, _>>()?;
+                match self.hosts.call(*host, &vals) {
+                    Ok(Some(v)) => c(v),
+                    Ok(None) => internal("a static call without a result"),
+                    Err(_) => Ok(Err(())),
+                }
+            }
+        }
+    }
+
+    /// Emits a setup operation that faults as a dynamic operation on its static operands,
+    /// so that the fault happens (with its kind and details) when the code runs, and ends
+    /// the block, which cannot go on.
+    fn emit_fault(&mut self, op: &SetupOp, loc: SrcLoc) -> Result<(), SpecError> {
+        let (top, regs) = match op {
+            SetupOp::Binary(o, a, b) => (TOp::Binary(*o), vec![*a, *b]),
+            SetupOp::StaticLoad(s, i) => (TOp::Load, vec![*s, *i]),
+            SetupOp::CallPure { callee, args, .. } => {
+                let ret = match self.prog.callees.get(*callee as usize) {
+                    Some(CalleeDecl::Host { index }) => {
+                        self.prog.hosts.get(*index as usize).and_then(|h| h.ret)
+                    }
+                    _ => return internal("a static call of a non-host"),
+                };
+                (
+                    TOp::Call {
+                        callee: *callee,
+                        ret,
+                    },
+                    args.clone(),
+                )
+            }
+            _ => return internal("a setup operation that cannot fault faulted"),
+        };
+        let args = regs
+            .into_iter()
+            .map(|r| self.operand(Operand::Static(r)))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.em.op(&top, &args, loc);
+        self.em.trap(loc);
+        Ok(())
+    }
+
+    fn slice(&self, r: Reg) -> Result<&SliceData, SpecError> {
+        match self.get_s(r)? {
+            SVal::Slice(k) => match self.slices.get(k as usize).and_then(Option::as_ref) {
+                Some(d) => Ok(d),
+                None => internal(format!("no contents for static slice {k}")),
+            },
+            SVal::Scalar(_) => internal(format!("register {r} is not a slice")),
+        }
+    }
+
+    /// The static key and dynamic arguments of an edge's target; static arguments of
+    /// dynamic parameters are emitted as constants in the current block.
+    fn target_inputs(&mut self, e: &Edge) -> Result<Inputs<E::Value>, SpecError> {
+        let tb = &self.prog.blocks[e.block as usize];
+        if tb.params.len() != e.args.len() {
+            return internal(format!(
+                "edge to {} with {} arguments",
+                tb.name,
+                e.args.len()
+            ));
+        }
+        let mut inputs = Inputs {
+            params: Vec::new(),
+            live: Vec::new(),
+            args: Vec::new(),
+        };
+        for (p, &a) in tb.params.iter().zip(&e.args) {
+            match (p, a) {
+                (Param::Static(_), Operand::Static(r)) => inputs.params.push(self.get_s(r)?),
+                (Param::Static(_), Operand::Dyn(_)) => {
+                    return internal(format!(
+                        "dynamic argument for a static parameter of {}",
+                        tb.name
+                    ))
+                }
+                (Param::Dyn(..), a) => inputs.args.push(self.operand(a)?),
+            }
+        }
+        for &r in &tb.static_live_in {
+            inputs.live.push(self.get_s(r)?);
+        }
+        for &(r, _) in &tb.dyn_live_in {
+            inputs.args.push(self.operand(Operand::Dyn(r))?);
+        }
+        Ok(inputs)
+    }
+
+    /// The copy an edge leads to and its arguments, for a branch from the current block.
+    /// An edge into a promotion block gets a dispatch block of its own.
+    fn edge_block(&mut self, e: &Edge) -> Result<Target<E>, SpecError> {
+        let inputs = self.target_inputs(e)?;
+        if self.prog.blocks[e.block as usize].promote.is_empty() {
+            let mut key = inputs.params;
+            key.extend(inputs.live);
+            return Ok((self.copy_of(e.block, key)?, inputs.args));
+        }
+        let types: Vec<Type> = self.prog.blocks[e.block as usize]
+            .dyn_inputs()
+            .iter()
+            .map(|&(_, t)| t)
+            .collect();
+        let here = self.cur.expect("a current block");
+        let stub = self.em.create_block(&types);
+        self.switch_to(stub);
+        let stub_args = self.em.block_params(stub);
+        self.promotion(e.block, inputs.params, inputs.live, &stub_args)?;
+        self.switch_to(here);
+        Ok((stub, inputs.args))
+    }
+
+    /// Ends the current block along `e`: returns the target and arguments of a plain jump,
+    /// or `None` when a promotion dispatch was emitted instead.
+    fn edge(&mut self, e: &Edge) -> Result<Option<Target<E>>, SpecError> {
+        if self.prog.blocks[e.block as usize].promote.is_empty() {
+            return Ok(Some(self.edge_block(e)?));
+        }
+        let inputs = self.target_inputs(e)?;
+        self.promotion(e.block, inputs.params, inputs.live, &inputs.args)?;
+        Ok(None)
+    }
+
+    /// Emits the dispatch into promotion block `b`, in the current block; `inputs` are
+    /// the values of `b`'s dynamic inputs.
+    fn promotion(
+        &mut self,
+        b: BlockId,
+        params_s: Vec<SVal>,
+        live_s: Vec<SVal>,
+        inputs: &[E::Value],
+    ) -> Result<(), SpecError> {
+        let tb = &self.prog.blocks[b as usize];
+        let order: Vec<Reg> = tb.dyn_inputs().iter().map(|&(r, _)| r).collect();
+        let promoted: Vec<E::Value> = tb
+            .promote
+            .iter()
+            .map(|&(src, _)| match order.iter().position(|&r| r == src) {
+                Some(k) => Ok(inputs[k]),
+                None => internal(format!(
+                    "promoted variable {src} is not an input of {}",
+                    tb.name
+                )),
+            })
+            .collect::<Result<_, _>>()?;
+        let site = Site {
+            block: b,
+            params: params_s,
+            live: live_s,
+        };
+        let bits: KeyBits = site
+            .params
+            .iter()
+            .chain(&site.live)
+            .map(SVal::key_bits)
+            .collect();
+        let id = match self.site_index.get(&(b, bits.clone())) {
+            Some(&id) => id,
+            None => {
+                let id = self.sites.len() as u32;
+                self.sites.push(site.clone());
+                self.site_index.insert((b, bits), id);
+                id
+            }
+        };
+        match self.mode {
+            PromotionMode::Units => self.em.promote(id, &promoted, inputs),
+            PromotionMode::Inline(known) => {
+                // A chain of tests, one per known tuple of promoted values.
+                for values in known(&site) {
+                    if values.len() != promoted.len() {
+                        return internal("known promoted values of the wrong arity");
+                    }
+                    let target = self.copy_of(b, site.key(&values))?;
+                    let mut cond = None;
+                    for (&v, &k) in promoted.iter().zip(&values) {
+                        let kv = self.em.constant(k);
+                        let eq = self
+                            .em
+                            .op(
+                                &TOp::Cmp(dyc_templates::ops::CmpOp::Eq),
+                                &[v, kv],
+                                SrcLoc::default(),
+                            )
+                            .expect("cmp has a result");
+                        cond = Some(match cond {
+                            None => eq,
+                            Some(c) => self
+                                .em
+                                .op(
+                                    &TOp::Binary(dyc_templates::ops::BinaryOp::And),
+                                    &[c, eq],
+                                    SrcLoc::default(),
+                                )
+                                .expect("and has a result"),
+                        });
+                    }
+                    let next = self.em.create_block(&[]);
+                    let cond = cond.expect("at least one promoted value");
+                    self.em.brif(cond, (target, inputs), (next, &[]));
+                    self.switch_to(next);
+                }
+                self.em.promote_miss(id, &promoted);
+            }
+        }
+        Ok(())
+    }
+}

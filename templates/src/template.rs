@@ -1,0 +1,101 @@
+//! The template format and the [`Emitter`] trait.
+//!
+//! A **template** is the dynamic part of one block of a region: a sequence of [`TOp`]s
+//! whose operands are dynamic values, or **holes** that the stitcher fills with static
+//! values (constants, static slices). The stitcher instantiates templates by calling an
+//! [`Emitter`], the abstract sink of specialized code: one emitter builds residual IR (in
+//! `dyc`, so a specialization can be run by the reference interpreter), another builds
+//! Cranelift IR.
+
+use crate::ops::{BinaryOp, CmpOp, Const, UnaryOp};
+use crate::types::{Scalar, SrcLoc, Type};
+
+/// A dynamic operation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TOp {
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Cmp(CmpOp),
+    /// `select c, a, b`.
+    Select,
+    Cast(Scalar),
+    /// The length of a slice, as `i64`.
+    Len,
+    /// Bounds-checked read `s[i]` (operands: slice, index).
+    Load,
+    /// Bounds-checked write `s[i] = v` (operands: slice, index, value).
+    Store,
+    /// A call: `callee` indexes the program's callee table.
+    Call {
+        callee: u32,
+        ret: Option<Type>,
+    },
+}
+
+impl TOp {
+    /// Whether the operation can fault at run time (and so needs its source position).
+    pub fn can_fault(&self) -> bool {
+        matches!(
+            self,
+            TOp::Binary(BinaryOp::Div | BinaryOp::Rem) | TOp::Load | TOp::Store | TOp::Call { .. }
+        )
+    }
+}
+
+/// The kind of a runtime fault that specialized code reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FaultKind {
+    OutOfBounds,
+    DivisionByZero,
+    Trap,
+    CallDepthExceeded,
+    FuelExhausted,
+    Host,
+}
+
+/// A case of a [`Emitter::switch`]: value, target block, arguments.
+pub type Case<E> = (u64, <E as Emitter>::Block, Vec<<E as Emitter>::Value>);
+
+/// The sink of specialized code.
+///
+/// Blocks are created with their parameter types and filled one at a time after
+/// [`Emitter::switch_to_block`]; every block ends with exactly one terminator (`jump`,
+/// `brif`, `switch`, `ret`, `trap`, `promote`).
+pub trait Emitter {
+    type Value: Copy + std::fmt::Debug;
+    type Block: Copy + Eq + std::fmt::Debug;
+
+    fn create_block(&mut self, params: &[Type]) -> Self::Block;
+    fn block_params(&self, b: Self::Block) -> Vec<Self::Value>;
+    fn switch_to_block(&mut self, b: Self::Block);
+
+    /// A hole filled with a constant.
+    fn constant(&mut self, c: Const) -> Self::Value;
+    /// A hole filled with static slice `id` (a key parameter of the region), of type `ty`.
+    fn static_slice(&mut self, id: u32, ty: Type) -> Self::Value;
+    /// A dynamic operation; `None` for operations without a result.
+    fn op(&mut self, op: &TOp, args: &[Self::Value], loc: SrcLoc) -> Option<Self::Value>;
+
+    fn jump(&mut self, dest: Self::Block, args: &[Self::Value]);
+    fn brif(
+        &mut self,
+        cond: Self::Value,
+        then_dest: (Self::Block, &[Self::Value]),
+        else_dest: (Self::Block, &[Self::Value]),
+    );
+    /// `cases` are `(value, block, arguments)`; values are canonical bits of `arg`'s type.
+    fn switch(
+        &mut self,
+        arg: Self::Value,
+        cases: &[Case<Self>],
+        default: (Self::Block, &[Self::Value]),
+    );
+    fn ret(&mut self, value: Option<Self::Value>);
+    /// An explicit `trap`, raised if the code gets here.
+    fn trap(&mut self, loc: SrcLoc);
+    /// Leaves the unit at promotion site `site`: the runtime looks the `promoted` values up,
+    /// stitching the continuation on a miss, and continues there with `live`.
+    fn promote(&mut self, site: u32, promoted: &[Self::Value], live: &[Self::Value]);
+    /// A promotion miss in inline mode: reports `site` and the `promoted` values and stops.
+    fn promote_miss(&mut self, site: u32, promoted: &[Self::Value]);
+}
