@@ -457,3 +457,86 @@ pub fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gen::{cases, func, Rng};
+    use crate::interp::Memory;
+
+    /// Random valid programs with annotations: the residual code of every specialization
+    /// agrees with the interpreter on the original, on results, errors (kind and source
+    /// position) and memory.
+    #[test]
+    fn residual_code_agrees_with_the_interpreter_on_random_programs() {
+        let (mut compared, mut keyed, mut promoted) = (0, 0, 0);
+        for seed in 0..cases(1000) {
+            let mut rng = Rng::new(seed);
+            let m = func::module(&mut rng, &func::Config::default());
+            for (id, f) in m.funcs.iter() {
+                let mut mem = Memory::default();
+                let args = crate::gen::tests::random_args(&mut rng, &f.sig.params, &mut mem);
+                let mut mem2 = mem.clone();
+                let mut interp = Interpreter::new(&m);
+                interp.hosts = func::hosts();
+                interp.fuel = 20_000;
+                interp.max_depth = 50;
+                let expected = interp.call(id, &args, &mut mem);
+                if matches!(&expected, Err(e) if matches!(e.kind, ErrorKind::FuelExhausted | ErrorKind::CallDepthExceeded))
+                {
+                    continue;
+                }
+                let mut hosts = func::hosts();
+                let budget = Budget {
+                    max_blocks: 300,
+                    max_ops: 20_000,
+                };
+                let got = run(&m, id, &args, &mut mem2, &mut hosts, 200_000, budget);
+                let got = match got {
+                    Ok(r) => {
+                        promoted += (r.restarts > 0) as usize;
+                        Ok(r.result)
+                    }
+                    Err(ResidualError::Runtime(e)) => Err(e),
+                    // Annotations the analysis refuses, or loops a user annotation unrolls
+                    // without bound: no code to compare.
+                    Err(ResidualError::Spec(_)) => continue,
+                };
+                if !crate::bta::analyze(&m, f, crate::bta::Mode::Specialize)
+                    .key_params
+                    .is_empty()
+                {
+                    keyed += 1;
+                }
+                compared += 1;
+                // Compared through `Debug`, which tells NaNs apart from nothing but keeps -0.0.
+                let same_mem = format!("{mem:?}") == format!("{mem2:?}");
+                let same = match (&expected, &got) {
+                    (Ok(a), Ok(b)) => format!("{a:?}") == format!("{b:?}") && same_mem,
+                    (Err(a), Err(b)) => {
+                        std::mem::discriminant(&a.kind) == std::mem::discriminant(&b.kind)
+                            && a.loc == b.loc
+                            && same_mem
+                    }
+                    _ => false,
+                };
+                assert!(
+                    same,
+                    "seed {seed}, {}: interpreter {expected:?}, residual {got:?}\n{}",
+                    f.name,
+                    crate::ir::printer::print_module(&m)
+                );
+            }
+        }
+        let total = cases(1000) as usize;
+        assert!(compared >= total, "only {compared} functions compared");
+        assert!(
+            keyed * 10 >= total,
+            "only {keyed} functions had key parameters"
+        );
+        assert!(
+            promoted * 20 >= total,
+            "only {promoted} functions were promoted into"
+        );
+    }
+}

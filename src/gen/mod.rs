@@ -59,4 +59,4 @@ pub fn cases(default: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests;
+pub mod tests;

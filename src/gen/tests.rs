@@ -304,7 +304,7 @@ fn liveness_matches_path_definition() {
 }
 
 /// Random arguments for a signature: small integers, a few floats, short slices.
-pub(crate) fn random_args(rng: &mut Rng, params: &[Type], mem: &mut Memory) -> Vec<Val> {
+pub fn random_args(rng: &mut Rng, params: &[Type], mem: &mut Memory) -> Vec<Val> {
     params
         .iter()
         .map(|&p| match p {
