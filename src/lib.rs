@@ -6,6 +6,7 @@
 //! ([`analysis`]). See `docs/ARCHITECTURE.md` for the pipeline and the code map.
 
 pub mod analysis;
+pub mod api;
 pub mod bta;
 pub mod ge;
 #[cfg(any(test, feature = "gen"))]
@@ -16,3 +17,7 @@ pub mod lang;
 pub mod residual;
 pub mod semantics;
 pub mod verifier;
+
+pub use api::{Arg, Error, Program, Region, Specialized};
+pub use dyc_stitcher::runtime::{RunError, RuntimeOptions};
+pub use ir::Const;

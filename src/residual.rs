@@ -490,6 +490,7 @@ mod tests {
                 let budget = Budget {
                     max_blocks: 300,
                     max_ops: 20_000,
+                    max_units: 100,
                 };
                 let got = run(&m, id, &args, &mut mem2, &mut hosts, 200_000, budget);
                 let got = match got {

@@ -16,6 +16,7 @@
 
 pub mod jit;
 pub mod program;
+pub mod runtime;
 pub mod specialize;
 
 pub use dyc_templates;

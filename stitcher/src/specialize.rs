@@ -81,14 +81,18 @@ pub struct Budget {
     pub max_blocks: usize,
     /// Setup and template operations processed.
     pub max_ops: usize,
+    /// Units (lazily stitched promotion continuations) of one specialization.
+    pub max_units: usize,
 }
 
 impl Default for Budget {
-    /// 20,000 block copies and 1,000,000 operations per unit.
+    /// 20,000 block copies and 1,000,000 operations per unit; 10,000 units per
+    /// specialization.
     fn default() -> Budget {
         Budget {
             max_blocks: 20_000,
             max_ops: 1_000_000,
+            max_units: 10_000,
         }
     }
 }
@@ -191,7 +195,7 @@ pub fn specialize<E: Emitter>(
         ops: 0,
         env_s: vec![None; prog.num_regs as usize],
         env_d: vec![None; prog.num_regs as usize],
-        cur: None,
+        stubs: Vec::new(),
     };
     let entry = s.copy_of(start, key.to_vec())?;
     while let Some((b, key, res)) = s.work.pop() {
@@ -232,9 +236,12 @@ struct Spec<'a, E: Emitter> {
     ops: usize,
     env_s: Vec<Option<SVal>>,
     env_d: Vec<Option<E::Value>>,
-    /// The emitter's current block.
-    cur: Option<E::Block>,
+    /// Dispatch blocks for promotion edges of dynamic branches, filled after the current
+    /// block: (block, promotion block, static parameters, static live-ins).
+    stubs: Vec<Stub<E::Block>>,
 }
+
+type Stub<B> = (B, BlockId, Vec<SVal>, Vec<SVal>);
 
 fn internal<T>(m: impl Into<String>) -> Result<T, SpecError> {
     Err(SpecError::Internal(m.into()))
@@ -264,7 +271,6 @@ impl<E: Emitter> Spec<'_, E> {
 
     fn switch_to(&mut self, b: E::Block) {
         self.em.switch_to_block(b);
-        self.cur = Some(b);
     }
 
     fn get_s(&self, r: Reg) -> Result<SVal, SpecError> {
@@ -426,6 +432,11 @@ impl<E: Emitter> Spec<'_, E> {
             }
             Term::Trap(loc) => self.em.trap(*loc),
         }
+        for (stub, b, params, live) in std::mem::take(&mut self.stubs) {
+            self.switch_to(stub);
+            let args = self.em.block_params(stub);
+            self.promotion(b, params, live, &args)?;
+        }
         Ok(())
     }
 
@@ -581,12 +592,9 @@ impl<E: Emitter> Spec<'_, E> {
             .iter()
             .map(|&(_, t)| t)
             .collect();
-        let here = self.cur.expect("a current block");
+        // Filled once the current block is finished (emitters fill one block at a time).
         let stub = self.em.create_block(&types);
-        self.switch_to(stub);
-        let stub_args = self.em.block_params(stub);
-        self.promotion(e.block, inputs.params, inputs.live, &stub_args)?;
-        self.switch_to(here);
+        self.stubs.push((stub, e.block, inputs.params, inputs.live));
         Ok((stub, inputs.args))
     }
 

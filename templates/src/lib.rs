@@ -19,6 +19,7 @@
 //! (`dyc-stitcher`) consumes them.
 //!
 
+pub mod clif;
 pub mod ops;
 pub mod semantics;
 pub mod template;

@@ -99,3 +99,59 @@ impl Const {
         }
     }
 }
+
+impl Const {
+    /// The value as `i64`, for integer constants (the bits of unsigned ones).
+    pub fn as_i64(self) -> Option<i64> {
+        match self {
+            Const::Int(_, x) => Some(x as i64),
+            _ => None,
+        }
+    }
+
+    /// The value as `u64`, for integer constants.
+    pub fn as_u64(self) -> Option<u64> {
+        match self {
+            Const::Int(_, x) => Some(x),
+            _ => None,
+        }
+    }
+
+    pub fn as_f64(self) -> Option<f64> {
+        match self {
+            Const::F64(x) => Some(x),
+            _ => None,
+        }
+    }
+
+    pub fn as_bool(self) -> Option<bool> {
+        match self {
+            Const::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+macro_rules! const_from {
+    ($($t:ty => $s:ident),*) => {$(
+        impl From<$t> for Const {
+            fn from(x: $t) -> Const {
+                Const::Int(Scalar::$s, crate::semantics::canon(Scalar::$s, x as u64))
+            }
+        }
+    )*};
+}
+
+const_from!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32, u64 => U64);
+
+impl From<f64> for Const {
+    fn from(x: f64) -> Const {
+        Const::F64(x)
+    }
+}
+
+impl From<bool> for Const {
+    fn from(x: bool) -> Const {
+        Const::Bool(x)
+    }
+}

@@ -1,0 +1,430 @@
+//! The public API: compile a module from source, take a region, specialize it on its
+//! run-time constants, and call the specialized code.
+//!
+//! ```
+//! use dyc::{Arg, Program};
+//!
+//! let program = Program::compile(r#"
+//!     fn dot(w: [i64], v: [i64]) -> i64 {
+//!         make_static(w);
+//!         var sum = 0;
+//!         var i = 0;
+//!         while i < len(w) {
+//!             let c = w@[i];
+//!             if c != 0 { sum = sum + c * v[i]; }
+//!             i += 1;
+//!         }
+//!         return sum;
+//!     }
+//! "#).unwrap();
+//! let dot = program.region("dot").unwrap();
+//!
+//! // Specialize on the static weights, then call with the dynamic vector only.
+//! let weights = [2i64, 0, 3];
+//! let spec = dot.specialize(&[Arg::from(&weights[..])]).unwrap();
+//! let v = [10i64, 20, 30];
+//! assert_eq!(spec.call(&mut [Arg::from(&v[..])]).unwrap().unwrap().as_i64(), Some(110));
+//!
+//! // Or call with all arguments: the specialization is looked up in the region's cache.
+//! let r = dot.call(&mut [Arg::from(&weights[..]), Arg::from(&v[..])]).unwrap();
+//! assert_eq!(r.unwrap().as_i64(), Some(110));
+//! ```
+//!
+//! Runtime faults come back as errors with their kind and source position:
+//!
+//! ```
+//! use dyc::{Arg, Error, Program};
+//!
+//! let program = Program::compile("fn at(xs: [i64], i: i64) -> i64 { return xs[i]; }").unwrap();
+//! let at = program.region("at").unwrap();
+//! let xs = [1i64, 2, 3];
+//! match at.call(&mut [Arg::from(&xs[..]), Arg::from(7i64)]) {
+//!     Err(Error::Run(e)) => assert_eq!(e.to_string(), "index 7 out of bounds for length 3 in fn at, line 1:42"),
+//!     other => panic!("{other:?}"),
+//! }
+//! ```
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use dyc_stitcher::program::StitchProgram;
+use dyc_stitcher::runtime::{
+    self, const_to_word, RunError, Runtime, RuntimeOptions, Specialization,
+};
+use dyc_stitcher::specialize::{SVal, SliceData};
+
+use crate::bta::Mode;
+use crate::ge::{self, GeneratingExtension};
+use crate::ir::{Const, FuncId, Module, Scalar, Type};
+use crate::lang::{self, Diagnostics};
+
+/// Everything that can go wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// The source does not compile.
+    Compile(Diagnostics),
+    /// The binding-time analysis refuses the region's annotations.
+    Analysis(String),
+    /// Specialization or code generation failed (a budget, for instance).
+    Specialize(String),
+    /// The code raised a runtime fault.
+    Run(RunError),
+    /// The arguments do not fit the region.
+    Arguments(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Compile(d) => write!(f, "{d}"),
+            Error::Analysis(m) => write!(f, "{m}"),
+            Error::Specialize(m) => write!(f, "{m}"),
+            Error::Run(e) => write!(f, "{e}"),
+            Error::Arguments(m) => write!(f, "bad arguments: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<runtime::RuntimeError> for Error {
+    fn from(e: runtime::RuntimeError) -> Error {
+        match e {
+            runtime::RuntimeError::Arguments(m) => Error::Arguments(m),
+            other => Error::Specialize(other.to_string()),
+        }
+    }
+}
+
+/// An argument: a scalar, or a slice borrowed from the caller (mutably for `[mut T]`
+/// parameters). Built with `From`: `Arg::from(5i64)`, `Arg::from(&v[..])`,
+/// `Arg::from(&mut v[..])`.
+#[derive(Debug)]
+pub enum Arg<'a> {
+    Scalar(Const),
+    Slice(SliceArg<'a>),
+}
+
+/// A slice argument; only `From` conversions of Rust slices make one.
+#[derive(Debug)]
+pub struct SliceArg<'a> {
+    elem: Scalar,
+    ptr: *const u8,
+    len: usize,
+    mutable: bool,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+macro_rules! arg_from {
+    ($($t:ty => $s:ident;)*) => {$(
+        impl<'a> From<$t> for Arg<'a> {
+            fn from(x: $t) -> Arg<'a> {
+                Arg::Scalar(Const::from(x))
+            }
+        }
+        impl<'a> From<&'a [$t]> for Arg<'a> {
+            fn from(x: &'a [$t]) -> Arg<'a> {
+                Arg::Slice(SliceArg { elem: Scalar::$s, ptr: x.as_ptr() as *const u8, len: x.len(), mutable: false, _borrow: PhantomData })
+            }
+        }
+        impl<'a> From<&'a mut [$t]> for Arg<'a> {
+            fn from(x: &'a mut [$t]) -> Arg<'a> {
+                Arg::Slice(SliceArg { elem: Scalar::$s, ptr: x.as_mut_ptr() as *const u8, len: x.len(), mutable: true, _borrow: PhantomData })
+            }
+        }
+    )*};
+}
+
+arg_from! {
+    i8 => I8; i16 => I16; i32 => I32; i64 => I64; u8 => U8; u16 => U16; u32 => U32; u64 => U64;
+    f64 => F64; bool => Bool;
+}
+
+impl SliceArg<'_> {
+    /// The elements, read as constants.
+    fn contents(&self) -> Vec<Const> {
+        let size = dyc_templates::clif::elem_size(self.elem) as usize;
+        // SAFETY: `ptr` and `len` come from a live Rust slice of `elem`'s type (the `From`
+        // conversions), borrowed for `'a`, so `len * size` bytes are readable.
+        let bytes = unsafe { std::slice::from_raw_parts(self.ptr, self.len * size) };
+        bytes
+            .chunks(size)
+            .map(|c| {
+                let mut w = [0u8; 8];
+                w[..size].copy_from_slice(c);
+                runtime::word_to_const(u64::from_le_bytes(w), self.elem)
+            })
+            .collect()
+    }
+}
+
+/// Checks that `arg` fits a parameter of type `ty`.
+fn check(arg: &Arg, ty: Type, k: usize) -> Result<(), Error> {
+    let ok = match (arg, ty) {
+        (Arg::Scalar(c), Type::Scalar(s)) => c.ty() == s,
+        (Arg::Slice(s), Type::Slice { elem, mutable }) => s.elem == elem && (s.mutable || !mutable),
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Arguments(format!(
+            "argument {k} does not fit a parameter of type {ty}"
+        )))
+    }
+}
+
+/// A compiled module, with the runtime that specializes its regions.
+#[derive(Clone)]
+pub struct Program {
+    inner: Arc<ProgramInner>,
+}
+
+struct ProgramInner {
+    module: Module,
+    runtime: Runtime,
+}
+
+impl Program {
+    /// Compiles region source with the default options.
+    pub fn compile(source: &str) -> Result<Program, Error> {
+        Program::compile_with("<source>", source, RuntimeOptions::default())
+    }
+
+    /// Compiles region source named `file` (in diagnostics) with runtime options.
+    pub fn compile_with(file: &str, source: &str, opts: RuntimeOptions) -> Result<Program, Error> {
+        let module = lang::compile(file, source).map_err(Error::Compile)?;
+        Program::from_module(module, opts)
+    }
+
+    /// A program from an already verified module.
+    pub fn from_module(module: Module, opts: RuntimeOptions) -> Result<Program, Error> {
+        let mut generic = Vec::new();
+        for id in module.funcs.keys() {
+            let g =
+                ge::build(&module, id, Mode::Generic).map_err(|e| Error::Analysis(messages(&e)))?;
+            generic.push(g.program);
+        }
+        let runtime = Runtime::new(generic, opts)?;
+        Ok(Program {
+            inner: Arc::new(ProgramInner { module, runtime }),
+        })
+    }
+
+    pub fn module(&self) -> &Module {
+        &self.inner.module
+    }
+
+    /// Provides host function `name`, which the source declares with `extern fn`.
+    pub fn register_host(
+        &self,
+        name: &str,
+        f: impl Fn(&[Const]) -> Result<Option<Const>, String> + Send + Sync + 'static,
+    ) -> Result<(), Error> {
+        Ok(self.inner.runtime.register_host(name, Arc::new(f))?)
+    }
+
+    /// The region (function) `name`.
+    pub fn region(&self, name: &str) -> Result<Region, Error> {
+        let m = &self.inner.module;
+        let id = m
+            .func_by_name(name)
+            .ok_or_else(|| Error::Arguments(format!("no function `{name}`")))?;
+        let ge = ge::build(m, id, Mode::Specialize).map_err(|e| Error::Analysis(messages(&e)))?;
+        if m.funcs[id].sig.ret.is_some_and(|t| t.is_slice()) {
+            return Err(Error::Analysis(format!(
+                "`{name}` returns a slice, which compiled code cannot"
+            )));
+        }
+        Ok(Region {
+            program: self.clone(),
+            id,
+            program_ge: Arc::new(ge),
+            cache: Arc::new(DashMap::new()),
+        })
+    }
+}
+
+fn messages(e: &[crate::bta::BtaError]) -> String {
+    e.iter()
+        .map(|e| e.message.clone())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A region of a program: a function whose `make_static` annotations at entry name its
+/// run-time constants (the **key parameters**).
+#[derive(Clone)]
+pub struct Region {
+    program: Program,
+    id: FuncId,
+    program_ge: Arc<GeneratingExtension>,
+    /// Specializations by their key (`cache_all`).
+    cache: Arc<DashMap<Vec<u64>, Arc<Specialized>>>,
+}
+
+impl Region {
+    /// Positions of the parameters that are run-time constants.
+    pub fn key_params(&self) -> &[usize] {
+        &self.program_ge.program.key_params
+    }
+
+    /// The generating extension (stitch program and analysis) of the region.
+    pub fn generating_extension(&self) -> &GeneratingExtension {
+        &self.program_ge
+    }
+
+    fn params(&self) -> &[Type] {
+        &self.program.inner.module.funcs[self.id].sig.params
+    }
+
+    /// Specializes the region on the values of its key parameters, given in order.
+    pub fn specialize(&self, key_args: &[Arg]) -> Result<Specialized, Error> {
+        let keys = self.key_params().to_vec();
+        if key_args.len() != keys.len() {
+            return Err(Error::Arguments(format!(
+                "{} run-time constants expected, {} given",
+                keys.len(),
+                key_args.len()
+            )));
+        }
+        let params = self.params().to_vec();
+        let mut key = Vec::new();
+        let mut slices: Vec<Option<SliceData>> = vec![None; params.len()];
+        for (a, &k) in key_args.iter().zip(&keys) {
+            check(a, params[k], k)?;
+            match a {
+                Arg::Scalar(c) => key.push(SVal::Scalar(*c)),
+                Arg::Slice(s) => {
+                    slices[k] = Some(SliceData {
+                        elem: s.elem,
+                        data: s.contents(),
+                    });
+                    key.push(SVal::Slice(k as u32));
+                }
+            }
+        }
+        let prog: Arc<StitchProgram> = Arc::new(self.program_ge.program.clone());
+        let spec = self.program.inner.runtime.specialize(prog, key, slices)?;
+        let dynamic: Vec<usize> = (0..params.len()).filter(|k| !keys.contains(k)).collect();
+        Ok(Specialized {
+            spec,
+            params: dynamic.iter().map(|&k| params[k]).collect(),
+        })
+    }
+
+    /// The region compiled without specialization (its generic code).
+    pub fn generic(&self) -> Result<Specialized, Error> {
+        let spec = self
+            .program
+            .inner
+            .runtime
+            .generic(self.id.as_u32() as usize)?;
+        Ok(Specialized {
+            spec,
+            params: self.params().to_vec(),
+        })
+    }
+
+    /// Calls the region with all its arguments: the specialization for the key arguments'
+    /// values is taken from the cache, or made and cached.
+    pub fn call(&self, args: &mut [Arg]) -> Result<Option<Const>, Error> {
+        let params = self.params().to_vec();
+        if args.len() != params.len() {
+            return Err(Error::Arguments(format!(
+                "{} arguments expected, {} given",
+                params.len(),
+                args.len()
+            )));
+        }
+        let keys = self.key_params().to_vec();
+        let mut key_words = Vec::new();
+        for &k in &keys {
+            check(&args[k], params[k], k)?;
+            match &args[k] {
+                Arg::Scalar(c) => key_words.push(const_to_word(*c)),
+                Arg::Slice(s) => {
+                    key_words.push(s.len as u64);
+                    key_words.extend(s.contents().into_iter().map(const_to_word));
+                }
+            }
+        }
+        let spec = match self.cache.get(&key_words) {
+            Some(s) => s.clone(),
+            None => {
+                let key_args: Vec<Arg> = keys.iter().map(|&k| reborrow(&args[k])).collect();
+                let s = Arc::new(self.specialize(&key_args)?);
+                self.cache.entry(key_words).or_insert(s).clone()
+            }
+        };
+        let mut dynamic: Vec<Arg> = (0..args.len())
+            .filter(|k| !keys.contains(k))
+            .map(|k| reborrow(&args[k]))
+            .collect();
+        spec.call(&mut dynamic)
+    }
+
+    /// Number of cached specializations.
+    pub fn cached(&self) -> usize {
+        self.cache.len()
+    }
+}
+
+/// A shallow copy of an argument for an inner call (the original stays borrowed).
+fn reborrow<'b>(a: &'b Arg) -> Arg<'b> {
+    match a {
+        Arg::Scalar(c) => Arg::Scalar(*c),
+        Arg::Slice(s) => Arg::Slice(SliceArg {
+            elem: s.elem,
+            ptr: s.ptr,
+            len: s.len,
+            mutable: s.mutable,
+            _borrow: PhantomData,
+        }),
+    }
+}
+
+/// Specialized (or generic) code of a region, called with the dynamic arguments.
+pub struct Specialized {
+    spec: Specialization,
+    params: Vec<Type>,
+}
+
+impl Specialized {
+    /// Types of the arguments [`Specialized::call`] takes.
+    pub fn params(&self) -> &[Type] {
+        &self.params
+    }
+
+    /// Calls the code; arguments are checked against [`Specialized::params`].
+    pub fn call(&self, args: &mut [Arg]) -> Result<Option<Const>, Error> {
+        if args.len() != self.params.len() {
+            return Err(Error::Arguments(format!(
+                "{} arguments expected, {} given",
+                self.params.len(),
+                args.len()
+            )));
+        }
+        let mut words = Vec::with_capacity(args.len() * 2);
+        for (k, (a, &t)) in args.iter().zip(&self.params).enumerate() {
+            check(a, t, k)?;
+            match a {
+                Arg::Scalar(c) => words.push(const_to_word(*c)),
+                Arg::Slice(s) => {
+                    words.push(s.ptr as u64);
+                    words.push(s.len as u64);
+                }
+            }
+        }
+        // SAFETY: every argument was checked against its parameter type; slice arguments
+        // come from live Rust slices of the right element type, borrowed mutably when the
+        // parameter is `[mut T]` (so nothing else accesses them during the call).
+        let w = unsafe { self.spec.call_words(&words) }.map_err(Error::Run)?;
+        Ok(self
+            .spec
+            .ret
+            .and_then(|t| t.scalar())
+            .map(|s| runtime::word_to_const(w, s)))
+    }
+}

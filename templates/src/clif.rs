@@ -1,0 +1,922 @@
+//! The Cranelift emitter: template instances become Cranelift IR, with the stitch-time
+//! peepholes of DyC's stitcher.
+//!
+//! **Values.** A value is a Cranelift value of its scalar type (`bool` is an `i8` holding 0
+//! or 1; integers keep their width), a slice (two `i64`: pointer and length), or a
+//! **constant** that is not materialized until needed: holes filled with static values stay
+//! constants, so that
+//! - operations on constants fold (through [`crate::semantics`], the one definition of the
+//!   operators), except those that would fault, which stay to fault at run time;
+//! - branches and switches on constants become jumps (branch folding);
+//! - multiplications by 0, 1 and powers of two, unsigned divisions and remainders by powers
+//!   of two and signed divisions by powers of two become shifts, masks or nothing
+//!   (strength reduction); additions and subtractions of 0 vanish;
+//! - a bounds check of a constant index against a static slice's length folds away.
+//!
+//! **Units** are functions in Cranelift's `tail` calling convention: parameters `(ctx,
+//! inputs...)` with slices as two words, results `(value, status)`. `value` is the result's
+//! bits (integers extended by signedness to 64 bits, `f64` bit-cast, `bool` 0/1); `status`
+//! is 0, or nonzero after a fault, whose details the code stored into the call context
+//! ([`ctx`]) before returning. Faults are explicit checks, never signals: bounds checks,
+//! zero divisors, `trap`, optional fuel and call depth.
+//!
+//! **Services** the code needs from the runtime (fault sites, callees, the promotion
+//! callback, host calls, `fmod`) come through [`Hooks`].
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{
+    self, types, AbiParam, BlockArg, FuncRef, InstBuilder, MemFlagsData, Signature, StackSlotData,
+    StackSlotKind,
+};
+use cranelift_codegen::isa::CallConv;
+use cranelift_frontend::{FunctionBuilder, Switch};
+
+use crate::ops::{BinaryOp, CmpOp, Const, UnaryOp};
+use crate::semantics;
+use crate::template::{Case, Emitter, FaultKind, TOp};
+use crate::types::{Scalar, SrcLoc, Type};
+
+/// Layout of the call context shared by generated code and the runtime (`#[repr(C)]`,
+/// eight-byte fields).
+pub mod ctx {
+    /// Fault site id (written by the code on a fault).
+    pub const FAULT_SITE: i32 = 0;
+    /// First fault detail (an index).
+    pub const FAULT_A: i32 = 8;
+    /// Second fault detail (a length).
+    pub const FAULT_B: i32 = 16;
+    /// Current depth of nested calls of module functions.
+    pub const DEPTH: i32 = 24;
+    pub const MAX_DEPTH: i32 = 32;
+    /// Remaining fuel (block entries), when fuel is counted.
+    pub const FUEL: i32 = 40;
+    /// Status written by the entry wrapper.
+    pub const STATUS: i32 = 48;
+}
+
+/// The Cranelift type of a scalar.
+pub fn clif_type(s: Scalar) -> ir::Type {
+    match s {
+        Scalar::I8 | Scalar::U8 | Scalar::Bool => types::I8,
+        Scalar::I16 | Scalar::U16 => types::I16,
+        Scalar::I32 | Scalar::U32 => types::I32,
+        Scalar::I64 | Scalar::U64 => types::I64,
+        Scalar::F64 => types::F64,
+    }
+}
+
+/// Size in bytes of a slice element.
+pub fn elem_size(s: Scalar) -> i64 {
+    clif_type(s).bytes() as i64
+}
+
+/// The Cranelift parameter types of a list of our types (slices take two words).
+pub fn abi_types(tys: &[Type]) -> Vec<ir::Type> {
+    let mut v = Vec::new();
+    for t in tys {
+        match t {
+            Type::Scalar(s) => v.push(clif_type(*s)),
+            Type::Slice { .. } => {
+                v.push(types::I64);
+                v.push(types::I64);
+            }
+        }
+    }
+    v
+}
+
+/// The signature of a unit (or generic function) taking `inputs`.
+pub fn unit_signature(inputs: &[Type]) -> Signature {
+    let mut sig = Signature::new(CallConv::Tail);
+    sig.params.push(AbiParam::new(types::I64));
+    for t in abi_types(inputs) {
+        sig.params.push(AbiParam::new(t));
+    }
+    sig.returns.push(AbiParam::new(types::I64));
+    sig.returns.push(AbiParam::new(types::I64));
+    sig
+}
+
+/// Runtime services the emitted code uses.
+pub trait Hooks {
+    /// Registers a fault site; the code stores its id into the context when it faults.
+    fn fault_site(&mut self, kind: FaultKind, loc: SrcLoc) -> u64;
+    /// A reference to the generic code of callee `callee` (a module function), if it is one.
+    fn func_ref(&mut self, func: &mut ir::Function, callee: u32) -> Option<FuncRef>;
+    /// The host index of callee `callee`, if it is a host function.
+    fn host_index(&self, callee: u32) -> Option<u32>;
+    /// `dyc_host_call(ctx, host, args: *mut u64, nargs) -> status`, system ABI; the result
+    /// is written to `args[0]`.
+    fn host_call(&mut self, func: &mut ir::Function) -> FuncRef;
+    /// `dyc_promote(ctx, site, values: *const u64) -> code pointer or 0`, system ABI.
+    fn promote(&mut self, func: &mut ir::Function) -> FuncRef;
+    /// The runtime's id of this unit's promotion site `local`.
+    fn global_site(&mut self, local: u32) -> u64;
+    /// `fmod(x, y) -> f64`, system ABI.
+    fn fmod(&mut self, func: &mut ir::Function) -> FuncRef;
+}
+
+/// Emitter options. (Calls between module functions always count against the context's
+/// call depth, checked at the call site.)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClifOptions {
+    /// Count block entries against the context's fuel.
+    pub fuel: bool,
+}
+
+/// A value during emission.
+#[derive(Clone, Copy, Debug)]
+pub enum CVal {
+    Val(ir::Value, Scalar),
+    Slice {
+        ptr: ir::Value,
+        len: ir::Value,
+        elem: Scalar,
+    },
+    /// A static slice: a pointer and length known now.
+    StaticSlice {
+        ptr: u64,
+        len: u64,
+        elem: Scalar,
+    },
+    Const(Const),
+}
+
+/// Emits one unit into a [`FunctionBuilder`].
+pub struct ClifEmitter<'a, 'h> {
+    pub b: FunctionBuilder<'a>,
+    hooks: &'h mut dyn Hooks,
+    opts: ClifOptions,
+    ctx: ir::Value,
+    /// An empty block after the prologue, where `finish` jumps to the unit's first block.
+    body: ir::Block,
+    inputs: Vec<CVal>,
+    /// Blocks already started (fuel is counted once, at the top).
+    started: Vec<ir::Block>,
+    /// Parameter types of each created block, to rebuild slices.
+    block_types: std::collections::HashMap<ir::Block, Vec<Type>>,
+    /// Static slices: key parameter -> (pointer, length, element).
+    static_slices: Vec<Option<(u64, u64, Scalar)>>,
+    host_ref: Option<FuncRef>,
+    promote_ref: Option<FuncRef>,
+    fmod_ref: Option<FuncRef>,
+}
+
+const TRUSTED: fn() -> MemFlagsData = MemFlagsData::trusted;
+
+impl<'a, 'h> ClifEmitter<'a, 'h> {
+    /// Starts a unit whose function signature is [`unit_signature`] of `inputs`; the
+    /// function's entry block holds the parameters (and the call-depth prologue).
+    /// `static_slices[k]` gives the (pointer, length, element type) of static slice `k`.
+    pub fn new(
+        mut b: FunctionBuilder<'a>,
+        hooks: &'h mut dyn Hooks,
+        opts: ClifOptions,
+        static_slices: Vec<Option<(u64, u64, Scalar)>>,
+        inputs: &[Type],
+    ) -> ClifEmitter<'a, 'h> {
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let ctx = b.block_params(entry)[0];
+        let params = b.block_params(entry)[1..].to_vec();
+        let inputs = Self::group(&params, inputs);
+        let body = b.create_block();
+        let mut e = ClifEmitter {
+            b,
+            hooks,
+            opts,
+            ctx,
+            body,
+            inputs,
+            started: vec![entry, body],
+            block_types: Default::default(),
+            static_slices,
+            host_ref: None,
+            promote_ref: None,
+            fmod_ref: None,
+        };
+        e.b.ins().jump(body, &[]);
+        e
+    }
+
+    /// Jumps from the prologue to `first` (the specialized start block) with the inputs,
+    /// seals every block and finalizes the function.
+    pub fn finish(
+        mut self,
+        first: ir::Block,
+        frontend: cranelift_codegen::isa::TargetFrontendConfig,
+    ) {
+        self.b.switch_to_block(self.body);
+        let inputs = self.inputs.clone();
+        self.jump(first, &inputs);
+        self.b.seal_all_blocks();
+        self.b.finalize(frontend);
+    }
+
+    fn group(params: &[ir::Value], tys: &[Type]) -> Vec<CVal> {
+        let mut out = Vec::new();
+        let mut k = 0;
+        for t in tys {
+            match *t {
+                Type::Scalar(s) => {
+                    out.push(CVal::Val(params[k], s));
+                    k += 1;
+                }
+                Type::Slice { elem, .. } => {
+                    out.push(CVal::Slice {
+                        ptr: params[k],
+                        len: params[k + 1],
+                        elem,
+                    });
+                    k += 2;
+                }
+            }
+        }
+        out
+    }
+
+    /// A Cranelift value for a scalar `CVal`, materializing constants.
+    fn val(&mut self, v: CVal) -> ir::Value {
+        match v {
+            CVal::Val(x, _) => x,
+            CVal::Const(c) => self.materialize(c),
+            CVal::Slice { .. } | CVal::StaticSlice { .. } => panic!("a slice used as a scalar"),
+        }
+    }
+
+    fn materialize(&mut self, c: Const) -> ir::Value {
+        match c {
+            Const::Int(t, x) => self.b.ins().iconst(clif_type(t), x as i64),
+            Const::F64(x) => self.b.ins().f64const(x),
+            Const::Bool(b) => self.b.ins().iconst(types::I8, b as i64),
+        }
+    }
+
+    /// The Cranelift values of a `CVal` (two for slices).
+    fn words(&mut self, v: CVal) -> Vec<ir::Value> {
+        match v {
+            CVal::Slice { ptr, len, .. } => vec![ptr, len],
+            CVal::StaticSlice { ptr, len, .. } => {
+                vec![
+                    self.b.ins().iconst(types::I64, ptr as i64),
+                    self.b.ins().iconst(types::I64, len as i64),
+                ]
+            }
+            s => vec![self.val(s)],
+        }
+    }
+
+    fn args(&mut self, vs: &[CVal]) -> Vec<BlockArg> {
+        vs.iter()
+            .flat_map(|&v| self.words(v))
+            .map(BlockArg::from)
+            .collect()
+    }
+
+    fn scalar_of(v: CVal) -> Scalar {
+        match v {
+            CVal::Val(_, s) => s,
+            CVal::Const(c) => c.ty(),
+            CVal::Slice { .. } | CVal::StaticSlice { .. } => Scalar::I64,
+        }
+    }
+
+    /// The 64-bit word of a scalar: integers extended by signedness, `f64` bit-cast.
+    fn word_of(&mut self, v: CVal) -> ir::Value {
+        let s = Self::scalar_of(v);
+        let x = self.val(v);
+        match s {
+            Scalar::I64 | Scalar::U64 => x,
+            Scalar::F64 => self.b.ins().bitcast(types::I64, MemFlagsData::new(), x),
+            s if s.is_signed() => self.b.ins().sextend(types::I64, x),
+            _ => self.b.ins().uextend(types::I64, x),
+        }
+    }
+
+    /// A scalar of type `s` from its 64-bit word.
+    fn scalar_of_word(&mut self, w: ir::Value, s: Scalar) -> ir::Value {
+        match s {
+            Scalar::I64 | Scalar::U64 => w,
+            Scalar::F64 => self.b.ins().bitcast(types::F64, MemFlagsData::new(), w),
+            s => self.b.ins().ireduce(clif_type(s), w),
+        }
+    }
+
+    /// An index as an `i64` (sign- or zero-extended by its type).
+    fn index64(&mut self, v: CVal) -> ir::Value {
+        self.word_of(v)
+    }
+
+    /// Branches to a fault exit when `cond` holds, and goes on in a fresh block.
+    fn fault_if(
+        &mut self,
+        cond: ir::Value,
+        kind: FaultKind,
+        loc: SrcLoc,
+        details: Option<(ir::Value, ir::Value)>,
+    ) {
+        let fault = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.set_cold_block(fault);
+        self.b.ins().brif(cond, fault, &[], cont, &[]);
+        self.b.switch_to_block(fault);
+        self.fault_here(kind, loc, details);
+        self.b.switch_to_block(cont);
+        self.started.push(cont);
+    }
+
+    /// Records a fault in the context and returns with status 1.
+    fn fault_here(
+        &mut self,
+        kind: FaultKind,
+        loc: SrcLoc,
+        details: Option<(ir::Value, ir::Value)>,
+    ) {
+        let site = self.hooks.fault_site(kind, loc);
+        let s = self.b.ins().iconst(types::I64, site as i64);
+        self.b.ins().store(TRUSTED(), s, self.ctx, ctx::FAULT_SITE);
+        if let Some((a, b)) = details {
+            self.b.ins().store(TRUSTED(), a, self.ctx, ctx::FAULT_A);
+            self.b.ins().store(TRUSTED(), b, self.ctx, ctx::FAULT_B);
+        }
+        let zero = self.b.ins().iconst(types::I64, 0);
+        let one = self.b.ins().iconst(types::I64, 1);
+        self.b.ins().return_(&[zero, one]);
+    }
+
+    /// Returns `(0, status)` when `status` is nonzero (a callee faulted), else goes on.
+    fn propagate(&mut self, status: ir::Value) {
+        let exit = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.set_cold_block(exit);
+        self.b.ins().brif(status, exit, &[], cont, &[]);
+        self.b.switch_to_block(exit);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        self.b.ins().return_(&[zero, status]);
+        self.b.switch_to_block(cont);
+        self.started.push(cont);
+    }
+
+    fn slot_of_words(&mut self, words: &[ir::Value]) -> ir::Value {
+        let n = words.len().max(1) as u32;
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            8 * n,
+            3,
+        ));
+        for (k, &w) in words.iter().enumerate() {
+            self.b.ins().stack_store(types::I64, w, slot, 8 * k as i32);
+        }
+        self.b.ins().stack_addr(types::I64, slot, 0)
+    }
+
+    fn icc(op: CmpOp, signed: bool) -> IntCC {
+        match (op, signed) {
+            (CmpOp::Eq, _) => IntCC::Equal,
+            (CmpOp::Ne, _) => IntCC::NotEqual,
+            (CmpOp::Lt, true) => IntCC::SignedLessThan,
+            (CmpOp::Le, true) => IntCC::SignedLessThanOrEqual,
+            (CmpOp::Gt, true) => IntCC::SignedGreaterThan,
+            (CmpOp::Ge, true) => IntCC::SignedGreaterThanOrEqual,
+            (CmpOp::Lt, false) => IntCC::UnsignedLessThan,
+            (CmpOp::Le, false) => IntCC::UnsignedLessThanOrEqual,
+            (CmpOp::Gt, false) => IntCC::UnsignedGreaterThan,
+            (CmpOp::Ge, false) => IntCC::UnsignedGreaterThanOrEqual,
+        }
+    }
+
+    fn fcc(op: CmpOp) -> FloatCC {
+        match op {
+            CmpOp::Eq => FloatCC::Equal,
+            CmpOp::Ne => FloatCC::NotEqual,
+            CmpOp::Lt => FloatCC::LessThan,
+            CmpOp::Le => FloatCC::LessThanOrEqual,
+            CmpOp::Gt => FloatCC::GreaterThan,
+            CmpOp::Ge => FloatCC::GreaterThanOrEqual,
+        }
+    }
+
+    /// Strength reduction of `x op k` for a constant `k`; `None` if nothing applies.
+    fn reduce(&mut self, op: BinaryOp, x: CVal, k: Const) -> Option<CVal> {
+        let Const::Int(t, bits) = k else { return None };
+        let w = t.int_bits().expect("an integer");
+        let value = semantics::int_value(k).expect("an integer");
+        let pow2 = (value > 0 && (value as u128).is_power_of_two())
+            .then(|| (value as u128).trailing_zeros() as i64);
+        match (op, value, pow2) {
+            (
+                BinaryOp::Add
+                | BinaryOp::Sub
+                | BinaryOp::Or
+                | BinaryOp::Xor
+                | BinaryOp::Shl
+                | BinaryOp::Shr,
+                0,
+                _,
+            ) => Some(x),
+            (BinaryOp::Mul, 0, _) | (BinaryOp::And, 0, _) => Some(CVal::Const(Const::Int(t, 0))),
+            (BinaryOp::Mul | BinaryOp::Div, 1, _) => Some(x),
+            (BinaryOp::Mul, _, Some(s)) => {
+                let xv = self.val(x);
+                Some(CVal::Val(self.b.ins().ishl_imm_u(xv, s), t))
+            }
+            (BinaryOp::Div, _, Some(s)) if !t.is_signed() => {
+                let xv = self.val(x);
+                Some(CVal::Val(self.b.ins().ushr_imm_u(xv, s), t))
+            }
+            (BinaryOp::Rem, _, Some(_)) if !t.is_signed() => {
+                let xv = self.val(x);
+                Some(CVal::Val(self.b.ins().band_imm_u(xv, (bits - 1) as i64), t))
+            }
+            (BinaryOp::Div, _, Some(s)) if t.is_signed() && s < w as i64 - 1 => {
+                // Round toward zero: add 2^s - 1 to negative dividends before shifting.
+                let xv = self.val(x);
+                let sign = self.b.ins().sshr_imm_u(xv, w as i64 - 1);
+                let bias = self.b.ins().ushr_imm_u(sign, w as i64 - s);
+                let sum = self.b.ins().iadd(xv, bias);
+                Some(CVal::Val(self.b.ins().sshr_imm_u(sum, s), t))
+            }
+            _ => None,
+        }
+    }
+
+    fn binary(&mut self, op: BinaryOp, a: CVal, b: CVal, loc: SrcLoc) -> CVal {
+        let t = Self::scalar_of(a);
+        // Constant folding (never of a fault: that stays to fault at run time).
+        if let (CVal::Const(x), CVal::Const(y)) = (a, b) {
+            if let Ok(r) = semantics::binary(op, x, y) {
+                return CVal::Const(r);
+            }
+        }
+        if t.is_int() {
+            if let CVal::Const(k) = b {
+                if let Some(r) = self.reduce(op, a, k) {
+                    return r;
+                }
+            }
+            if let CVal::Const(k) = a {
+                if matches!(
+                    op,
+                    BinaryOp::Add | BinaryOp::Mul | BinaryOp::And | BinaryOp::Or | BinaryOp::Xor
+                ) {
+                    if let Some(r) = self.reduce(op, b, k) {
+                        return r;
+                    }
+                }
+            }
+        }
+        let x = self.val(a);
+        let y = self.val(b);
+        let r = match (op, t) {
+            (BinaryOp::Add, Scalar::F64) => self.b.ins().fadd(x, y),
+            (BinaryOp::Sub, Scalar::F64) => self.b.ins().fsub(x, y),
+            (BinaryOp::Mul, Scalar::F64) => self.b.ins().fmul(x, y),
+            (BinaryOp::Div, Scalar::F64) => self.b.ins().fdiv(x, y),
+            (BinaryOp::Rem, Scalar::F64) => {
+                let f = match self.fmod_ref {
+                    Some(f) => f,
+                    None => {
+                        let f = self.hooks.fmod(self.b.func);
+                        self.fmod_ref = Some(f);
+                        f
+                    }
+                };
+                let call = self.b.ins().call(f, &[x, y]);
+                self.b.inst_results(call)[0]
+            }
+            (BinaryOp::Min | BinaryOp::Max, Scalar::F64) => {
+                // x if x < y (x > y for max) or y is NaN, else y: the semantics' formula.
+                let cc = if op == BinaryOp::Min {
+                    FloatCC::LessThan
+                } else {
+                    FloatCC::GreaterThan
+                };
+                let better = self.b.ins().fcmp(cc, x, y);
+                let y_nan = self.b.ins().fcmp(FloatCC::Unordered, y, y);
+                let pick_x = self.b.ins().bor(better, y_nan);
+                self.b.ins().select(pick_x, x, y)
+            }
+            (BinaryOp::Add, _) => self.b.ins().iadd(x, y),
+            (BinaryOp::Sub, _) => self.b.ins().isub(x, y),
+            (BinaryOp::Mul, _) => self.b.ins().imul(x, y),
+            (BinaryOp::And, _) => self.b.ins().band(x, y),
+            (BinaryOp::Or, _) => self.b.ins().bor(x, y),
+            (BinaryOp::Xor, _) => self.b.ins().bxor(x, y),
+            (BinaryOp::Shl, _) => self.b.ins().ishl(x, y),
+            (BinaryOp::Shr, t) if t.is_signed() => self.b.ins().sshr(x, y),
+            (BinaryOp::Shr, _) => self.b.ins().ushr(x, y),
+            (BinaryOp::Min, t) if t.is_signed() => self.b.ins().smin(x, y),
+            (BinaryOp::Min, _) => self.b.ins().umin(x, y),
+            (BinaryOp::Max, t) if t.is_signed() => self.b.ins().smax(x, y),
+            (BinaryOp::Max, _) => self.b.ins().umax(x, y),
+            (BinaryOp::Div | BinaryOp::Rem, t) => {
+                let zero = self.b.ins().icmp_imm_s(IntCC::Equal, y, 0);
+                self.fault_if(zero, FaultKind::DivisionByZero, loc, None);
+                let ty = clif_type(t);
+                if t.is_signed() {
+                    // MIN / -1 wraps to MIN (remainder 0) instead of trapping.
+                    let m1 = self.b.ins().icmp_imm_s(IntCC::Equal, y, -1);
+                    let one = self.b.ins().iconst(ty, 1);
+                    let safe = self.b.ins().select(m1, one, y);
+                    if op == BinaryOp::Div {
+                        let q = self.b.ins().sdiv(x, safe);
+                        let neg = self.b.ins().ineg(x);
+                        self.b.ins().select(m1, neg, q)
+                    } else {
+                        let r = self.b.ins().srem(x, safe);
+                        let z = self.b.ins().iconst(ty, 0);
+                        self.b.ins().select(m1, z, r)
+                    }
+                } else if op == BinaryOp::Div {
+                    self.b.ins().udiv(x, y)
+                } else {
+                    self.b.ins().urem(x, y)
+                }
+            }
+        };
+        CVal::Val(r, t)
+    }
+
+    fn cast(&mut self, to: Scalar, a: CVal) -> CVal {
+        if let CVal::Const(c) = a {
+            return CVal::Const(semantics::cast(to, c));
+        }
+        let from = Self::scalar_of(a);
+        let x = self.val(a);
+        let r = match (from, to) {
+            _ if from == to => x,
+            (Scalar::Bool, Scalar::F64) => {
+                let w = self.b.ins().uextend(types::I64, x);
+                self.b.ins().fcvt_from_uint(types::F64, w)
+            }
+            (Scalar::F64, Scalar::Bool) => {
+                let z = self.b.ins().f64const(0.0);
+                self.b.ins().fcmp(FloatCC::NotEqual, x, z)
+            }
+            (_, Scalar::Bool) => self.b.ins().icmp_imm_s(IntCC::NotEqual, x, 0),
+            (Scalar::Bool, t) => {
+                if t == Scalar::I8 || t == Scalar::U8 {
+                    x
+                } else {
+                    self.b.ins().uextend(clif_type(t), x)
+                }
+            }
+            (f, Scalar::F64) => {
+                let w = self.word_of(CVal::Val(x, f));
+                if f.is_signed() {
+                    self.b.ins().fcvt_from_sint(types::F64, w)
+                } else {
+                    self.b.ins().fcvt_from_uint(types::F64, w)
+                }
+            }
+            (Scalar::F64, t) => {
+                // Saturate to 64 bits, then clamp to the target's range; NaN gives 0.
+                let (lo, hi) = semantics::int_range(t);
+                let w = if t.is_signed() {
+                    let w = self.b.ins().fcvt_to_sint_sat(types::I64, x);
+                    let lo = self.b.ins().iconst(types::I64, lo as i64);
+                    let hi = self.b.ins().iconst(types::I64, hi as i64);
+                    let w = self.b.ins().smax(w, lo);
+                    self.b.ins().smin(w, hi)
+                } else {
+                    let w = self.b.ins().fcvt_to_uint_sat(types::I64, x);
+                    let hi = self.b.ins().iconst(types::I64, hi as i64);
+                    self.b.ins().umin(w, hi)
+                };
+                self.scalar_of_word(w, t)
+            }
+            (f, t) => {
+                // Integer to integer: extend by the source's signedness, then truncate.
+                let w = self.word_of(CVal::Val(x, f));
+                self.scalar_of_word(w, t)
+            }
+        };
+        CVal::Val(r, to)
+    }
+
+    /// Bounds check and address of element `i` of slice `s`.
+    fn element(&mut self, s: CVal, i: CVal, loc: SrcLoc) -> (ir::Value, Scalar) {
+        let (ptr, len, elem, static_len) = match s {
+            CVal::Slice { ptr, len, elem } => (ptr, len, elem, None),
+            CVal::StaticSlice { ptr, len, elem } => {
+                let p = self.b.ins().iconst(types::I64, ptr as i64);
+                let l = self.b.ins().iconst(types::I64, len as i64);
+                (p, l, elem, Some(len))
+            }
+            other => panic!("not a slice: {other:?}"),
+        };
+        let idx = match (i, static_len) {
+            (CVal::Const(c), Some(n))
+                if semantics::int_value(c).is_some_and(|x| x >= 0 && (x as u128) < n as u128) =>
+            {
+                // A constant index within a static length: no check.
+                self.b
+                    .ins()
+                    .iconst(types::I64, semantics::int_value(c).expect("int") as i64)
+            }
+            _ => {
+                let idx = self.index64(i);
+                let out = self
+                    .b
+                    .ins()
+                    .icmp(IntCC::UnsignedGreaterThanOrEqual, idx, len);
+                self.fault_if(out, FaultKind::OutOfBounds, loc, Some((idx, len)));
+                idx
+            }
+        };
+        let off = self.b.ins().imul_imm_s(idx, elem_size(elem));
+        (self.b.ins().iadd(ptr, off), elem)
+    }
+}
+
+impl Emitter for ClifEmitter<'_, '_> {
+    type Value = CVal;
+    type Block = ir::Block;
+
+    fn create_block(&mut self, params: &[Type]) -> ir::Block {
+        let blk = self.b.create_block();
+        for t in abi_types(params) {
+            self.b.append_block_param(blk, t);
+        }
+        self.block_types.insert(blk, params.to_vec());
+        blk
+    }
+
+    fn block_params(&self, blk: ir::Block) -> Vec<CVal> {
+        let tys = self.block_types.get(&blk).cloned().unwrap_or_default();
+        Self::group(self.b.block_params(blk), &tys)
+    }
+
+    fn switch_to_block(&mut self, blk: ir::Block) {
+        self.b.switch_to_block(blk);
+        if !self.started.contains(&blk) {
+            self.started.push(blk);
+            if self.opts.fuel {
+                let f = self
+                    .b
+                    .ins()
+                    .load(types::I64, TRUSTED(), self.ctx, ctx::FUEL);
+                let out = self.b.ins().icmp_imm_s(IntCC::Equal, f, 0);
+                self.fault_if(out, FaultKind::FuelExhausted, SrcLoc::default(), None);
+                let f1 = self.b.ins().iadd_imm_s(f, -1);
+                self.b.ins().store(TRUSTED(), f1, self.ctx, ctx::FUEL);
+            }
+        }
+    }
+
+    fn constant(&mut self, c: Const) -> CVal {
+        CVal::Const(c)
+    }
+
+    fn static_slice(&mut self, id: u32, ty: Type) -> CVal {
+        let elem = ty.elem().expect("a slice type");
+        match self.static_slices.get(id as usize).copied().flatten() {
+            Some((ptr, len, _)) => CVal::StaticSlice { ptr, len, elem },
+            None => panic!("static slice {id} has no storage"),
+        }
+    }
+
+    fn op(&mut self, op: &TOp, args: &[CVal], loc: SrcLoc) -> Option<CVal> {
+        Some(match op {
+            TOp::Unary(o) => {
+                if let CVal::Const(c) = args[0] {
+                    if let Ok(r) = semantics::unary(*o, c) {
+                        return Some(CVal::Const(r));
+                    }
+                }
+                let t = Self::scalar_of(args[0]);
+                let x = self.val(args[0]);
+                let r = match (o, t) {
+                    (UnaryOp::Neg, Scalar::F64) => self.b.ins().fneg(x),
+                    (UnaryOp::Neg, _) => self.b.ins().ineg(x),
+                    (UnaryOp::Not, Scalar::Bool) => self.b.ins().bxor_imm_u(x, 1),
+                    (UnaryOp::Not, _) => self.b.ins().bnot(x),
+                };
+                CVal::Val(r, t)
+            }
+            TOp::Binary(o) => self.binary(*o, args[0], args[1], loc),
+            TOp::Cmp(o) => {
+                if let (CVal::Const(x), CVal::Const(y)) = (args[0], args[1]) {
+                    if let Ok(r) = semantics::cmp(*o, x, y) {
+                        return Some(CVal::Const(Const::Bool(r)));
+                    }
+                }
+                let t = Self::scalar_of(args[0]);
+                let x = self.val(args[0]);
+                let y = self.val(args[1]);
+                let r = if t == Scalar::F64 {
+                    self.b.ins().fcmp(Self::fcc(*o), x, y)
+                } else {
+                    self.b.ins().icmp(Self::icc(*o, t.is_signed()), x, y)
+                };
+                CVal::Val(r, Scalar::Bool)
+            }
+            TOp::Select => match args[0] {
+                CVal::Const(Const::Bool(c)) => {
+                    if c {
+                        args[1]
+                    } else {
+                        args[2]
+                    }
+                }
+                cond => {
+                    let c = self.val(cond);
+                    match (args[1], args[2]) {
+                        (a @ (CVal::Slice { .. } | CVal::StaticSlice { .. }), b) => {
+                            let elem = match a {
+                                CVal::Slice { elem, .. } | CVal::StaticSlice { elem, .. } => elem,
+                                _ => unreachable!(),
+                            };
+                            let aw = self.words(a);
+                            let bw = self.words(b);
+                            let ptr = self.b.ins().select(c, aw[0], bw[0]);
+                            let len = self.b.ins().select(c, aw[1], bw[1]);
+                            CVal::Slice { ptr, len, elem }
+                        }
+                        (a, b) => {
+                            let t = Self::scalar_of(a);
+                            let x = self.val(a);
+                            let y = self.val(b);
+                            CVal::Val(self.b.ins().select(c, x, y), t)
+                        }
+                    }
+                }
+            },
+            TOp::Cast(to) => self.cast(*to, args[0]),
+            TOp::Len => match args[0] {
+                CVal::StaticSlice { len, .. } => CVal::Const(Const::Int(Scalar::I64, len)),
+                CVal::Slice { len, .. } => CVal::Val(len, Scalar::I64),
+                other => panic!("len of {other:?}"),
+            },
+            TOp::Load => {
+                let (addr, elem) = self.element(args[0], args[1], loc);
+                CVal::Val(self.b.ins().load(clif_type(elem), TRUSTED(), addr, 0), elem)
+            }
+            TOp::Store => {
+                let (addr, _) = self.element(args[0], args[1], loc);
+                let v = self.val(args[2]);
+                self.b.ins().store(TRUSTED(), v, addr, 0);
+                return None;
+            }
+            TOp::Call { callee, ret } => {
+                if let Some(f) = self.hooks.func_ref(self.b.func, *callee) {
+                    let mut words = vec![self.ctx];
+                    for &a in args {
+                        words.extend(self.words(a));
+                    }
+                    // The call depth is checked at the call site, as the interpreter does.
+                    let d = self
+                        .b
+                        .ins()
+                        .load(types::I64, TRUSTED(), self.ctx, ctx::DEPTH);
+                    let d1 = self.b.ins().iadd_imm_s(d, 1);
+                    let max = self
+                        .b
+                        .ins()
+                        .load(types::I64, TRUSTED(), self.ctx, ctx::MAX_DEPTH);
+                    let over = self.b.ins().icmp(IntCC::UnsignedGreaterThan, d1, max);
+                    self.fault_if(over, FaultKind::CallDepthExceeded, loc, None);
+                    self.b.ins().store(TRUSTED(), d1, self.ctx, ctx::DEPTH);
+                    let call = self.b.ins().call(f, &words);
+                    let (v, status) = (self.b.inst_results(call)[0], self.b.inst_results(call)[1]);
+                    self.propagate(status);
+                    self.b.ins().store(TRUSTED(), d, self.ctx, ctx::DEPTH);
+                    let s = ret.and_then(|t| t.scalar())?;
+                    CVal::Val(self.scalar_of_word(v, s), s)
+                } else {
+                    let host = self
+                        .hooks
+                        .host_index(*callee)
+                        .expect("a callee is a function or a host");
+                    let words: Vec<ir::Value> = args.iter().map(|&a| self.word_of(a)).collect();
+                    let addr = self.slot_of_words(&words);
+                    let f = match self.host_ref {
+                        Some(f) => f,
+                        None => {
+                            let f = self.hooks.host_call(self.b.func);
+                            self.host_ref = Some(f);
+                            f
+                        }
+                    };
+                    let h = self.b.ins().iconst(types::I64, host as i64);
+                    let n = self.b.ins().iconst(types::I64, words.len() as i64);
+                    let site = self.hooks.fault_site(FaultKind::Host, loc);
+                    let site = self.b.ins().iconst(types::I64, site as i64);
+                    let call = self.b.ins().call(f, &[self.ctx, h, addr, n, site]);
+                    let status = self.b.inst_results(call)[0];
+                    self.propagate(status);
+                    let s = ret.and_then(|t| t.scalar())?;
+                    let w = self.b.ins().load(types::I64, TRUSTED(), addr, 0);
+                    CVal::Val(self.scalar_of_word(w, s), s)
+                }
+            }
+        })
+    }
+
+    fn jump(&mut self, dest: ir::Block, args: &[CVal]) {
+        let a = self.args(args);
+        self.b.ins().jump(dest, &a);
+    }
+
+    fn brif(&mut self, cond: CVal, t: (ir::Block, &[CVal]), e: (ir::Block, &[CVal])) {
+        if let CVal::Const(Const::Bool(c)) = cond {
+            let (blk, args) = if c { t } else { e };
+            return self.jump(blk, args);
+        }
+        let c = self.val(cond);
+        let ta = self.args(t.1);
+        let ea = self.args(e.1);
+        self.b.ins().brif(c, t.0, &ta, e.0, &ea);
+    }
+
+    fn switch(&mut self, arg: CVal, cases: &[Case<Self>], default: (ir::Block, &[CVal])) {
+        if let CVal::Const(Const::Int(_, k)) = arg {
+            match cases.iter().find(|(v, _, _)| *v == k) {
+                Some((_, blk, args)) => return self.jump(*blk, &args.clone()),
+                None => return self.jump(default.0, default.1),
+            }
+        }
+        let t = Self::scalar_of(arg);
+        let mask = match t.int_bits() {
+            Some(64) | None => u64::MAX,
+            Some(w) => (1u64 << w) - 1,
+        };
+        let x = self.val(arg);
+        let mut sw = Switch::new();
+        // Each case goes through a block of its own that passes the arguments.
+        let mut trampolines = Vec::new();
+        for (k, blk, args) in cases {
+            let tb = self.b.create_block();
+            sw.set_entry((*k & mask) as u128, tb);
+            trampolines.push((tb, *blk, args.clone()));
+        }
+        let db = self.b.create_block();
+        sw.emit(&mut self.b, x, db);
+        for (tb, blk, args) in trampolines {
+            self.b.switch_to_block(tb);
+            self.jump(blk, &args);
+        }
+        self.b.switch_to_block(db);
+        self.jump(default.0, default.1);
+    }
+
+    fn ret(&mut self, value: Option<CVal>) {
+        let w = match value {
+            Some(v) => self.word_of(v),
+            None => self.b.ins().iconst(types::I64, 0),
+        };
+        let zero = self.b.ins().iconst(types::I64, 0);
+        self.b.ins().return_(&[w, zero]);
+    }
+
+    fn trap(&mut self, loc: SrcLoc) {
+        self.fault_here(FaultKind::Trap, loc, None);
+    }
+
+    fn promote(&mut self, site: u32, promoted: &[CVal], live: &[CVal]) {
+        let words: Vec<ir::Value> = promoted.iter().map(|&v| self.word_of(v)).collect();
+        let addr = self.slot_of_words(&words);
+        let f = match self.promote_ref {
+            Some(f) => f,
+            None => {
+                let f = self.hooks.promote(self.b.func);
+                self.promote_ref = Some(f);
+                f
+            }
+        };
+        let global = self.hooks.global_site(site);
+        let s = self.b.ins().iconst(types::I64, global as i64);
+        let call = self.b.ins().call(f, &[self.ctx, s, addr]);
+        let code = self.b.inst_results(call)[0];
+        let fail = self.b.create_block();
+        let go = self.b.create_block();
+        self.b.set_cold_block(fail);
+        self.b.ins().brif(code, go, &[], fail, &[]);
+        self.b.switch_to_block(fail);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        let one = self.b.ins().iconst(types::I64, 1);
+        self.b.ins().return_(&[zero, one]);
+        self.b.switch_to_block(go);
+        let tys: Vec<Type> = live
+            .iter()
+            .map(|v| match *v {
+                CVal::Slice { elem, .. } | CVal::StaticSlice { elem, .. } => Type::Slice {
+                    elem,
+                    mutable: true,
+                },
+                other => Type::Scalar(Self::scalar_of(other)),
+            })
+            .collect();
+        let sig = self.b.import_signature(unit_signature(&tys));
+        let mut args = vec![self.ctx];
+        for &v in live {
+            args.extend(self.words(v));
+        }
+        self.b.ins().return_call_indirect(sig, code, &args);
+    }
+
+    fn promote_miss(&mut self, _site: u32, _promoted: &[CVal]) {
+        unreachable!("machine code leaves the unit at promotions")
+    }
+}

@@ -1,0 +1,323 @@
+//! Differential tests of the compiled code: for every program of `tests/lang` and
+//! `examples` and every `// run:` line, the reference interpreter on the original program
+//! and the JIT-compiled specialized code (and generic code) agree on results, errors (kind
+//! and source position) and the final contents of mutable slices. Also: many threads
+//! specializing and calling one region, and a runaway specialization ending with the
+//! budget error.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use dyc::interp::{parse_args, ErrorKind, Interpreter, Memory, Val};
+use dyc::ir::{Const, Module, Scalar};
+use dyc::{Arg, Error, Program, RuntimeOptions};
+use dyc_templates::template::FaultKind;
+
+/// Typed Rust storage for a slice argument.
+enum Storage {
+    I8(Vec<i8>),
+    I16(Vec<i16>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+    U64(Vec<u64>),
+    F64(Vec<f64>),
+    Bool(Vec<bool>),
+}
+
+macro_rules! storage {
+    ($($v:ident => $t:ty),*) => {
+        impl Storage {
+            fn new(elem: Scalar, data: &[Const]) -> Storage {
+                match elem {
+                    $(Scalar::$v => Storage::$v(data.iter().map(|c| storage!(@get $v c)).collect()),)*
+                }
+            }
+            fn arg(&mut self, mutable: bool) -> Arg<'_> {
+                match self {
+                    $(Storage::$v(v) => if mutable { Arg::from(&mut v[..]) } else { Arg::from(&v[..]) },)*
+                }
+            }
+            fn consts(&self) -> Vec<Const> {
+                match self {
+                    $(Storage::$v(v) => v.iter().map(|&x| Const::from(x)).collect(),)*
+                }
+            }
+        }
+    };
+    (@get F64 $c:ident) => { $c.as_f64().expect("f64") };
+    (@get Bool $c:ident) => { $c.as_bool().expect("bool") };
+    (@get $v:ident $c:ident) => { $c.as_u64().expect("int") as _ };
+}
+
+storage!(I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16, U32 => u32, U64 => u64, F64 => f64, Bool => bool);
+
+fn jit_hosts(p: &Program) {
+    let m = p.module();
+    for (_, e) in m.externs.iter() {
+        let r = match e.name.as_str() {
+            "double" => p.register_host("double", |a| {
+                Ok(Some(Const::Int(
+                    Scalar::I64,
+                    a[0].as_u64().unwrap().wrapping_mul(2),
+                )))
+            }),
+            "hash" => p.register_host("hash", |a| {
+                Ok(Some(Const::Int(
+                    Scalar::I64,
+                    a[0].as_u64().unwrap().wrapping_mul(31).wrapping_add(7),
+                )))
+            }),
+            "fail" => p.register_host("fail", |_| Err("the host refused".into())),
+            "observe" | "log_value" => p.register_host(&e.name, |_| Ok(None)),
+            _ => Ok(()),
+        };
+        r.expect("declared");
+    }
+}
+
+/// A comparable outcome: result or error kind and position, and memory after.
+fn interp_outcome(r: Result<Option<Val>, dyc::interp::RuntimeError>, mem: &Memory) -> String {
+    let bufs: Vec<Vec<Const>> = mem.bufs.iter().map(|b| b.data.clone()).collect();
+    match r {
+        Ok(Some(Val::Scalar(c))) => format!("= {c:?} / {bufs:?}"),
+        Ok(None) => format!("= () / {bufs:?}"),
+        Ok(Some(v)) => format!("= {v:?} / {bufs:?}"),
+        Err(e) => {
+            let kind = match e.kind {
+                ErrorKind::OutOfBounds { .. } => "out of bounds",
+                ErrorKind::DivisionByZero => "division by zero",
+                ErrorKind::Trap => "trap",
+                ErrorKind::FuelExhausted => "fuel",
+                ErrorKind::CallDepthExceeded => "depth",
+                ErrorKind::Host(_) => "host",
+                ErrorKind::BadArguments(_) | ErrorKind::Internal(_) => "internal",
+            };
+            format!("-> {kind} at {} / {bufs:?}", e.loc)
+        }
+    }
+}
+
+fn jit_outcome(r: Result<Option<Const>, Error>, stores: &[Storage]) -> String {
+    let bufs: Vec<Vec<Const>> = stores.iter().map(Storage::consts).collect();
+    match r {
+        Ok(Some(c)) => format!("= {c:?} / {bufs:?}"),
+        Ok(None) => format!("= () / {bufs:?}"),
+        Err(Error::Run(e)) => {
+            let kind = match e.kind {
+                FaultKind::OutOfBounds => "out of bounds",
+                FaultKind::DivisionByZero => "division by zero",
+                FaultKind::Trap => "trap",
+                FaultKind::FuelExhausted => "fuel",
+                FaultKind::CallDepthExceeded => "depth",
+                FaultKind::Host => "host",
+            };
+            format!("-> {kind} at {} / {bufs:?}", e.loc)
+        }
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+const FUEL: u64 = 1_000_000;
+
+fn options() -> RuntimeOptions {
+    RuntimeOptions {
+        fuel: Some(FUEL),
+        max_depth: 199,
+        ..RuntimeOptions::default()
+    }
+}
+
+/// Runs `name(args_text)` on the interpreter and on compiled code (specialized through the
+/// region cache, and generic); returns (interpreter, specialized, generic) outcomes, or
+/// `None` when the interpreter ran out of fuel.
+fn compare(
+    m: &Module,
+    p: &Program,
+    name: &str,
+    args_text: &str,
+) -> Option<(String, String, String)> {
+    let id = m.func_by_name(name)?;
+    let mut mem = Memory::default();
+    let args = parse_args(&m.funcs[id].sig.params, args_text, &mut mem).ok()?;
+    let original = mem.clone();
+    let mut interp = Interpreter::new(m);
+    interp.hosts = common::hosts();
+    interp.fuel = FUEL;
+    interp.max_depth = 200;
+    let r = interp.call(id, &args, &mut mem);
+    if matches!(&r, Err(e) if e.kind == ErrorKind::FuelExhausted) {
+        return None;
+    }
+    let expected = interp_outcome(r, &mem);
+    let region = p.region(name).ok()?;
+    let run = |generic: bool| {
+        let mut stores: Vec<Storage> = original
+            .bufs
+            .iter()
+            .map(|b| Storage::new(b.elem, &b.data))
+            .collect();
+        let mutable: Vec<bool> = args
+            .iter()
+            .filter_map(|a| match a {
+                Val::Slice(s) => Some(s.mutable),
+                Val::Scalar(_) => None,
+            })
+            .collect();
+        let r = {
+            let mut slots = stores.iter_mut().zip(&mutable);
+            let mut jargs: Vec<Arg> = args
+                .iter()
+                .map(|a| match a {
+                    Val::Scalar(c) => Arg::Scalar(*c),
+                    Val::Slice(_) => {
+                        let (s, &mutable) = slots.next().expect("one storage per slice");
+                        s.arg(mutable)
+                    }
+                })
+                .collect();
+            if generic {
+                region.generic().and_then(|g| g.call(&mut jargs))
+            } else {
+                region.call(&mut jargs)
+            }
+        };
+        jit_outcome(r, &stores)
+    };
+    Some((expected, run(false), run(true)))
+}
+
+#[test]
+fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = common::files(&root.join("tests/lang"), "dyc");
+    files.extend(common::files(&root.join("examples"), "dyc"));
+    let mut compared = 0;
+    let mut failures = Vec::new();
+    for path in files {
+        let src = std::fs::read_to_string(&path).expect("readable");
+        let Ok(m) = dyc::lang::compile("t.dyc", &src) else {
+            continue;
+        };
+        let p = Program::from_module(m.clone(), options()).expect("program");
+        jit_hosts(&p);
+        for call in common::directive(&src, "//", "run:") {
+            let (name, rest) = call.split_once('(').expect("run line");
+            let args_text = rest.strip_suffix(')').expect("run line");
+            let Some((expected, spec, generic)) = compare(&m, &p, name.trim(), args_text) else {
+                continue;
+            };
+            compared += 1;
+            if spec != expected || generic != expected {
+                failures.push(format!(
+                    "{}: {call}\n  interpreter: {expected}\n  specialized: {spec}\n  generic:     {generic}",
+                    path.display()
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(compared >= 80, "only {compared} runs compared");
+}
+
+#[test]
+fn threads_specialize_and_call_one_region_with_overlapping_keys() {
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/bytecode.dyc"
+    ))
+    .expect("example");
+    let p = Program::compile_with("bytecode.dyc", &src, options()).expect("compiles");
+    let region = Arc::new(p.region("run").expect("region"));
+    // Programs sum 1..n (n >= 1), with a trailing word that makes four distinct keys.
+    let sum = |tag: i64| -> Vec<i64> {
+        vec![
+            1, 1, 0, 0, 1, 2, 1, 0, 1, 3, 1, 0, 2, 1, 1, 2, 2, 2, 2, 3, 5, 0, 2, 28, 6, 12, 0, 0,
+            0, 1, 0, 0, tag,
+        ]
+    };
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let region = region.clone();
+            std::thread::spawn(move || {
+                for k in 0..40i64 {
+                    // Four distinct programs shared by all threads (they differ in a word
+                    // the interpreter never reads), and distinct dynamic inputs.
+                    let prog = sum((k + t) % 4);
+                    let n = 10 * (k % 7) + t + 1;
+                    let mut regs = [n, 0, 0, 0, 0, 0, 0, 0];
+                    let r = region
+                        .call(&mut [Arg::from(&prog[..]), Arg::from(&mut regs[..])])
+                        .expect("runs")
+                        .and_then(|c| c.as_i64());
+                    assert_eq!(r, Some(n * (n + 1) / 2), "thread {t}, n = {n}");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("thread finished");
+    }
+    assert_eq!(region.cached(), 4);
+}
+
+#[test]
+fn promotions_stitch_targets_lazily_from_many_threads() {
+    // An indirect jump through a register: each thread jumps to a different target.
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/bytecode.dyc"
+    ))
+    .expect("example");
+    let p = Program::compile_with("bytecode.dyc", &src, options()).expect("compiles");
+    let region = Arc::new(p.region("run").expect("region"));
+    // r1 = regs[0] * 8 + 20 (computed dynamically); JMPR r1; from slot 20, eight-slot
+    // targets: LOADI r2, 100 + k; HALT r2.
+    let prog: Arc<Vec<i64>> = Arc::new({
+        let mut v = vec![1, 3, 8, 0, 4, 1, 0, 3, 1, 4, 20, 0, 2, 1, 1, 4, 7, 1, 0, 0];
+        for k in 0..6 {
+            v.extend([1, 2, 100 + k, 0, 0, 2, 0, 0]);
+        }
+        v
+    });
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let (region, prog) = (region.clone(), prog.clone());
+            std::thread::spawn(move || {
+                for k in 0..30i64 {
+                    let target = (k + t) % 6;
+                    let mut regs = [target, 0, 0, 0, 0];
+                    let r = region.call(&mut [Arg::from(&prog[..]), Arg::from(&mut regs[..])]);
+                    assert_eq!(
+                        r.expect("runs").and_then(|c| c.as_i64()),
+                        Some(100 + target),
+                        "thread {t}"
+                    );
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("thread finished");
+    }
+}
+
+#[test]
+fn runaway_specialization_ends_with_the_budget_error() {
+    let p = Program::compile(
+        "fn spin(x: i64) -> i64 {\n    var i = 0;\n    make_static(i);\n    loop {\n        i = i + 1;\n        if x == i { return i; }\n    }\n}\n",
+    )
+    .expect("compiles");
+    let r = p
+        .region("spin")
+        .expect("region")
+        .call(&mut [Arg::from(5i64)]);
+    match r {
+        Err(Error::Specialize(m)) => assert!(m.contains("budget exceeded"), "{m}"),
+        other => panic!("expected the budget error, got {other:?}"),
+    }
+}
