@@ -56,6 +56,7 @@ use dyc_stitcher::specialize::{SVal, SliceData};
 
 use crate::bta::Mode;
 use crate::ge::{self, GeneratingExtension};
+use crate::interp::{Memory, Val};
 use crate::ir::{Const, FuncId, Module, Scalar, Type};
 use crate::lang::{self, Diagnostics};
 
@@ -369,6 +370,75 @@ impl Region {
     pub fn cached(&self) -> usize {
         self.cache.len()
     }
+
+    /// Calls the region (through the cache, or its generic code if `generic`) on the
+    /// interpreter's values: slices are buffers of `mem`, which receives what the code
+    /// stores. This runs compiled code on the same inputs as [`crate::interp`].
+    pub fn call_values(
+        &self,
+        args: &[Val],
+        mem: &mut Memory,
+        generic: bool,
+    ) -> Result<Option<Const>, Error> {
+        // Each buffer as bytes in its element layout, in 8-byte words (aligned for all).
+        let mut storage: Vec<Vec<u64>> = mem
+            .bufs
+            .iter()
+            .map(|b| {
+                let size = dyc_templates::clif::elem_size(b.elem) as usize;
+                let mut words = vec![0u64; (b.data.len() * size).div_ceil(8).max(1)];
+                let bytes = bytes_mut(&mut words);
+                for (k, &c) in b.data.iter().enumerate() {
+                    bytes[k * size..(k + 1) * size]
+                        .copy_from_slice(&const_to_word(c).to_le_bytes()[..size]);
+                }
+                words
+            })
+            .collect();
+        let r = {
+            let mut call_args: Vec<Arg> = Vec::new();
+            for a in args {
+                call_args.push(match a {
+                    Val::Scalar(c) => Arg::Scalar(*c),
+                    Val::Slice(s) => {
+                        let b = mem
+                            .bufs
+                            .get(s.buf)
+                            .ok_or_else(|| Error::Arguments("a slice without a buffer".into()))?;
+                        Arg::Slice(SliceArg {
+                            elem: b.elem,
+                            ptr: storage[s.buf].as_mut_ptr() as *const u8,
+                            len: b.data.len(),
+                            mutable: s.mutable,
+                            _borrow: PhantomData,
+                        })
+                    }
+                });
+            }
+            if generic {
+                self.generic()?.call(&mut call_args)
+            } else {
+                self.call(&mut call_args)
+            }
+        };
+        for (b, words) in mem.bufs.iter_mut().zip(storage.iter_mut()) {
+            let size = dyc_templates::clif::elem_size(b.elem) as usize;
+            let bytes = bytes_mut(words);
+            for (k, c) in b.data.iter_mut().enumerate() {
+                let mut w = [0u8; 8];
+                w[..size].copy_from_slice(&bytes[k * size..(k + 1) * size]);
+                *c = runtime::word_to_const(u64::from_le_bytes(w), b.elem);
+            }
+        }
+        r
+    }
+}
+
+/// The bytes of a word buffer.
+fn bytes_mut(words: &mut [u64]) -> &mut [u8] {
+    // SAFETY: `u64` has no padding and every byte pattern is valid for `u8`; the length is
+    // the buffer's size in bytes, and the borrow is tied to `words`.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 8) }
 }
 
 /// A shallow copy of an argument for an inner call (the original stays borrowed).
@@ -426,5 +496,117 @@ impl Specialized {
             .ret
             .and_then(|t| t.scalar())
             .map(|s| runtime::word_to_const(w, s)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gen::{cases, func, Rng};
+    use crate::interp::{ErrorKind, Interpreter};
+    use dyc_stitcher::specialize::Budget;
+    use dyc_templates::template::FaultKind;
+
+    fn same_kind(a: &ErrorKind, b: FaultKind) -> bool {
+        matches!(
+            (a, b),
+            (ErrorKind::OutOfBounds { .. }, FaultKind::OutOfBounds)
+                | (ErrorKind::DivisionByZero, FaultKind::DivisionByZero)
+                | (ErrorKind::Trap, FaultKind::Trap)
+                | (ErrorKind::CallDepthExceeded, FaultKind::CallDepthExceeded)
+                | (ErrorKind::Host(_), FaultKind::Host)
+        )
+    }
+
+    /// Random valid programs with annotations, several inputs each: the interpreter on the
+    /// original, the residual IR and the compiled code (specialized and generic) agree on
+    /// results, errors (kind and position) and memory.
+    #[test]
+    fn compiled_code_agrees_with_the_interpreter_on_random_programs() {
+        let (mut compared, mut keyed) = (0, 0);
+        for seed in 0..cases(300) {
+            let mut rng = Rng::new(seed);
+            let m = func::module(&mut rng, &func::Config::default());
+            let opts = RuntimeOptions {
+                fuel: Some(20_000),
+                max_depth: 49,
+                budget: Budget {
+                    max_blocks: 300,
+                    max_ops: 20_000,
+                    max_units: 50,
+                },
+                ..RuntimeOptions::default()
+            };
+            let p = Program::from_module(m.clone(), opts).expect("program");
+            p.register_host("hash", |a| {
+                Ok(Some(Const::Int(
+                    Scalar::I64,
+                    a[0].as_u64()
+                        .unwrap()
+                        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                        .rotate_left(17),
+                )))
+            })
+            .unwrap();
+            p.register_host("fmix", |a| {
+                Ok(Some(Const::F64(
+                    a[0].as_f64().unwrap() * 0.5 + a[1].as_f64().unwrap(),
+                )))
+            })
+            .unwrap();
+            p.register_host("observe", |_| Ok(None)).unwrap();
+            for (id, f) in m.funcs.iter() {
+                let Ok(region) = p.region(&f.name) else {
+                    continue;
+                };
+                if !region.key_params().is_empty() {
+                    keyed += 1;
+                }
+                for _ in 0..3 {
+                    let mut mem = Memory::default();
+                    let args = crate::gen::tests::random_args(&mut rng, &f.sig.params, &mut mem);
+                    let original = mem.clone();
+                    let mut interp = Interpreter::new(&m);
+                    interp.hosts = func::hosts();
+                    interp.fuel = 20_000;
+                    interp.max_depth = 50;
+                    let expected = interp.call(id, &args, &mut mem);
+                    if matches!(&expected, Err(e) if e.kind == ErrorKind::FuelExhausted) {
+                        continue;
+                    }
+                    for generic in [false, true] {
+                        let mut mem2 = original.clone();
+                        let got = region.call_values(&args, &mut mem2, generic);
+                        if matches!(got, Err(Error::Specialize(_))) {
+                            continue; // a user-annotated loop that unrolls without bound
+                        }
+                        let same_mem = format!("{mem:?}") == format!("{mem2:?}");
+                        let same = match (&expected, &got) {
+                            (Ok(Some(Val::Scalar(a))), Ok(Some(b))) => {
+                                format!("{a:?}") == format!("{b:?}")
+                            }
+                            (Ok(None), Ok(None)) => true,
+                            (Err(a), Err(Error::Run(b))) => {
+                                same_kind(&a.kind, b.kind) && a.loc == b.loc
+                            }
+                            _ => false,
+                        };
+                        assert!(
+                            same && same_mem,
+                            "seed {seed}, {} (generic: {generic}): interpreter {expected:?}, compiled {got:?}\n{}",
+                            f.name,
+                            crate::ir::printer::print_module(&m)
+                        );
+                        compared += 1;
+                    }
+                }
+            }
+        }
+        let total = cases(300) as usize;
+        assert!(compared >= 2 * total, "only {compared} runs compared");
+        assert!(
+            keyed * 10 >= total,
+            "only {keyed} regions had key parameters"
+        );
     }
 }

@@ -251,7 +251,11 @@ fn threads_specialize_and_call_one_region_with_overlapping_keys() {
                     let n = 10 * (k % 7) + t + 1;
                     let mut regs = [n, 0, 0, 0, 0, 0, 0, 0];
                     let r = region
-                        .call(&mut [Arg::from(&prog[..]), Arg::from(&mut regs[..])])
+                        .call(&mut [
+                            Arg::from(&prog[..]),
+                            Arg::from(&mut regs[..]),
+                            Arg::from(&mut [0i64][..]),
+                        ])
                         .expect("runs")
                         .and_then(|c| c.as_i64());
                     assert_eq!(r, Some(n * (n + 1) / 2), "thread {t}, n = {n}");
@@ -291,7 +295,11 @@ fn promotions_stitch_targets_lazily_from_many_threads() {
                 for k in 0..30i64 {
                     let target = (k + t) % 6;
                     let mut regs = [target, 0, 0, 0, 0];
-                    let r = region.call(&mut [Arg::from(&prog[..]), Arg::from(&mut regs[..])]);
+                    let r = region.call(&mut [
+                        Arg::from(&prog[..]),
+                        Arg::from(&mut regs[..]),
+                        Arg::from(&mut [0i64][..]),
+                    ]);
                     assert_eq!(
                         r.expect("runs").and_then(|c| c.as_i64()),
                         Some(100 + target),
