@@ -467,6 +467,11 @@ impl Specialized {
         &self.params
     }
 
+    /// What making this specialization's entry unit cost.
+    pub fn stats(&self) -> dyc_stitcher::runtime::UnitStats {
+        self.spec.stats
+    }
+
     /// Calls the code; arguments are checked against [`Specialized::params`].
     pub fn call(&self, args: &mut [Arg]) -> Result<Option<Const>, Error> {
         if args.len() != self.params.len() {

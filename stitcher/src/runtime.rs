@@ -20,6 +20,7 @@
 //! (cranelift-jit frees only whole modules).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cranelift_codegen::ir::{
@@ -144,6 +145,21 @@ impl std::fmt::Display for RuntimeError {
 
 impl std::error::Error for RuntimeError {}
 
+/// What making one unit cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnitStats {
+    /// Specialized block copies.
+    pub blocks: usize,
+    /// Setup and template operations the specializer processed.
+    pub ops: usize,
+    /// Cranelift IR instructions generated.
+    pub insts: usize,
+    /// Time specializing and building Cranelift IR (the stitcher's own work).
+    pub stitch_ns: u64,
+    /// Time in Cranelift compiling the IR to machine code.
+    pub compile_ns: u64,
+}
+
 struct FaultSite {
     kind: FaultKind,
     loc: SrcLoc,
@@ -182,6 +198,22 @@ struct PromoSite {
     cache: DashMap<Vec<u64>, usize>,
     /// Held while stitching a continuation, so that racing threads stitch it once.
     stitching: Mutex<()>,
+    /// The inline cache the code reads before calling back (single-value sites): slots
+    /// of pointers to immutable `[value, code]` pairs, set once and never changed, so that
+    /// a reader never sees a torn entry. The pairs live as long as the runtime.
+    inline: Box<[AtomicU64]>,
+}
+
+impl PromoSite {
+    /// Records `code` for a one-word key in the inline cache, if its slot is free.
+    fn install_inline(&self, word: u64, code: usize) {
+        let slot = &self.inline[clif::inline_cache_slot(word) as usize];
+        if slot.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        let pair: &'static [u64; 2] = Box::leak(Box::new([word, code as u64]));
+        let _ = slot.compare_exchange(0, pair.as_ptr() as u64, Ordering::AcqRel, Ordering::Acquire);
+    }
 }
 
 struct JitState {
@@ -204,7 +236,11 @@ struct Inner {
     generic_ids: Vec<FuncId>,
     faults: RwLock<Vec<FaultSite>>,
     sites: RwLock<Vec<Arc<PromoSite>>>,
+    /// Promotion sites by (specialization, block, static key).
+    site_ids: DashMap<SiteKey, u32>,
 }
+
+type SiteKey = (usize, BlockId, Vec<(u8, u64)>);
 
 // SAFETY: the raw pointers inside (in `JitState`) are only touched under the mutex; all
 // other fields are `Send + Sync`.
@@ -353,8 +389,6 @@ struct UnitHooks<'a> {
     helpers: &'a HashMap<&'static str, FuncId>,
     prog: &'a StitchProgram,
     func_name: String,
-    /// Local promotion site -> global id (filled in after specialization).
-    sites: Vec<u64>,
 }
 
 impl Hooks for UnitHooks<'_> {
@@ -389,13 +423,10 @@ impl Hooks for UnitHooks<'_> {
             .declare_func_in_func(self.helpers["dyc_promote"], func)
     }
 
-    fn global_site(&mut self, local: u32) -> u64 {
-        // Reserve global ids in order; their contents come after specialization.
-        while self.sites.len() <= local as usize {
-            let id = self.inner.sites.read().len() as u64 + self.sites.len() as u64;
-            self.sites.push(id);
-        }
-        self.sites[local as usize]
+    fn inline_cache(&mut self, site: u32) -> Option<u64> {
+        let sites = self.inner.sites.read();
+        let s = sites.get(site as usize)?;
+        (s.types.len() == 1).then(|| s.inline.as_ptr() as u64)
     }
 
     fn fmod(&mut self, func: &mut ir::Function) -> ir::FuncRef {
@@ -422,8 +453,52 @@ impl Inner {
         f.len() as u64 - 1
     }
 
-    /// Compiles one unit of `prog` from `start` with `key`; returns its function id and
-    /// the promotion sites it created. The caller finalizes.
+    /// The id of promotion site `site` of `shared`'s program, registered on first sight:
+    /// units that reach one site share it, and so its cache of continuations.
+    fn site_id(&self, shared: &Arc<SpecShared>, site: &Site) -> u32 {
+        let key = (
+            Arc::as_ptr(shared) as usize,
+            site.block,
+            site.params
+                .iter()
+                .chain(&site.live)
+                .map(SVal::key_bits)
+                .collect::<Vec<_>>(),
+        );
+        if let Some(id) = self.site_ids.get(&key) {
+            return *id;
+        }
+        let sb = &shared.prog.blocks[site.block as usize];
+        let inputs = sb.dyn_inputs();
+        let types = sb
+            .promote
+            .iter()
+            .map(|&(src, _)| {
+                inputs
+                    .iter()
+                    .find(|&&(r, _)| r == src)
+                    .and_then(|&(_, t)| t.scalar())
+                    .unwrap_or(Scalar::I64)
+            })
+            .collect();
+        let mut all = self.sites.write();
+        let id = all.len() as u32;
+        all.push(Arc::new(PromoSite {
+            shared: shared.clone(),
+            site: site.clone(),
+            types,
+            cache: DashMap::new(),
+            stitching: Mutex::new(()),
+            inline: (0..clif::INLINE_CACHE_SLOTS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        }));
+        self.site_ids.insert(key, id);
+        id
+    }
+
+    /// Compiles one unit of `prog` from `start` with `key` into function `id`; the caller
+    /// finalizes.
     fn compile_unit(
         &self,
         jit: &mut JitState,
@@ -431,8 +506,9 @@ impl Inner {
         start: BlockId,
         key: &[SVal],
         id: FuncId,
-    ) -> Result<Vec<Arc<PromoSite>>, RuntimeError> {
+    ) -> Result<UnitStats, RuntimeError> {
         let prog = &*shared.prog;
+        let t0 = std::time::Instant::now();
         let inputs: Vec<Type> = prog.blocks[start as usize]
             .dyn_inputs()
             .iter()
@@ -442,73 +518,55 @@ impl Inner {
         cctx.func.signature = clif::unit_signature(&inputs);
         cctx.func.name = UserFuncName::user(0, id.as_u32());
         let frontend = jit.module.isa().frontend_config();
-        let (unit, local_sites) = {
+        let unit = {
             let mut hooks = UnitHooks {
                 inner: self,
                 module: &mut jit.module,
                 helpers: &jit.helpers,
                 prog,
                 func_name: prog.name.clone(),
-                sites: Vec::new(),
             };
             let b = FunctionBuilder::new(&mut cctx.func, &mut jit.fctx);
             let opts = ClifOptions {
                 fuel: self.opts.fuel.is_some(),
             };
             let mut em = ClifEmitter::new(b, &mut hooks, opts, shared.static_ptrs(), &inputs);
+            let resolve = |site: &Site| self.site_id(shared, site);
             let cx = Context {
                 prog,
                 slices: &shared.slices,
                 hosts: &RtHosts(self),
-                mode: PromotionMode::Units,
+                mode: PromotionMode::Units(&resolve),
                 budget: self.opts.budget,
             };
             let unit =
                 specialize::specialize(&cx, start, key, &mut em).map_err(RuntimeError::Spec)?;
             em.finish(unit.entry, frontend);
-            let sites = hooks.sites;
-            (unit, sites)
+            unit
         };
+        let mut stats = UnitStats {
+            blocks: unit.blocks,
+            ops: unit.ops,
+            insts: cctx.func.dfg.num_insts(),
+            stitch_ns: t0.elapsed().as_nanos() as u64,
+            compile_ns: 0,
+        };
+        let t1 = std::time::Instant::now();
         jit.module
             .define_function(id, &mut cctx)
             .map_err(|e| RuntimeError::Jit(format!("{e:?}")))?;
+        stats.compile_ns = t1.elapsed().as_nanos() as u64;
         jit.module.clear_context(&mut cctx);
-        // Register the promotion sites under the ids the code uses.
-        let mut created = Vec::new();
-        let mut all = self.sites.write();
-        for (local, &global) in local_sites.iter().enumerate() {
-            let site = unit.sites[local].clone();
-            let sb = &prog.blocks[site.block as usize];
-            let inputs = sb.dyn_inputs();
-            let types = sb
-                .promote
-                .iter()
-                .map(|&(src, _)| {
-                    inputs
-                        .iter()
-                        .find(|&&(r, _)| r == src)
-                        .and_then(|&(_, t)| t.scalar())
-                        .unwrap_or(Scalar::I64)
-                })
-                .collect();
-            let ps = Arc::new(PromoSite {
-                shared: shared.clone(),
-                site,
-                types,
-                cache: DashMap::new(),
-                stitching: Mutex::new(()),
-            });
-            debug_assert_eq!(all.len() as u64, global);
-            all.push(ps.clone());
-            created.push(ps);
-        }
-        Ok(created)
+        Ok(stats)
     }
 
     /// The code of the continuation at `site` for promoted `words`, stitched on a miss.
     fn continuation(&self, site: &Arc<PromoSite>, words: &[u64]) -> Result<usize, RuntimeError> {
         let key: Vec<u64> = words.to_vec();
         if let Some(c) = site.cache.get(&key) {
+            if let [w] = words {
+                site.install_inline(*w, *c);
+            }
             return Ok(*c);
         }
         let _guard = site.stitching.lock();
@@ -548,6 +606,9 @@ impl Inner {
             .map_err(|e| RuntimeError::Jit(format!("{e:?}")))?;
         let code = jit.module.get_finalized_function(id) as usize;
         site.cache.insert(key, code);
+        if let [w] = words {
+            site.install_inline(*w, code);
+        }
         Ok(code)
     }
 
@@ -672,6 +733,7 @@ impl Runtime {
             generic_ids: generic_ids.clone(),
             faults: RwLock::new(Vec::new()),
             sites: RwLock::new(Vec::new()),
+            site_ids: DashMap::new(),
         };
         {
             let mut jit = inner.jit.lock();
@@ -752,12 +814,15 @@ impl Runtime {
             .module
             .declare_anonymous_function(&clif::unit_signature(&inputs))
             .map_err(|e| RuntimeError::Jit(format!("{e:?}")))?;
-        self.inner
+        let mut stats = self
+            .inner
             .compile_unit(&mut jit, &shared, prog.entry, &key, unit)?;
         let wrapper = self.inner.wrapper(&mut jit, unit, &inputs)?;
+        let t = std::time::Instant::now();
         jit.module
             .finalize_definitions()
             .map_err(|e| RuntimeError::Jit(format!("{e:?}")))?;
+        stats.compile_ns += t.elapsed().as_nanos() as u64;
         let code = jit.module.get_finalized_function(wrapper) as usize;
         Ok(Specialization {
             runtime: self.clone(),
@@ -765,6 +830,7 @@ impl Runtime {
             inputs,
             ret: prog.ret,
             name: prog.name.clone(),
+            stats,
             _shared: shared,
         })
     }
@@ -792,6 +858,7 @@ impl Runtime {
             inputs: prog.param_types.clone(),
             ret: prog.ret,
             name: prog.name.clone(),
+            stats: UnitStats::default(),
             _shared: Arc::new(SpecShared {
                 prog,
                 slices: Vec::new(),
@@ -816,6 +883,8 @@ pub struct Specialization {
     pub inputs: Vec<Type>,
     pub ret: Option<Type>,
     name: String,
+    /// What making the entry unit cost (zero for generic code).
+    pub stats: UnitStats,
     _shared: Arc<SpecShared>,
 }
 

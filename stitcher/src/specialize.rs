@@ -143,8 +143,10 @@ impl Site {
 
 /// How edges into promotion blocks are specialized.
 pub enum PromotionMode<'a> {
-    /// Leave the unit through [`Emitter::promote`].
-    Units,
+    /// Leave the unit through [`Emitter::promote`], with the site number the function
+    /// gives for the site (the runtime's id: one per site across all units, so that every
+    /// unit reaching a site shares its cache).
+    Units(&'a dyn Fn(&Site) -> u32),
     /// Dispatch inline over the promoted values known for a site (`known(site)`), with a
     /// [`Emitter::promote_miss`] exit for the others.
     Inline(&'a dyn Fn(&Site) -> Vec<Vec<Const>>),
@@ -652,7 +654,10 @@ impl<E: Emitter> Spec<'_, E> {
             }
         };
         match self.mode {
-            PromotionMode::Units => self.em.promote(id, &promoted, inputs),
+            PromotionMode::Units(resolve) => {
+                let global = resolve(&site);
+                self.em.promote(global, &promoted, inputs)
+            }
             PromotionMode::Inline(known) => {
                 // A chain of tests, one per known tuple of promoted values.
                 for values in known(&site) {

@@ -97,6 +97,17 @@ pub fn unit_signature(inputs: &[Type]) -> Signature {
     sig
 }
 
+/// Slots of a promotion site's inline cache.
+pub const INLINE_CACHE_SLOTS: u64 = 16;
+
+/// Multiplier of the inline cache's hash (Fibonacci hashing).
+const CACHE_HASH: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// The inline cache slot of a promoted value's word.
+pub fn inline_cache_slot(word: u64) -> u64 {
+    word.wrapping_mul(CACHE_HASH) >> (64 - INLINE_CACHE_SLOTS.trailing_zeros())
+}
+
 /// Runtime services the emitted code uses.
 pub trait Hooks {
     /// Registers a fault site; the code stores its id into the context when it faults.
@@ -110,8 +121,10 @@ pub trait Hooks {
     fn host_call(&mut self, func: &mut ir::Function) -> FuncRef;
     /// `dyc_promote(ctx, site, values: *const u64) -> code pointer or 0`, system ABI.
     fn promote(&mut self, func: &mut ir::Function) -> FuncRef;
-    /// The runtime's id of this unit's promotion site `local`.
-    fn global_site(&mut self, local: u32) -> u64;
+    /// The inline cache of promotion site `site`, if it has one: the address of
+    /// [`INLINE_CACHE_SLOTS`] words, each 0 or a pointer to an immutable pair (promoted
+    /// value, code pointer), at slot [`inline_cache_slot`] of the value.
+    fn inline_cache(&mut self, site: u32) -> Option<u64>;
     /// `fmod(x, y) -> f64`, system ABI.
     fn fmod(&mut self, func: &mut ir::Function) -> FuncRef;
 }
@@ -876,28 +889,6 @@ impl Emitter for ClifEmitter<'_, '_> {
 
     fn promote(&mut self, site: u32, promoted: &[CVal], live: &[CVal]) {
         let words: Vec<ir::Value> = promoted.iter().map(|&v| self.word_of(v)).collect();
-        let addr = self.slot_of_words(&words);
-        let f = match self.promote_ref {
-            Some(f) => f,
-            None => {
-                let f = self.hooks.promote(self.b.func);
-                self.promote_ref = Some(f);
-                f
-            }
-        };
-        let global = self.hooks.global_site(site);
-        let s = self.b.ins().iconst(types::I64, global as i64);
-        let call = self.b.ins().call(f, &[self.ctx, s, addr]);
-        let code = self.b.inst_results(call)[0];
-        let fail = self.b.create_block();
-        let go = self.b.create_block();
-        self.b.set_cold_block(fail);
-        self.b.ins().brif(code, go, &[], fail, &[]);
-        self.b.switch_to_block(fail);
-        let zero = self.b.ins().iconst(types::I64, 0);
-        let one = self.b.ins().iconst(types::I64, 1);
-        self.b.ins().return_(&[zero, one]);
-        self.b.switch_to_block(go);
         let tys: Vec<Type> = live
             .iter()
             .map(|v| match *v {
@@ -913,6 +904,55 @@ impl Emitter for ClifEmitter<'_, '_> {
         for &v in live {
             args.extend(self.words(v));
         }
+        // Fast path: the site's inline cache, for one promoted value.
+        if let (Some(table), [w]) = (self.hooks.inline_cache(site), words.as_slice()) {
+            let w = *w;
+            let shift = 64 - INLINE_CACHE_SLOTS.trailing_zeros() as i64;
+            let h = self.b.ins().imul_imm_s(w, CACHE_HASH as i64);
+            let slot = self.b.ins().ushr_imm_u(h, shift);
+            let off = self.b.ins().ishl_imm_u(slot, 3);
+            let base = self.b.ins().iconst(types::I64, table as i64);
+            let addr = self.b.ins().iadd(base, off);
+            // Entries are written once (atomically) and never change afterwards.
+            let pair = self
+                .b
+                .ins()
+                .atomic_load(types::I64, MemFlagsData::trusted(), addr);
+            let have = self.b.create_block();
+            let hit = self.b.create_block();
+            let slow = self.b.create_block();
+            self.b.set_cold_block(slow);
+            self.b.ins().brif(pair, have, &[], slow, &[]);
+            self.b.switch_to_block(have);
+            let key = self.b.ins().load(types::I64, TRUSTED(), pair, 0);
+            let same = self.b.ins().icmp(IntCC::Equal, key, w);
+            self.b.ins().brif(same, hit, &[], slow, &[]);
+            self.b.switch_to_block(hit);
+            let code = self.b.ins().load(types::I64, TRUSTED(), pair, 8);
+            self.b.ins().return_call_indirect(sig, code, &args);
+            self.b.switch_to_block(slow);
+        }
+        let addr = self.slot_of_words(&words);
+        let f = match self.promote_ref {
+            Some(f) => f,
+            None => {
+                let f = self.hooks.promote(self.b.func);
+                self.promote_ref = Some(f);
+                f
+            }
+        };
+        let s = self.b.ins().iconst(types::I64, site as i64);
+        let call = self.b.ins().call(f, &[self.ctx, s, addr]);
+        let code = self.b.inst_results(call)[0];
+        let fail = self.b.create_block();
+        let go = self.b.create_block();
+        self.b.set_cold_block(fail);
+        self.b.ins().brif(code, go, &[], fail, &[]);
+        self.b.switch_to_block(fail);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        let one = self.b.ins().iconst(types::I64, 1);
+        self.b.ins().return_(&[zero, one]);
+        self.b.switch_to_block(go);
         self.b.ins().return_call_indirect(sig, code, &args);
     }
 

@@ -93,8 +93,9 @@ pub trait Emitter {
     fn ret(&mut self, value: Option<Self::Value>);
     /// An explicit `trap`, raised if the code gets here.
     fn trap(&mut self, loc: SrcLoc);
-    /// Leaves the unit at promotion site `site`: the runtime looks the `promoted` values up,
-    /// stitching the continuation on a miss, and continues there with `live`.
+    /// Leaves the unit at promotion site `site` (the runtime's site id): the runtime looks
+    /// the `promoted` values up, stitching the continuation on a miss, and continues there
+    /// with `live`.
     fn promote(&mut self, site: u32, promoted: &[Self::Value], live: &[Self::Value]);
     /// A promotion miss in inline mode: reports `site` and the `promoted` values and stops.
     fn promote_miss(&mut self, site: u32, promoted: &[Self::Value]);
