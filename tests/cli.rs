@@ -148,3 +148,31 @@ fn source_errors_are_rendered_with_a_snippet() {
     );
     assert!(err.ends_with("prog.dyc:2:12\n  |\n2 |     return a + b;\n  |            ^^^^^ both operands must have the same type\n"), "{err}");
 }
+
+#[test]
+fn explain_marks_binding_times_and_lists_the_points() {
+    let (code, out, err) = dyc(&["explain", "examples/bytecode.dyc", "run"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("v0:S v1:D v2:D"), "{out}");
+    assert!(out.contains("static branch"), "{out}");
+    assert!(out.contains("dynamic branch"), "{out}");
+    assert!(out.contains("key parameters: v0 (code)"), "{out}");
+    assert!(out.contains("specialization points: block1"), "{out}");
+    assert!(out.contains("promotion points: inst"), "{out}");
+}
+
+#[test]
+fn spec_prints_the_residual_program_and_runs_it() {
+    let (code, out, err) = dyc(&[
+        "spec",
+        "examples/bytecode.dyc",
+        "run",
+        SUM_PROGRAM,
+        "[10,0,0,0,0,0,0,0]",
+        "[]",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("fn run$spec("), "{out}");
+    assert!(!out.contains("load_static"), "static loads are gone: {out}");
+    assert!(out.ends_with("result: 55\n"), "{out}");
+}

@@ -329,3 +329,38 @@ fn runaway_specialization_ends_with_the_budget_error() {
         other => panic!("expected the budget error, got {other:?}"),
     }
 }
+
+#[test]
+fn strength_reduced_divisions_agree_with_the_interpreter() {
+    let src = "
+        fn d8(x: i8) -> i8 { return x / 4 + x % 4 * 3 + x / 64; }
+        fn d32(x: i32) -> i32 { return x / 2 + x / 1024 + x % 8; }
+        fn du(x: u16) -> u16 { return x / 8 + x % 16 + x * 32; }
+        fn d64(x: i64) -> i64 { return x / 4611686018427387904 + x / 16 * 3; }
+    ";
+    let m = dyc::lang::compile("div.dyc", src).expect("compiles");
+    let p = Program::from_module(m.clone(), options()).expect("program");
+    let mut values: Vec<i64> = (-300..300).collect();
+    values.extend([
+        i64::MIN,
+        i64::MIN + 1,
+        i64::MAX,
+        i64::MAX - 1,
+        -(1 << 40) - 3,
+        1 << 40,
+    ]);
+    for name in ["d8", "d32", "du", "d64"] {
+        let id = m.func_by_name(name).expect("function");
+        let region = p.region(name).expect("region");
+        let t = m.funcs[id].sig.params[0].scalar().expect("scalar");
+        for &x in &values {
+            let c = dyc_templates::semantics::int(t, x as u64);
+            let mut interp = Interpreter::new(&m);
+            let expected = interp
+                .call(id, &[Val::Scalar(c)], &mut Memory::default())
+                .expect("runs");
+            let got = region.call(&mut [Arg::Scalar(c)]).expect("runs");
+            assert_eq!(expected, got.map(Val::Scalar), "{name}({x})");
+        }
+    }
+}

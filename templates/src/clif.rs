@@ -960,3 +960,180 @@ impl Emitter for ClifEmitter<'_, '_> {
         unreachable!("machine code leaves the unit at promotions")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cranelift_codegen::ir::{Function, UserFuncName};
+    use cranelift_frontend::FunctionBuilderContext;
+
+    /// Hooks for emitting without a runtime.
+    struct NoRuntime;
+    impl Hooks for NoRuntime {
+        fn fault_site(&mut self, _: FaultKind, _: SrcLoc) -> u64 {
+            0
+        }
+        fn func_ref(&mut self, _: &mut ir::Function, _: u32) -> Option<FuncRef> {
+            None
+        }
+        fn host_index(&self, _: u32) -> Option<u32> {
+            None
+        }
+        fn host_call(&mut self, _: &mut ir::Function) -> FuncRef {
+            unreachable!()
+        }
+        fn promote(&mut self, _: &mut ir::Function) -> FuncRef {
+            unreachable!()
+        }
+        fn inline_cache(&mut self, _: u32) -> Option<u64> {
+            None
+        }
+        fn fmod(&mut self, _: &mut ir::Function) -> FuncRef {
+            unreachable!()
+        }
+    }
+
+    /// Emits a unit with inputs `tys` through `body` (which gets the emitter and the
+    /// inputs, and must end its block) and returns the Cranelift IR as text.
+    fn emit(tys: &[Type], body: impl FnOnce(&mut ClifEmitter, Vec<CVal>)) -> String {
+        let mut func = Function::with_name_signature(UserFuncName::user(0, 0), unit_signature(tys));
+        let mut fctx = FunctionBuilderContext::new();
+        let mut hooks = NoRuntime;
+        {
+            let b = FunctionBuilder::new(&mut func, &mut fctx);
+            let slices = vec![Some((0x1000, 4, Scalar::I64))];
+            let mut em = ClifEmitter::new(b, &mut hooks, ClifOptions::default(), slices, tys);
+            let first = em.create_block(tys);
+            em.switch_to_block(first);
+            let inputs = em.block_params(first);
+            body(&mut em, inputs);
+            let isa = cranelift_native::builder()
+                .expect("host ISA")
+                .finish(cranelift_codegen::settings::Flags::new(
+                    cranelift_codegen::settings::builder(),
+                ))
+                .expect("ISA");
+            em.finish(first, isa.frontend_config());
+        }
+        func.display().to_string()
+    }
+
+    const I64: Type = Type::Scalar(Scalar::I64);
+
+    #[test]
+    fn constants_fold_and_faults_do_not() {
+        let ir = emit(&[], |em, _| {
+            let a = em.constant(Const::Int(Scalar::I64, 20));
+            let b = em.constant(Const::Int(Scalar::I64, 22));
+            let s = em
+                .op(&TOp::Binary(BinaryOp::Add), &[a, b], SrcLoc::default())
+                .unwrap();
+            assert!(matches!(s, CVal::Const(Const::Int(_, 42))));
+            em.ret(Some(s));
+        });
+        assert!(!ir.contains("iadd"), "{ir}");
+        // Division by a constant zero stays, to fault when it runs.
+        let ir = emit(&[], |em, _| {
+            let a = em.constant(Const::Int(Scalar::I64, 1));
+            let z = em.constant(Const::Int(Scalar::I64, 0));
+            let q = em
+                .op(&TOp::Binary(BinaryOp::Div), &[a, z], SrcLoc::default())
+                .unwrap();
+            em.ret(Some(q));
+        });
+        assert!(ir.contains("sdiv"), "{ir}");
+    }
+
+    #[test]
+    fn multiplications_and_divisions_by_powers_of_two_become_shifts() {
+        let ir = emit(&[I64, Type::Scalar(Scalar::U32)], |em, xs| {
+            let eight = em.constant(Const::Int(Scalar::I64, 8));
+            let m = em
+                .op(
+                    &TOp::Binary(BinaryOp::Mul),
+                    &[xs[0], eight],
+                    SrcLoc::default(),
+                )
+                .unwrap();
+            let sixteen = em.constant(Const::Int(Scalar::U32, 16));
+            let d = em
+                .op(
+                    &TOp::Binary(BinaryOp::Div),
+                    &[xs[1], sixteen],
+                    SrcLoc::default(),
+                )
+                .unwrap();
+            let r = em
+                .op(
+                    &TOp::Binary(BinaryOp::Rem),
+                    &[xs[1], sixteen],
+                    SrcLoc::default(),
+                )
+                .unwrap();
+            let one = em.constant(Const::Int(Scalar::I64, 1));
+            let same = em
+                .op(&TOp::Binary(BinaryOp::Mul), &[m, one], SrcLoc::default())
+                .unwrap();
+            let d64 = em
+                .op(&TOp::Cast(Scalar::I64), &[d], SrcLoc::default())
+                .unwrap();
+            let r64 = em
+                .op(&TOp::Cast(Scalar::I64), &[r], SrcLoc::default())
+                .unwrap();
+            let s = em
+                .op(&TOp::Binary(BinaryOp::Add), &[same, d64], SrcLoc::default())
+                .unwrap();
+            let s = em
+                .op(&TOp::Binary(BinaryOp::Add), &[s, r64], SrcLoc::default())
+                .unwrap();
+            em.ret(Some(s));
+        });
+        assert!(
+            !ir.contains("imul") && !ir.contains("udiv") && !ir.contains("urem"),
+            "{ir}"
+        );
+        assert!(
+            ir.contains("ishl") && ir.contains("ushr") && ir.contains("band"),
+            "{ir}"
+        );
+    }
+
+    #[test]
+    fn branches_on_constants_become_jumps() {
+        let ir = emit(&[I64], |em, xs| {
+            let t = em.create_block(&[I64]);
+            let e = em.create_block(&[I64]);
+            let c = em.constant(Const::Bool(false));
+            em.brif(c, (t, &[xs[0]]), (e, &[xs[0]]));
+            for b in [t, e] {
+                em.switch_to_block(b);
+                let p = em.block_params(b)[0];
+                em.ret(Some(p));
+            }
+        });
+        assert!(!ir.contains("brif"), "{ir}");
+    }
+
+    #[test]
+    fn bounds_checks_of_constant_indices_into_static_slices_fold() {
+        let slice = Type::Slice {
+            elem: Scalar::I64,
+            mutable: false,
+        };
+        let ir = emit(&[], |em, _| {
+            let s = em.static_slice(0, slice);
+            let i = em.constant(Const::Int(Scalar::I64, 3));
+            let v = em.op(&TOp::Load, &[s, i], SrcLoc::default()).unwrap();
+            em.ret(Some(v));
+        });
+        assert!(!ir.contains("icmp"), "{ir}");
+        // Out of the static length: the check stays (and always faults).
+        let ir = emit(&[], |em, _| {
+            let s = em.static_slice(0, slice);
+            let i = em.constant(Const::Int(Scalar::I64, 4));
+            let v = em.op(&TOp::Load, &[s, i], SrcLoc::default()).unwrap();
+            em.ret(Some(v));
+        });
+        assert!(ir.contains("icmp"), "{ir}");
+    }
+}
