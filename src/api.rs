@@ -243,6 +243,7 @@ impl Program {
             id,
             program_ge: Arc::new(ge),
             cache: Arc::new(DashMap::new()),
+            generic: Arc::new(std::sync::OnceLock::new()),
         })
     }
 }
@@ -263,6 +264,8 @@ pub struct Region {
     program_ge: Arc<GeneratingExtension>,
     /// Specializations by their key (`cache_all`).
     cache: Arc<DashMap<Vec<u64>, Arc<Specialized>>>,
+    /// The generic code's entry, made on first use.
+    generic: Arc<std::sync::OnceLock<Arc<Specialized>>>,
 }
 
 impl Region {
@@ -316,16 +319,20 @@ impl Region {
     }
 
     /// The region compiled without specialization (its generic code).
-    pub fn generic(&self) -> Result<Specialized, Error> {
+    pub fn generic(&self) -> Result<Arc<Specialized>, Error> {
+        if let Some(g) = self.generic.get() {
+            return Ok(g.clone());
+        }
         let spec = self
             .program
             .inner
             .runtime
             .generic(self.id.as_u32() as usize)?;
-        Ok(Specialized {
+        let g = Arc::new(Specialized {
             spec,
             params: self.params().to_vec(),
-        })
+        });
+        Ok(self.generic.get_or_init(|| g).clone())
     }
 
     /// Calls the region with all its arguments: the specialization for the key arguments'

@@ -238,6 +238,8 @@ struct Inner {
     sites: RwLock<Vec<Arc<PromoSite>>>,
     /// Promotion sites by (specialization, block, static key).
     site_ids: DashMap<SiteKey, u32>,
+    /// The fault site of failed lazy specializations.
+    lazy_fault: u64,
 }
 
 type SiteKey = (usize, BlockId, Vec<(u8, u64)>);
@@ -302,7 +304,7 @@ extern "C" fn dyc_promote(ctx: *mut CallCtx, site: u64, values: *const u64) -> u
         let c = unsafe { &mut *ctx };
         // SAFETY: as above.
         let inner = unsafe { &*c.runtime };
-        c.fault_site = inner.fault_site(FaultKind::Host, SrcLoc::default(), "lazy specialization");
+        c.fault_site = inner.lazy_fault;
         c.message = Some(msg);
         0
     };
@@ -734,7 +736,11 @@ impl Runtime {
             faults: RwLock::new(Vec::new()),
             sites: RwLock::new(Vec::new()),
             site_ids: DashMap::new(),
+            lazy_fault: 0,
         };
+        let mut inner = inner;
+        inner.lazy_fault =
+            inner.fault_site(FaultKind::Host, SrcLoc::default(), "lazy specialization");
         {
             let mut jit = inner.jit.lock();
             for (p, &id) in generic.iter().zip(&generic_ids) {
