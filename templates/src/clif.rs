@@ -173,6 +173,11 @@ pub struct ClifEmitter<'a, 'h> {
     host_ref: Option<FuncRef>,
     promote_ref: Option<FuncRef>,
     fmod_ref: Option<FuncRef>,
+    /// Bounds already checked in the current specialized block (everything emitted until
+    /// the next block is dominated by them): the largest constant index checked against
+    /// each length, and the (length, index) pairs checked.
+    checked_const: std::collections::HashMap<ir::Value, u64>,
+    checked_dyn: Vec<(ir::Value, ir::Value)>,
 }
 
 const TRUSTED: fn() -> MemFlagsData = MemFlagsData::trusted;
@@ -208,6 +213,8 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
             host_ref: None,
             promote_ref: None,
             fmod_ref: None,
+            checked_const: Default::default(),
+            checked_dyn: Vec::new(),
         };
         e.b.ins().jump(body, &[]);
         e
@@ -619,24 +626,39 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
             }
             other => panic!("not a slice: {other:?}"),
         };
-        let idx = match (i, static_len) {
-            (CVal::Const(c), Some(n))
-                if semantics::int_value(c).is_some_and(|x| x >= 0 && (x as u128) < n as u128) =>
-            {
-                // A constant index within a static length: no check.
-                self.b
-                    .ins()
-                    .iconst(types::I64, semantics::int_value(c).expect("int") as i64)
-            }
-            _ => {
-                let idx = self.index64(i);
+        let const_index = match i {
+            CVal::Const(c) => semantics::int_value(c).filter(|&x| x >= 0 && x <= i64::MAX as i128),
+            _ => None,
+        };
+        // No check for a constant index within a static length, or not above a constant
+        // index already checked against this length in the current block.
+        let known = match (const_index, static_len) {
+            (Some(x), Some(n)) => x < n as i128,
+            (Some(x), None) => self
+                .checked_const
+                .get(&len)
+                .is_some_and(|&k| x <= k as i128),
+            (None, _) => false,
+        };
+        let idx = if known {
+            self.b
+                .ins()
+                .iconst(types::I64, const_index.expect("constant") as i64)
+        } else {
+            let idx = self.index64(i);
+            if !self.checked_dyn.contains(&(len, idx)) {
                 let out = self
                     .b
                     .ins()
                     .icmp(IntCC::UnsignedGreaterThanOrEqual, idx, len);
                 self.fault_if(out, FaultKind::OutOfBounds, loc, Some((idx, len)));
-                idx
+                self.checked_dyn.push((len, idx));
+                if let Some(x) = const_index {
+                    let k = self.checked_const.entry(len).or_insert(0);
+                    *k = (*k).max(x as u64);
+                }
             }
+            idx
         };
         let off = self.b.ins().imul_imm_s(idx, elem_size(elem));
         (self.b.ins().iadd(ptr, off), elem)
@@ -663,6 +685,8 @@ impl Emitter for ClifEmitter<'_, '_> {
 
     fn switch_to_block(&mut self, blk: ir::Block) {
         self.b.switch_to_block(blk);
+        self.checked_const.clear();
+        self.checked_dyn.clear();
         if !self.started.contains(&blk) {
             self.started.push(blk);
             if self.opts.fuel {
