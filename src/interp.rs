@@ -89,6 +89,23 @@ pub enum ErrorKind {
     Internal(String),
 }
 
+impl ErrorKind {
+    /// The kind without its details, as the compiled code's
+    /// [`dyc_templates::template::FaultKind::name`] spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ErrorKind::OutOfBounds { .. } => "out of bounds",
+            ErrorKind::DivisionByZero => "division by zero",
+            ErrorKind::Trap => "trap",
+            ErrorKind::FuelExhausted => "fuel exhausted",
+            ErrorKind::CallDepthExceeded => "call depth exceeded",
+            ErrorKind::Host(_) => "host function error",
+            ErrorKind::BadArguments(_) => "bad arguments",
+            ErrorKind::Internal(_) => "internal error",
+        }
+    }
+}
+
 impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use dyc::interp::{parse_args, ErrorKind, Interpreter, Memory, Val};
 use dyc::ir::{Const, Module, Scalar};
 use dyc::{Arg, Error, Program, RuntimeOptions};
-use dyc_templates::template::FaultKind;
 
 /// Typed Rust storage for a slice argument.
 enum Storage {
@@ -57,26 +56,10 @@ macro_rules! storage {
 storage!(I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16, U32 => u32, U64 => u64, F64 => f64, Bool => bool);
 
 fn jit_hosts(p: &Program) {
-    let m = p.module();
-    for (_, e) in m.externs.iter() {
-        let r = match e.name.as_str() {
-            "double" => p.register_host("double", |a| {
-                Ok(Some(Const::Int(
-                    Scalar::I64,
-                    a[0].as_u64().unwrap().wrapping_mul(2),
-                )))
-            }),
-            "hash" => p.register_host("hash", |a| {
-                Ok(Some(Const::Int(
-                    Scalar::I64,
-                    a[0].as_u64().unwrap().wrapping_mul(31).wrapping_add(7),
-                )))
-            }),
-            "fail" => p.register_host("fail", |_| Err("the host refused".into())),
-            "observe" | "log_value" => p.register_host(&e.name, |_| Ok(None)),
-            _ => Ok(()),
-        };
-        r.expect("declared");
+    for (_, e) in p.module().externs.iter() {
+        if let Some(&(name, f)) = common::HOSTS.iter().find(|(n, _)| *n == e.name) {
+            p.register_host(name, f).expect("declared");
+        }
     }
 }
 
@@ -87,18 +70,7 @@ fn interp_outcome(r: Result<Option<Val>, dyc::interp::RuntimeError>, mem: &Memor
         Ok(Some(Val::Scalar(c))) => format!("= {c:?} / {bufs:?}"),
         Ok(None) => format!("= () / {bufs:?}"),
         Ok(Some(v)) => format!("= {v:?} / {bufs:?}"),
-        Err(e) => {
-            let kind = match e.kind {
-                ErrorKind::OutOfBounds { .. } => "out of bounds",
-                ErrorKind::DivisionByZero => "division by zero",
-                ErrorKind::Trap => "trap",
-                ErrorKind::FuelExhausted => "fuel",
-                ErrorKind::CallDepthExceeded => "depth",
-                ErrorKind::Host(_) => "host",
-                ErrorKind::BadArguments(_) | ErrorKind::Internal(_) => "internal",
-            };
-            format!("-> {kind} at {} / {bufs:?}", e.loc)
-        }
+        Err(e) => format!("-> {} at {} / {bufs:?}", e.kind.name(), e.loc),
     }
 }
 
@@ -107,17 +79,7 @@ fn jit_outcome(r: Result<Option<Const>, Error>, stores: &[Storage]) -> String {
     match r {
         Ok(Some(c)) => format!("= {c:?} / {bufs:?}"),
         Ok(None) => format!("= () / {bufs:?}"),
-        Err(Error::Run(e)) => {
-            let kind = match e.kind {
-                FaultKind::OutOfBounds => "out of bounds",
-                FaultKind::DivisionByZero => "division by zero",
-                FaultKind::Trap => "trap",
-                FaultKind::FuelExhausted => "fuel",
-                FaultKind::CallDepthExceeded => "depth",
-                FaultKind::Host => "host",
-            };
-            format!("-> {kind} at {} / {bufs:?}", e.loc)
-        }
+        Err(Error::Run(e)) => format!("-> {} at {} / {bufs:?}", e.kind.name(), e.loc),
         Err(e) => format!("error: {e}"),
     }
 }

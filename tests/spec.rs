@@ -17,20 +17,7 @@ fn outcome(r: Result<Option<dyc::interp::Val>, RuntimeError>, mem: &Memory) -> S
     match r {
         Ok(Some(v)) => format!("= {} / {:?}", dyc::interp::format_val(v, mem), mem),
         Ok(None) => format!("= () / {mem:?}"),
-        Err(e) => format!("-> {} at {} / {:?}", kind_name(&e.kind), e.loc, mem),
-    }
-}
-
-fn kind_name(k: &ErrorKind) -> &'static str {
-    match k {
-        ErrorKind::OutOfBounds { .. } => "out of bounds",
-        ErrorKind::DivisionByZero => "division by zero",
-        ErrorKind::Trap => "trap",
-        ErrorKind::FuelExhausted => "fuel",
-        ErrorKind::CallDepthExceeded => "depth",
-        ErrorKind::Host(_) => "host",
-        ErrorKind::BadArguments(_) => "arguments",
-        ErrorKind::Internal(_) => "internal",
+        Err(e) => format!("-> {} at {} / {:?}", e.kind.name(), e.loc, mem),
     }
 }
 

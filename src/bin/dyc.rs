@@ -29,7 +29,7 @@ use dyc::interp::HostFns;
 use dyc::interp::{format_val, parse_args, Interpreter, Memory, Val};
 use dyc::ir::parser::parse_module;
 use dyc::ir::printer::{print_function_with, print_module, Annotate};
-use dyc::ir::{Block, Const, Module};
+use dyc::ir::{Block, Const, FuncId, Module};
 use dyc::lang::compile;
 use dyc::verifier::verify_module;
 
@@ -67,6 +67,34 @@ fn load(path: &str) -> Result<Module, Failure> {
     }
 }
 
+/// The function named by the command's second operand.
+fn function(
+    m: &Module,
+    cmd: &str,
+    file: &str,
+    rest: &[String],
+) -> Result<(FuncId, String), Failure> {
+    let name = rest
+        .get(1)
+        .ok_or_else(|| Failure::Usage(format!("`{cmd}` needs a function name")))?;
+    let id = m
+        .func_by_name(name)
+        .ok_or_else(|| Failure::Error(format!("{file}: no function `{name}`")))?;
+    Ok((id, name.clone()))
+}
+
+/// The call arguments after the function name, parsed for `id`'s parameters.
+fn call_args(
+    m: &Module,
+    id: FuncId,
+    name: &str,
+    rest: &[String],
+    mem: &mut Memory,
+) -> Result<Vec<Val>, Failure> {
+    parse_args(&m.funcs[id].sig.params, &rest[2..].join(","), mem)
+        .map_err(|e| Failure::Usage(format!("arguments of `{name}`: {e}")))
+}
+
 fn run(args: &[String]) -> Result<(), Failure> {
     let (cmd, rest) = args
         .split_first()
@@ -88,27 +116,16 @@ fn run(args: &[String]) -> Result<(), Failure> {
         }
         "explain" => {
             let m = load(file)?;
-            let name = rest
-                .get(1)
-                .ok_or(Failure::Usage("`explain` needs a function name".into()))?;
-            let id = m
-                .func_by_name(name)
-                .ok_or_else(|| Failure::Error(format!("{file}: no function `{name}`")))?;
+            let (id, _) = function(&m, "explain", file, rest)?;
             let f = &m.funcs[id];
             let bta = dyc::bta::analyze(&m, f, dyc::bta::Mode::Specialize);
             print!("{}", dyc::bta::explain(&m, f, &bta));
         }
         "spec" => {
             let m = load(file)?;
-            let name = rest
-                .get(1)
-                .ok_or(Failure::Usage("`spec` needs a function name".into()))?;
-            let id = m
-                .func_by_name(name)
-                .ok_or_else(|| Failure::Error(format!("{file}: no function `{name}`")))?;
+            let (id, name) = function(&m, "spec", file, rest)?;
             let mut mem = Memory::default();
-            let vals = parse_args(&m.funcs[id].sig.params, &rest[2..].join(","), &mut mem)
-                .map_err(|e| Failure::Usage(format!("arguments of `{name}`: {e}")))?;
+            let vals = call_args(&m, id, &name, rest, &mut mem)?;
             let mut hosts = builtin_hosts();
             let run = dyc::residual::run(
                 &m,
@@ -143,15 +160,9 @@ fn run(args: &[String]) -> Result<(), Failure> {
         }
         "run" => {
             let m = load(file)?;
-            let name = rest
-                .get(1)
-                .ok_or(Failure::Usage("`run` needs a function name".into()))?;
-            let id = m
-                .func_by_name(name)
-                .ok_or_else(|| Failure::Error(format!("{file}: no function `{name}`")))?;
+            let (id, name) = function(&m, "run", file, rest)?;
             let mut mem = Memory::default();
-            let vals = parse_args(&m.funcs[id].sig.params, &rest[2..].join(","), &mut mem)
-                .map_err(|e| Failure::Usage(format!("arguments of `{name}`: {e}")))?;
+            let vals = call_args(&m, id, &name, rest, &mut mem)?;
             let mut interp = Interpreter::new(&m);
             interp.hosts = builtin_hosts();
             interp.fuel = u64::MAX;

@@ -8,72 +8,51 @@ use crate::gen::{cases, func, Rng};
 use crate::interp::{ErrorKind, Interpreter, Memory, Val};
 use crate::ir::{Const, Scalar, Type};
 
-const VOCABULARY: [&str; 64] = [
-    "fn",
-    "extern",
-    "pure",
-    "let",
-    "var",
-    "if",
-    "else",
-    "while",
-    "loop",
-    "break",
-    "continue",
-    "return",
-    "switch",
-    "case",
-    "default",
-    "goto",
-    "trap",
-    "make_static",
-    "make_dynamic",
-    "true",
-    "false",
-    "len",
-    "min",
-    "max",
-    "as",
-    "mut",
-    "i64",
-    "u8",
-    "f64",
-    "bool",
-    "x",
-    "y",
-    "f",
-    "lbl",
-    "0",
-    "1",
-    "-1",
-    "255",
-    "1.5",
-    "(",
-    ")",
-    "{",
-    "}",
-    "[",
-    "]",
-    ",",
-    ";",
-    ":",
-    "=",
-    "->",
-    "+",
-    "-",
-    "*",
-    "/",
-    "%",
-    "<",
-    "<=",
-    "==",
-    "&&",
-    "||",
-    "!",
-    "@",
-    "cache_all",
-    "<<",
-];
+/// Tokens random streams are made of: the keywords, and names, numbers and punctuation.
+fn vocabulary() -> Vec<&'static str> {
+    let mut v = super::parser::KEYWORDS.to_vec();
+    v.extend([
+        "i64",
+        "u8",
+        "f64",
+        "bool",
+        "x",
+        "y",
+        "f",
+        "lbl",
+        "0",
+        "1",
+        "-1",
+        "255",
+        "1.5",
+        "(",
+        ")",
+        "{",
+        "}",
+        "[",
+        "]",
+        ",",
+        ";",
+        ":",
+        "=",
+        "->",
+        "+",
+        "-",
+        "*",
+        "/",
+        "%",
+        "<",
+        "<=",
+        "==",
+        "&&",
+        "||",
+        "!",
+        "@",
+        "cache_all",
+        "<<",
+    ]);
+    v
+}
 
 /// Every `.dyc` file under `tests/lang` and `examples`.
 fn corpus() -> Vec<String> {
@@ -124,7 +103,7 @@ fn mutate(rng: &mut Rng, text: &str) -> String {
         }
         _ => {
             let at = rng.below(chars.len());
-            let tok = format!(" {} ", rng.pick(&VOCABULARY));
+            let tok = format!(" {} ", rng.pick(&vocabulary()));
             chars[..at]
                 .iter()
                 .copied()
@@ -177,7 +156,8 @@ fn random_token_streams_never_panic() {
     for seed in 0..cases(1000) {
         let mut rng = Rng::new(seed);
         let n = 1 + rng.below(60);
-        let src: Vec<&str> = (0..n).map(|_| *rng.pick(&VOCABULARY)).collect();
+        let vocabulary = vocabulary();
+        let src: Vec<&str> = (0..n).map(|_| *rng.pick(&vocabulary)).collect();
         let src = src.join(" ");
         if let Ok(m) = compile("random.dyc", &src) {
             run_all(&m, &mut rng, &format!("seed {seed}: {src}"));

@@ -53,6 +53,19 @@ pub enum FaultKind {
     Host,
 }
 
+impl FaultKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::OutOfBounds => "out of bounds",
+            FaultKind::DivisionByZero => "division by zero",
+            FaultKind::Trap => "trap",
+            FaultKind::CallDepthExceeded => "call depth exceeded",
+            FaultKind::FuelExhausted => "fuel exhausted",
+            FaultKind::Host => "host function error",
+        }
+    }
+}
+
 /// A case of a [`Emitter::switch`]: value, target block, arguments.
 pub type Case<E> = (u64, <E as Emitter>::Block, Vec<<E as Emitter>::Value>);
 

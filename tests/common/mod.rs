@@ -100,24 +100,37 @@ pub fn run_suite(
     all.len()
 }
 
-/// Host functions available to interpreted tests.
+/// A host function of the tests.
+pub type Host = fn(&[dyc::ir::Const]) -> Result<Option<dyc::ir::Const>, String>;
+
+/// The host functions test programs may declare, for the interpreter and compiled code.
+pub const HOSTS: [(&str, Host); 5] = [
+    ("double", |a| Ok(Some(int(word(a)?.wrapping_mul(2))))),
+    ("hash", |a| {
+        Ok(Some(int(word(a)?.wrapping_mul(31).wrapping_add(7))))
+    }),
+    ("fail", |_| Err("the host refused".into())),
+    ("observe", |_| Ok(None)),
+    ("log_value", |_| Ok(None)),
+];
+
+fn word(a: &[dyc::ir::Const]) -> Result<u64, String> {
+    match a {
+        [dyc::ir::Const::Int(dyc::ir::Scalar::I64, x)] => Ok(*x),
+        _ => Err("expected one i64".into()),
+    }
+}
+
+fn int(x: u64) -> dyc::ir::Const {
+    dyc::ir::Const::Int(dyc::ir::Scalar::I64, x)
+}
+
+/// [`HOSTS`] for the interpreter.
 pub fn hosts() -> dyc::interp::HostFns {
-    use dyc::ir::{Const, Scalar};
     let mut h = dyc::interp::HostFns::default();
-    h.register("double", |a| match a {
-        [Const::Int(Scalar::I64, x)] => Ok(Some(Const::Int(Scalar::I64, x.wrapping_mul(2)))),
-        _ => Err("double takes an i64".into()),
-    });
-    h.register("hash", |a| match a {
-        [Const::Int(Scalar::I64, x)] => Ok(Some(Const::Int(
-            Scalar::I64,
-            x.wrapping_mul(31).wrapping_add(7),
-        ))),
-        _ => Err("hash takes an i64".into()),
-    });
-    h.register("fail", |_| Err("the host refused".into()));
-    h.register("observe", |_| Ok(None));
-    h.register("log_value", |_| Ok(None));
+    for (name, f) in HOSTS {
+        h.register(name, f);
+    }
     h
 }
 
