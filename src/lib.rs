@@ -1,9 +1,12 @@
 //! `dyc`: a run-time specializer for Rust hosts, in the lineage of DyC.
 //!
-//! This crate is the static compiler (BRIEF §3): the region IR and its text format
-//! ([`ir`]), the [`verifier`], the reference interpreter ([`interp`]) with the operator
-//! semantics it shares with constant folding ([`semantics`]), and the CFG analyses
-//! ([`analysis`]). See `docs/ARCHITECTURE.md` for the pipeline and the code map.
+//! This crate is the static compiler and the public API (BRIEF §3): the region language
+//! ([`lang`]), the region IR and its text format ([`ir`]), the [`verifier`], the reference
+//! interpreter ([`interp`]) with the operator semantics it shares with constant folding
+//! ([`semantics`]), the CFG analyses ([`analysis`]), the binding-time analysis ([`bta`]),
+//! the generating-extension builder ([`ge`]), the residual-IR emitter ([`residual`]) and
+//! the API ([`api`]: [`Program`], [`Region`], [`Specialized`]). See `docs/ARCHITECTURE.md`
+//! for the pipeline and the code map.
 
 pub mod analysis;
 pub mod api;

@@ -1,18 +1,17 @@
 //! `dyc-stitcher`: the run-time side of the specializer (BRIEF §3, §7).
 //!
 //! This crate owns:
-//! - the **stitch program** format (the generating extension): setup operations on a
-//!   register file, emit directives naming templates, static branches, NTBS/HBS flag
-//!   operations, lazy points and cache checks;
-//! - its **executor**, which runs setup code and instantiates templates into an emitter;
-//! - the **runtime**: JIT modules ([`jit`]), units linked by tail calls, lazy stubs, the
-//!   specialization cache and its policies, budgets, code reclamation and thread safety.
+//! - the **stitch program** format ([`program`]), the generating extension of a region;
+//!   in this version the annotated CFG (per block: setup operations, template operations,
+//!   terminator, promotion); the linearized form with NTBS/HBS flags is to come;
+//! - its executor, the **work-list specializer** ([`specialize`]), which runs setup code
+//!   and instantiates templates into an emitter, with budgets;
+//! - the **runtime** ([`runtime`], [`jit`]): JIT modules, units linked by tail calls,
+//!   entry wrappers, promotion sites with their caches, host calls, faults reported as
+//!   errors, thread safety. Not yet: caching policies other than `cache_all`, code
+//!   reclamation.
 //!
 //! The stitch program and the templates are its only input: it never sees the source IR.
-//!
-//! Status: [`jit`] sets up Cranelift for the runtime (the host ISA with the flags tail
-//! calls need, JIT modules); the stitch program and its executor arrive with the
-//! end-to-end specialization work.
 
 pub mod jit;
 pub mod program;

@@ -17,7 +17,6 @@
 //! It depends only on `cranelift-codegen` and `cranelift-frontend`, and knows nothing of the
 //! source IR: the static compiler (`dyc`) produces templates, the runtime
 //! (`dyc-stitcher`) consumes them.
-//!
 
 pub mod clif;
 pub mod ops;
