@@ -18,7 +18,7 @@
 //! - the first traversal readies successors left to right, the reversed one readies
 //!   predecessors in the order of their begin numbers: the leftmost-first / rightmost-first
 //!   pair that makes the ranges exact on planar graphs drawn in branch order;
-//! - [`TopoNumbers::compute`] checks the ranges against the transitive closure (bit sets,
+//! - [`TopoNumbers::compute_graph`] checks the ranges against the transitive closure (bit sets,
 //!   O(V · E / 64)); if they are not exact it keeps the closure and answers from it, still in
 //!   O(1). [`TopoNumbers::ranges_exact`] says which case holds.
 //!

@@ -228,7 +228,7 @@ impl Function {
 
     /// The result types `data` produces, given the return type of a called function.
     ///
-    /// Ill-typed operands give [`FALLBACK_TYPE`] results; the verifier reports them.
+    /// Ill-typed operands give `i64` results; the verifier reports them.
     pub fn result_types(&self, data: &InstData, callee_ret: Option<Type>) -> Vec<Type> {
         let ty = |v: crate::ir::Value| self.values.get(v).map(|d| d.ty).unwrap_or(FALLBACK_TYPE);
         match data {

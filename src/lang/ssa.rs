@@ -18,7 +18,7 @@
 //! irreducible ones.
 //!
 //! A read that reaches the entry block without a definition means a `goto` jumped past the
-//! variable's declaration; the front end reports it ([`Read::Uninitialized`]).
+//! variable's declaration; the front end reports it (the builder records it in `SsaBuilder::uninitialized`).
 
 use std::collections::HashMap;
 
