@@ -18,7 +18,8 @@
 //! irreducible ones.
 //!
 //! A read that reaches the entry block without a definition means a `goto` jumped past the
-//! variable's declaration; the front end reports it (the builder records it in `SsaBuilder::uninitialized`).
+//! variable's declaration: the builder records it in [`SsaBuilder::uninitialized`] and the
+//! front end reports it.
 
 use std::collections::HashMap;
 
