@@ -525,6 +525,7 @@ mod tests {
     fn compiled_code_agrees_with_the_interpreter_on_random_programs() {
         let (mut compared, mut keyed) = (0, 0);
         for seed in 0..cases(300) {
+            let _seed = crate::gen::SeedGuard(seed);
             let mut rng = Rng::new(seed);
             let m = func::module(&mut rng, &func::Config::default());
             let opts = RuntimeOptions {

@@ -471,6 +471,7 @@ mod tests {
     fn residual_code_agrees_with_the_interpreter_on_random_programs() {
         let (mut compared, mut keyed, mut promoted) = (0, 0, 0);
         for seed in 0..cases(1000) {
+            let _seed = crate::gen::SeedGuard(seed);
             let mut rng = Rng::new(seed);
             let m = func::module(&mut rng, &func::Config::default());
             for (id, f) in m.funcs.iter() {

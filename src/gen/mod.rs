@@ -50,6 +50,18 @@ impl Rng {
     }
 }
 
+/// Names the seed of a property-test case if the case panics (a panic deep inside the
+/// code under test carries no seed of its own): keep one alive for the case's duration.
+pub struct SeedGuard(pub u64);
+
+impl Drop for SeedGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("the failing case is seed {}", self.0);
+        }
+    }
+}
+
 /// The number of cases a property test runs: `DYC_PROPTEST_CASES` if set, else `default`.
 pub fn cases(default: u64) -> u64 {
     std::env::var("DYC_PROPTEST_CASES")

@@ -218,7 +218,6 @@ impl PromoSite {
 
 struct JitState {
     module: JITModule,
-    fctx: FunctionBuilderContext,
     helpers: HashMap<&'static str, FuncId>,
 }
 
@@ -243,12 +242,6 @@ struct Inner {
 }
 
 type SiteKey = (usize, BlockId, Vec<(u8, u64)>);
-
-// SAFETY: the raw pointers inside (in `JitState`) are only touched under the mutex; all
-// other fields are `Send + Sync`.
-unsafe impl Sync for Inner {}
-// SAFETY: see above.
-unsafe impl Send for Inner {}
 
 /// A runtime for one module.
 #[derive(Clone)]
@@ -528,7 +521,10 @@ impl Inner {
                 prog,
                 func_name: prog.name.clone(),
             };
-            let b = FunctionBuilder::new(&mut cctx.func, &mut jit.fctx);
+            // A fresh builder context per unit: a specialization that fails half-way (a
+            // budget) leaves no state behind for the next one.
+            let mut fctx = FunctionBuilderContext::new();
+            let b = FunctionBuilder::new(&mut cctx.func, &mut fctx);
             let opts = ClifOptions {
                 fuel: self.opts.fuel.is_some(),
             };
@@ -632,7 +628,8 @@ impl Inner {
         let frontend = jit.module.isa().frontend_config();
         {
             let callee = jit.module.declare_func_in_func(unit, &mut cctx.func);
-            let mut b = FunctionBuilder::new(&mut cctx.func, &mut jit.fctx);
+            let mut fctx = FunctionBuilderContext::new();
+            let mut b = FunctionBuilder::new(&mut cctx.func, &mut fctx);
             let blk = b.create_block();
             b.append_block_params_for_function_params(blk);
             b.switch_to_block(blk);
@@ -723,11 +720,7 @@ impl Runtime {
             generic_ids.push(id);
         }
         let inner = Inner {
-            jit: Mutex::new(JitState {
-                module,
-                fctx: FunctionBuilderContext::new(),
-                helpers,
-            }),
+            jit: Mutex::new(JitState { module, helpers }),
             opts,
             hosts: RwLock::new(vec![None; hosts_decl.len()]),
             hosts_decl,
