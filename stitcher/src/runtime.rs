@@ -110,6 +110,7 @@ impl std::fmt::Display for RunError {
             FaultKind::CallDepthExceeded => write!(f, "call depth exceeded")?,
             FaultKind::FuelExhausted => write!(f, "fuel exhausted")?,
             FaultKind::Host => write!(f, "host function error")?,
+            FaultKind::Specialization => write!(f, "lazy specialization failed")?,
         }
         if let Some(m) = &self.message {
             write!(f, ": {m}")?;
@@ -732,8 +733,11 @@ impl Runtime {
             lazy_fault: 0,
         };
         let mut inner = inner;
-        inner.lazy_fault =
-            inner.fault_site(FaultKind::Host, SrcLoc::default(), "lazy specialization");
+        inner.lazy_fault = inner.fault_site(
+            FaultKind::Specialization,
+            SrcLoc::default(),
+            "lazy specialization",
+        );
         {
             let mut jit = inner.jit.lock();
             for (p, &id) in generic.iter().zip(&generic_ids) {

@@ -51,6 +51,8 @@ pub enum FaultKind {
     CallDepthExceeded,
     FuelExhausted,
     Host,
+    /// A lazy specialization (a promotion's continuation) failed, e.g. its budget ran out.
+    Specialization,
 }
 
 impl FaultKind {
@@ -62,6 +64,7 @@ impl FaultKind {
             FaultKind::CallDepthExceeded => "call depth exceeded",
             FaultKind::FuelExhausted => "fuel exhausted",
             FaultKind::Host => "host function error",
+            FaultKind::Specialization => "lazy specialization failed",
         }
     }
 }
