@@ -235,7 +235,7 @@ impl Program {
         let ge = ge::build(m, id, Mode::Specialize).map_err(|e| Error::Analysis(messages(&e)))?;
         if m.funcs[id].sig.ret.is_some_and(|t| t.is_slice()) {
             return Err(Error::Analysis(format!(
-                "`{name}` returns a slice, which compiled code cannot"
+                "`{name}` returns a slice: a region called from Rust returns a scalar or nothing"
             )));
         }
         Ok(Region {

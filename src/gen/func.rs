@@ -122,13 +122,16 @@ pub fn module(rng: &mut Rng, cfg: &Config) -> Module {
     let externs = declare_hosts(&mut m);
     let n = 1 + rng.below(cfg.max_funcs.max(1));
     let sigs: Vec<Signature> = (0..n)
-        .map(|_| Signature {
-            params: (0..rng.below(4)).map(|_| *rng.pick(&PARAM_TYPES)).collect(),
-            ret: if rng.chance(80) {
-                Some(Type::Scalar(random_scalar(rng)))
-            } else {
-                None
-            },
+        .map(|_| {
+            let params: Vec<Type> = (0..rng.below(4)).map(|_| *rng.pick(&PARAM_TYPES)).collect();
+            // Sometimes return the type of one of the slice parameters.
+            let slice = params.iter().copied().find(|t| t.is_slice());
+            let ret = match slice {
+                Some(t) if rng.chance(20) => Some(t),
+                _ if rng.chance(80) => Some(Type::Scalar(random_scalar(rng))),
+                _ => None,
+            };
+            Signature { params, ret }
         })
         .collect();
     for (k, sig) in sigs.iter().enumerate() {
@@ -562,14 +565,12 @@ impl Gen<'_> {
                 }
             }
             _ if self.rng.chance(10) => InstData::Trap,
-            _ => {
-                let value = self
-                    .f
-                    .sig
-                    .ret
-                    .map(|t| self.value_of(b, pool, t).expect("scalar return"));
-                InstData::Return { value }
-            }
+            _ => match self.f.sig.ret.map(|t| self.value_of(b, pool, t)) {
+                None => InstData::Return { value: None },
+                Some(Some(v)) => InstData::Return { value: Some(v) },
+                // A slice return where no slice of the type is at hand.
+                Some(None) => InstData::Trap,
+            },
         };
         self.f.append_inst(b, data, None);
     }

@@ -345,6 +345,9 @@ fn interpreter_never_panics_and_reports_only_runtime_faults() {
                     let ok = match (v, f.sig.ret) {
                         (None, None) => true,
                         (Some(Val::Scalar(c)), Some(t)) => Type::Scalar(c.ty()) == t,
+                        (Some(Val::Slice(s)), Some(Type::Slice { elem, .. })) => {
+                            mem.bufs[s.buf].elem == elem
+                        }
                         _ => false,
                     };
                     assert!(ok, "seed {seed}: result {v:?} does not match the signature");

@@ -658,7 +658,7 @@ impl Inner {
                 }
             }
             let call = b.ins().call(callee, &args);
-            let (v, status) = (b.inst_results(call)[0], b.inst_results(call)[1]);
+            let (v, status) = (b.inst_results(call)[0], b.inst_results(call)[2]);
             b.ins().store(flags(), status, ctxv, clif::ctx::STATUS);
             b.ins().return_(&[v]);
             b.seal_all_blocks();

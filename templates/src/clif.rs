@@ -14,10 +14,10 @@
 //! - a bounds check of a constant index against a static slice's length folds away.
 //!
 //! **Units** are functions in Cranelift's `tail` calling convention: parameters `(ctx,
-//! inputs...)` with slices as two words, results `(value, status)`. `value` is the result's
-//! bits (integers extended by signedness to 64 bits, `f64` bit-cast, `bool` 0/1); `status`
-//! is 0, or nonzero after a fault, whose details the code stored into the call context
-//! ([`ctx`]) before returning. Faults are explicit checks, never signals: bounds checks,
+//! inputs...)` with slices as two words, results `(value, value2, status)`. `value` is the
+//! result's bits (integers extended by signedness to 64 bits, `f64` bit-cast, `bool` 0/1;
+//! a slice's pointer, with its length in `value2`); `status` is 0, or nonzero after a
+//! fault, whose details the code stored into the call context ([`ctx`]) before returning. Faults are explicit checks, never signals: bounds checks,
 //! zero divisors, `trap`, optional fuel and call depth.
 //!
 //! **Services** the code needs from the runtime (fault sites, callees, the promotion
@@ -92,8 +92,9 @@ pub fn unit_signature(inputs: &[Type]) -> Signature {
     for t in abi_types(inputs) {
         sig.params.push(AbiParam::new(t));
     }
-    sig.returns.push(AbiParam::new(types::I64));
-    sig.returns.push(AbiParam::new(types::I64));
+    for _ in 0..3 {
+        sig.returns.push(AbiParam::new(types::I64));
+    }
     sig
 }
 
@@ -362,7 +363,7 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
         }
         let zero = self.b.ins().iconst(types::I64, 0);
         let one = self.b.ins().iconst(types::I64, 1);
-        self.b.ins().return_(&[zero, one]);
+        self.b.ins().return_(&[zero, zero, one]);
     }
 
     /// Returns `(0, status)` when `status` is nonzero (a callee faulted), else goes on.
@@ -373,7 +374,7 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
         self.b.ins().brif(status, exit, &[], cont, &[]);
         self.b.switch_to_block(exit);
         let zero = self.b.ins().iconst(types::I64, 0);
-        self.b.ins().return_(&[zero, status]);
+        self.b.ins().return_(&[zero, zero, status]);
         self.b.switch_to_block(cont);
         self.started.push(cont);
     }
@@ -816,11 +817,17 @@ impl Emitter for ClifEmitter<'_, '_> {
                     self.fault_if(over, FaultKind::CallDepthExceeded, loc, None);
                     self.b.ins().store(TRUSTED(), d1, self.ctx, ctx::DEPTH);
                     let call = self.b.ins().call(f, &words);
-                    let (v, status) = (self.b.inst_results(call)[0], self.b.inst_results(call)[1]);
-                    self.propagate(status);
+                    let r = self.b.inst_results(call).to_vec();
+                    self.propagate(r[2]);
                     self.b.ins().store(TRUSTED(), d, self.ctx, ctx::DEPTH);
-                    let s = ret.and_then(|t| t.scalar())?;
-                    CVal::Val(self.scalar_of_word(v, s), s)
+                    match (*ret)? {
+                        Type::Scalar(s) => CVal::Val(self.scalar_of_word(r[0], s), s),
+                        Type::Slice { elem, .. } => CVal::Slice {
+                            ptr: r[0],
+                            len: r[1],
+                            elem,
+                        },
+                    }
                 } else {
                     let host = self
                         .hooks
@@ -899,12 +906,16 @@ impl Emitter for ClifEmitter<'_, '_> {
     }
 
     fn ret(&mut self, value: Option<CVal>) {
-        let w = match value {
-            Some(v) => self.word_of(v),
-            None => self.b.ins().iconst(types::I64, 0),
-        };
         let zero = self.b.ins().iconst(types::I64, 0);
-        self.b.ins().return_(&[w, zero]);
+        let (w0, w1) = match value {
+            Some(v @ (CVal::Slice { .. } | CVal::StaticSlice { .. })) => {
+                let w = self.words(v);
+                (w[0], w[1])
+            }
+            Some(v) => (self.word_of(v), zero),
+            None => (zero, zero),
+        };
+        self.b.ins().return_(&[w0, w1, zero]);
     }
 
     fn trap(&mut self, loc: SrcLoc) {
@@ -975,7 +986,7 @@ impl Emitter for ClifEmitter<'_, '_> {
         self.b.switch_to_block(fail);
         let zero = self.b.ins().iconst(types::I64, 0);
         let one = self.b.ins().iconst(types::I64, 1);
-        self.b.ins().return_(&[zero, one]);
+        self.b.ins().return_(&[zero, zero, one]);
         self.b.switch_to_block(go);
         self.b.ins().return_call_indirect(sig, code, &args);
     }
