@@ -512,15 +512,132 @@ impl Specialized {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::gen::{cases, func, Rng};
     use crate::interp::{ErrorKind, Interpreter};
+    use crate::ir::Module;
     use dyc_stitcher::specialize::Budget;
 
+    /// Host functions for checked modules: those of the generator and of the test
+    /// programs, each registered if the module declares it.
+    fn register_hosts(p: &Program) {
+        let word = |a: &[Const]| a[0].as_u64().unwrap_or(0);
+        for (_, e) in p.module().externs.iter() {
+            let _ = match e.name.as_str() {
+                "hash" => p.register_host("hash", move |a| {
+                    Ok(Some(Const::Int(
+                        Scalar::I64,
+                        word(a).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17),
+                    )))
+                }),
+                "fmix" => p.register_host("fmix", |a| {
+                    Ok(Some(Const::F64(
+                        a[0].as_f64().unwrap_or(0.0) * 0.5 + a[1].as_f64().unwrap_or(0.0),
+                    )))
+                }),
+                "double" => p.register_host("double", move |a| {
+                    Ok(Some(Const::Int(Scalar::I64, word(a).wrapping_mul(2))))
+                }),
+                "fail" => p.register_host("fail", |_| Err("the host refused".into())),
+                name => p.register_host(name, |_| Ok(None)),
+            };
+        }
+    }
+
+    /// The interpreter's hosts matching [`register_hosts`].
+    fn interp_hosts() -> crate::interp::HostFns {
+        let mut h = func::hosts();
+        h.register("double", |a| {
+            Ok(Some(Const::Int(
+                Scalar::I64,
+                a[0].as_u64().unwrap_or(0).wrapping_mul(2),
+            )))
+        });
+        h.register("fail", |_| Err("the host refused".into()));
+        h.register("log_value", |_| Ok(None));
+        h
+    }
+
+    /// Runs every function of `m` on `inputs` random inputs in the interpreter and as
+    /// compiled code (specialized through the region cache, and generic), and checks they
+    /// agree on results, errors (kind and position) and memory. Returns (runs compared,
+    /// regions with key parameters).
+    pub(crate) fn differential(
+        m: &Module,
+        rng: &mut Rng,
+        inputs: usize,
+        what: &str,
+    ) -> (usize, usize) {
+        let (mut compared, mut keyed) = (0, 0);
+        let opts = RuntimeOptions {
+            fuel: Some(20_000),
+            max_depth: 49,
+            budget: Budget {
+                max_blocks: 300,
+                max_ops: 20_000,
+                max_units: 50,
+            },
+            ..RuntimeOptions::default()
+        };
+        let p = Program::from_module(m.clone(), opts).expect("program");
+        register_hosts(&p);
+        for (id, f) in m.funcs.iter() {
+            let Ok(region) = p.region(&f.name) else {
+                continue;
+            };
+            if !region.key_params().is_empty() {
+                keyed += 1;
+            }
+            for _ in 0..inputs {
+                let mut mem = Memory::default();
+                let args = crate::gen::tests::random_args(rng, &f.sig.params, &mut mem);
+                let original = mem.clone();
+                let mut interp = Interpreter::new(m);
+                interp.hosts = interp_hosts();
+                interp.fuel = 20_000;
+                interp.max_depth = 50;
+                let expected = interp.call(id, &args, &mut mem);
+                if matches!(&expected, Err(e) if e.kind == ErrorKind::FuelExhausted) {
+                    continue;
+                }
+                for generic in [false, true] {
+                    let mut mem2 = original.clone();
+                    let got = region.call_values(&args, &mut mem2, generic);
+                    // A user-annotated loop that unrolls, or a promotion that takes new
+                    // values, without bound: the budget error is the expected outcome.
+                    if matches!(&got, Err(Error::Specialize(_)))
+                        || matches!(&got, Err(Error::Run(e)) if e.kind == dyc_templates::template::FaultKind::Specialization)
+                    {
+                        continue;
+                    }
+                    let same_mem = format!("{mem:?}") == format!("{mem2:?}");
+                    let same = match (&expected, &got) {
+                        (Ok(Some(Val::Scalar(a))), Ok(Some(b))) => {
+                            format!("{a:?}") == format!("{b:?}")
+                        }
+                        (Ok(None), Ok(None)) => true,
+                        (Err(a), Err(Error::Run(b))) => {
+                            a.kind.name() == b.kind.name() && a.loc == b.loc
+                        }
+                        _ => false,
+                    };
+                    assert!(
+                        same && same_mem,
+                        "{what}, {} (generic: {generic}): interpreter {expected:?}, compiled {got:?}\n{}",
+                        f.name,
+                        crate::ir::printer::print_module(m)
+                    );
+                    compared += 1;
+                }
+            }
+        }
+        (compared, keyed)
+    }
+
     /// Random valid programs with annotations, several inputs each: the interpreter on the
-    /// original, the residual IR and the compiled code (specialized and generic) agree on
-    /// results, errors (kind and position) and memory.
+    /// original and the compiled code (specialized and generic) agree on results, errors
+    /// (kind and position) and memory.
     #[test]
     fn compiled_code_agrees_with_the_interpreter_on_random_programs() {
         let (mut compared, mut keyed) = (0, 0);
@@ -528,84 +645,9 @@ mod tests {
             let _seed = crate::gen::SeedGuard(seed);
             let mut rng = Rng::new(seed);
             let m = func::module(&mut rng, &func::Config::default());
-            let opts = RuntimeOptions {
-                fuel: Some(20_000),
-                max_depth: 49,
-                budget: Budget {
-                    max_blocks: 300,
-                    max_ops: 20_000,
-                    max_units: 50,
-                },
-                ..RuntimeOptions::default()
-            };
-            let p = Program::from_module(m.clone(), opts).expect("program");
-            p.register_host("hash", |a| {
-                Ok(Some(Const::Int(
-                    Scalar::I64,
-                    a[0].as_u64()
-                        .unwrap()
-                        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                        .rotate_left(17),
-                )))
-            })
-            .unwrap();
-            p.register_host("fmix", |a| {
-                Ok(Some(Const::F64(
-                    a[0].as_f64().unwrap() * 0.5 + a[1].as_f64().unwrap(),
-                )))
-            })
-            .unwrap();
-            p.register_host("observe", |_| Ok(None)).unwrap();
-            for (id, f) in m.funcs.iter() {
-                let Ok(region) = p.region(&f.name) else {
-                    continue;
-                };
-                if !region.key_params().is_empty() {
-                    keyed += 1;
-                }
-                for _ in 0..3 {
-                    let mut mem = Memory::default();
-                    let args = crate::gen::tests::random_args(&mut rng, &f.sig.params, &mut mem);
-                    let original = mem.clone();
-                    let mut interp = Interpreter::new(&m);
-                    interp.hosts = func::hosts();
-                    interp.fuel = 20_000;
-                    interp.max_depth = 50;
-                    let expected = interp.call(id, &args, &mut mem);
-                    if matches!(&expected, Err(e) if e.kind == ErrorKind::FuelExhausted) {
-                        continue;
-                    }
-                    for generic in [false, true] {
-                        let mut mem2 = original.clone();
-                        let got = region.call_values(&args, &mut mem2, generic);
-                        // A user-annotated loop that unrolls, or a promotion that takes new
-                        // values, without bound: the budget error is the expected outcome.
-                        if matches!(&got, Err(Error::Specialize(_)))
-                            || matches!(&got, Err(Error::Run(e)) if e.kind == dyc_templates::template::FaultKind::Specialization)
-                        {
-                            continue;
-                        }
-                        let same_mem = format!("{mem:?}") == format!("{mem2:?}");
-                        let same = match (&expected, &got) {
-                            (Ok(Some(Val::Scalar(a))), Ok(Some(b))) => {
-                                format!("{a:?}") == format!("{b:?}")
-                            }
-                            (Ok(None), Ok(None)) => true,
-                            (Err(a), Err(Error::Run(b))) => {
-                                a.kind.name() == b.kind.name() && a.loc == b.loc
-                            }
-                            _ => false,
-                        };
-                        assert!(
-                            same && same_mem,
-                            "seed {seed}, {} (generic: {generic}): interpreter {expected:?}, compiled {got:?}\n{}",
-                            f.name,
-                            crate::ir::printer::print_module(&m)
-                        );
-                        compared += 1;
-                    }
-                }
-            }
+            let (c, k) = differential(&m, &mut rng, 3, &format!("seed {seed}"));
+            compared += c;
+            keyed += k;
         }
         let total = cases(300) as usize;
         assert!(compared >= 2 * total, "only {compared} runs compared");

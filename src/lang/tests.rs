@@ -182,6 +182,15 @@ fn mutated_programs_never_panic() {
             Ok(m) => {
                 compiled += 1;
                 run_all(&m, &mut rng, &format!("seed {seed}:\n{src}"));
+                // Every fifth one also through compiled code, against the interpreter.
+                if seed % 5 == 0 {
+                    let _ = crate::api::tests::differential(
+                        &m,
+                        &mut rng,
+                        2,
+                        &format!("seed {seed}:\n{src}"),
+                    );
+                }
             }
             Err(d) => {
                 assert!(
