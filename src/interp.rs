@@ -59,15 +59,6 @@ impl Memory {
             mutable,
         })
     }
-
-    /// Adds an `i64` buffer.
-    pub fn add_i64(&mut self, data: &[i64], mutable: bool) -> Val {
-        let data = data
-            .iter()
-            .map(|&x| Const::Int(Scalar::I64, x as u64))
-            .collect();
-        self.add(Scalar::I64, data, mutable)
-    }
 }
 
 /// What went wrong.

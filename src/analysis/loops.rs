@@ -218,13 +218,4 @@ impl LoopForest {
     pub fn depth(&self, b: Block) -> u32 {
         self.innermost(b).map_or(0, |l| self.loops[l].depth)
     }
-
-    /// Whether `b` is the header of some loop.
-    pub fn is_header(&self, b: Block) -> bool {
-        self.loops.iter().any(|l| l.header == b)
-    }
-
-    pub fn has_irreducible(&self) -> bool {
-        self.loops.iter().any(Loop::is_irreducible)
-    }
 }

@@ -122,20 +122,6 @@ impl Layout {
         self.inst_block[i] = b.into();
     }
 
-    /// Inserts `i` before `before` in the same block.
-    pub fn insert_inst_before(&mut self, i: Inst, before: Inst) {
-        assert!(self.inst_block[i].is_none(), "{i} is already in the layout");
-        let b = self
-            .inst_block(before)
-            .expect("anchor instruction in layout");
-        let pos = self.insts[b]
-            .iter()
-            .position(|&x| x == before)
-            .expect("anchor in its block");
-        self.insts[b].insert(pos, i);
-        self.inst_block[i] = b.into();
-    }
-
     pub fn remove_inst(&mut self, i: Inst) {
         if let Some(b) = self.inst_block(i) {
             self.insts[b].retain(|&x| x != i);

@@ -223,19 +223,6 @@ impl InstData {
         visit_operands!(self, f, iter_mut)
     }
 
-    /// Whether the instruction has an effect besides its results (and so must not be
-    /// removed or reordered freely): stores, impure calls, annotations and terminators.
-    /// Loads are not effects, but may fault.
-    pub fn has_side_effect(&self, module_pure: impl Fn(Callee) -> bool) -> bool {
-        match self {
-            InstData::Store { .. } | InstData::MakeStatic { .. } | InstData::MakeDynamic { .. } => {
-                true
-            }
-            InstData::Call { callee, .. } => !module_pure(*callee),
-            d => d.is_terminator(),
-        }
-    }
-
     /// The mnemonic printed in the text format.
     pub fn opcode_name(&self) -> &'static str {
         match self {

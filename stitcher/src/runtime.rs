@@ -870,11 +870,6 @@ impl Runtime {
             }),
         })
     }
-
-    /// Number of promotion sites created so far.
-    pub fn promotion_sites(&self) -> usize {
-        self.inner.sites.read().len()
-    }
 }
 
 /// Compiled code for a region and its static values (or generic code), callable from
