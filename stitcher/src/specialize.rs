@@ -197,6 +197,7 @@ pub fn specialize<E: Emitter>(
         ops: 0,
         env_s: vec![None; prog.num_regs as usize],
         env_d: vec![None; prog.num_regs as usize],
+        touched: Vec::new(),
         stubs: Vec::new(),
     };
     let entry = s.copy_of(start, key.to_vec())?;
@@ -238,6 +239,8 @@ struct Spec<'a, E: Emitter> {
     ops: usize,
     env_s: Vec<Option<SVal>>,
     env_d: Vec<Option<E::Value>>,
+    /// Registers set while stitching the current block.
+    touched: Vec<Reg>,
     /// Dispatch blocks for promotion edges of dynamic branches, filled after the current
     /// block: (block, promotion block, static parameters, static live-ins).
     stubs: Vec<Stub<E::Block>>,
@@ -269,6 +272,16 @@ impl<E: Emitter> Spec<'_, E> {
         self.memo.insert((b, bits), res);
         self.work.push((b, key, res));
         Ok(res)
+    }
+
+    fn set_s(&mut self, r: Reg, v: SVal) {
+        self.env_s[r as usize] = Some(v);
+        self.touched.push(r);
+    }
+
+    fn set_d(&mut self, r: Reg, v: E::Value) {
+        self.env_d[r as usize] = Some(v);
+        self.touched.push(r);
     }
 
     fn switch_to(&mut self, b: E::Block) {
@@ -312,11 +325,11 @@ impl<E: Emitter> Spec<'_, E> {
     fn stitch(&mut self, b: BlockId, key: &[SVal], res: E::Block) -> Result<(), SpecError> {
         let prog = self.prog;
         let sb = &prog.blocks[b as usize];
-        for slot in self.env_s.iter_mut() {
-            *slot = None;
-        }
-        for slot in self.env_d.iter_mut() {
-            *slot = None;
+        // Clear what the previous block set (not the whole register file: this runs once
+        // per stitched block).
+        for r in self.touched.drain(..) {
+            self.env_s[r as usize] = None;
+            self.env_d[r as usize] = None;
         }
         let regs = sb.key_regs();
         if regs.len() != key.len() {
@@ -328,12 +341,12 @@ impl<E: Emitter> Spec<'_, E> {
             ));
         }
         for (&r, &v) in regs.iter().zip(key) {
-            self.env_s[r as usize] = Some(v);
+            self.set_s(r, v);
         }
         self.switch_to(res);
         let params = self.em.block_params(res);
         for ((r, _), v) in sb.dyn_inputs().into_iter().zip(params) {
-            self.env_d[r as usize] = Some(v);
+            self.set_d(r, v);
         }
         for op in &sb.ops {
             self.ops += 1;
@@ -345,7 +358,7 @@ impl<E: Emitter> Spec<'_, E> {
             }
             match op {
                 Op::Setup { dst, op, loc } => match self.setup(op)? {
-                    Ok(v) => self.env_s[*dst as usize] = Some(v),
+                    Ok(v) => self.set_s(*dst, v),
                     Err(()) => {
                         self.emit_fault(op, *loc)?;
                         return Ok(());
@@ -358,12 +371,12 @@ impl<E: Emitter> Spec<'_, E> {
                         .collect::<Result<Vec<_>, _>>()?;
                     let r = self.em.op(op, &vals, *loc);
                     if let (Some(d), Some(r)) = (dst, r) {
-                        self.env_d[*d as usize] = Some(r);
+                        self.set_d(*d, r);
                     }
                 }
                 Op::Lift { dst, src } => {
                     let v = self.operand(*src)?;
-                    self.env_d[*dst as usize] = Some(v);
+                    self.set_d(*dst, v);
                 }
             }
         }
