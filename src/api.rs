@@ -48,41 +48,83 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use dyc_stitcher::program::StitchProgram;
+use dyc_stitcher::ge::StitchProgram;
+use dyc_stitcher::ge::{BudgetKind, SVal, SliceData, SpecError};
 use dyc_stitcher::runtime::{
     self, const_to_word, RunError, Runtime, RuntimeOptions, Specialization,
 };
-use dyc_stitcher::specialize::{SVal, SliceData};
 
 use crate::bta::Mode;
 use crate::ge::{self, GeneratingExtension};
 use crate::interp::{Memory, Val};
-use crate::ir::{Const, FuncId, Module, Scalar, Type};
+use crate::ir::{Const, FuncId, Module, Scalar, SrcLoc, Type};
 use crate::lang::{self, Diagnostics};
 
-/// Everything that can go wrong.
+/// Everything that can go wrong. Each variant says what kind of failure it is, so that a
+/// service can tell a bad input from a spent budget from a bug.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
     /// The source does not compile.
     Compile(Diagnostics),
-    /// The binding-time analysis refuses the region's annotations.
-    Analysis(String),
-    /// Specialization or code generation failed (a budget, for instance).
-    Specialize(String),
-    /// The code raised a runtime fault.
-    Run(RunError),
+    /// The annotations ask for something the specializer does not support; each message
+    /// names the variable and the reason, with the annotation's source position.
+    Unsupported(Vec<(SrcLoc, String)>),
+    /// A specialization budget ran out (which one, and where in the source).
+    Budget {
+        budget: BudgetKind,
+        limit: usize,
+        /// The block being stitched.
+        block: String,
+        loc: SrcLoc,
+    },
+    /// Code generation failed: Cranelift refused the code (its verifier, or a limit).
+    CodeGen(String),
+    /// An internal error: a bug of this library (a stitch program that does not check, a
+    /// panic caught while specializing). The runtime stays usable.
+    Internal(String),
     /// The arguments do not fit the region.
     Arguments(String),
+    /// The code raised a runtime fault.
+    Run(RunError),
 }
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Error::Compile(d) => write!(f, "{d}"),
-            Error::Analysis(m) => write!(f, "{m}"),
-            Error::Specialize(m) => write!(f, "{m}"),
-            Error::Run(e) => write!(f, "{e}"),
+            Error::Unsupported(es) => {
+                for (k, (loc, m)) in es.iter().enumerate() {
+                    if k > 0 {
+                        writeln!(f)?;
+                    }
+                    write!(f, "unsupported annotation")?;
+                    if loc.is_known() {
+                        write!(f, " at line {loc}")?;
+                    }
+                    write!(f, ": {m}")?;
+                }
+                Ok(())
+            }
+            Error::Budget {
+                budget,
+                limit,
+                block,
+                loc,
+            } => {
+                write!(
+                    f,
+                    "specialization budget exceeded: more than {limit} {} (stitching {block}",
+                    budget.name()
+                )?;
+                if loc.is_known() {
+                    write!(f, ", line {loc}")?;
+                }
+                write!(f, ")")
+            }
+            Error::CodeGen(m) => write!(f, "code generation failed: {m}"),
+            Error::Internal(m) => write!(f, "internal error (a bug of dyc, please report): {m}"),
             Error::Arguments(m) => write!(f, "bad arguments: {m}"),
+            Error::Run(e) => write!(f, "{e}"),
         }
     }
 }
@@ -93,7 +135,33 @@ impl From<runtime::RuntimeError> for Error {
     fn from(e: runtime::RuntimeError) -> Error {
         match e {
             runtime::RuntimeError::Arguments(m) => Error::Arguments(m),
-            other => Error::Specialize(other.to_string()),
+            runtime::RuntimeError::Jit(m) => Error::CodeGen(m),
+            runtime::RuntimeError::Internal(m) => Error::Internal(m),
+            runtime::RuntimeError::Spec(SpecError::Internal(m)) => Error::Internal(m),
+            runtime::RuntimeError::Spec(SpecError::BudgetExceeded {
+                budget,
+                limit,
+                block,
+                loc,
+            }) => Error::Budget {
+                budget,
+                limit,
+                block,
+                loc,
+            },
+        }
+    }
+}
+
+impl Error {
+    fn from_ge(e: ge::GeError, f: &crate::ir::Function) -> Error {
+        match e {
+            ge::GeError::Annotations(es) => Error::Unsupported(
+                es.into_iter()
+                    .map(|e| (f.srclocs[e.inst], e.message))
+                    .collect(),
+            ),
+            ge::GeError::Internal(m) => Error::Internal(m),
         }
     }
 }
@@ -199,12 +267,14 @@ impl Program {
         Program::from_module(module, opts)
     }
 
-    /// A program from an already verified module.
+    /// A program from a module, which is verified first (a module that does not verify is
+    /// an [`Error::Arguments`] listing the verifier's errors).
     pub fn from_module(module: Module, opts: RuntimeOptions) -> Result<Program, Error> {
+        crate::verifier::verify_module(&module)
+            .map_err(|e| Error::Arguments(format!("the module does not verify:\n{e}")))?;
         let mut generic = Vec::new();
-        for id in module.funcs.keys() {
-            let g =
-                ge::build(&module, id, Mode::Generic).map_err(|e| Error::Analysis(messages(&e)))?;
+        for (id, f) in module.funcs.iter() {
+            let g = ge::build(&module, id, Mode::Generic).map_err(|e| Error::from_ge(e, f))?;
             generic.push(g.program);
         }
         let runtime = Runtime::new(generic, opts)?;
@@ -232,11 +302,12 @@ impl Program {
         let id = m
             .func_by_name(name)
             .ok_or_else(|| Error::Arguments(format!("no function `{name}`")))?;
-        let ge = ge::build(m, id, Mode::Specialize).map_err(|e| Error::Analysis(messages(&e)))?;
+        let ge = ge::build(m, id, Mode::Specialize).map_err(|e| Error::from_ge(e, &m.funcs[id]))?;
         if m.funcs[id].sig.ret.is_some_and(|t| t.is_slice()) {
-            return Err(Error::Analysis(format!(
-                "`{name}` returns a slice: a region called from Rust returns a scalar or nothing"
-            )));
+            return Err(Error::Unsupported(vec![(
+                SrcLoc::default(),
+                format!("`{name}` returns a slice: a region called from Rust returns a scalar or nothing"),
+            )]));
         }
         Ok(Region {
             program: self.clone(),
@@ -246,13 +317,6 @@ impl Program {
             generic: Arc::new(std::sync::OnceLock::new()),
         })
     }
-}
-
-fn messages(e: &[crate::bta::BtaError]) -> String {
-    e.iter()
-        .map(|e| e.message.clone())
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 /// A region of a program: a function whose `make_static` annotations at entry name its
@@ -517,7 +581,7 @@ pub(crate) mod tests {
     use crate::gen::{cases, func, Rng};
     use crate::interp::{ErrorKind, Interpreter};
     use crate::ir::Module;
-    use dyc_stitcher::specialize::Budget;
+    use dyc_stitcher::ge::Budget;
 
     /// Host functions for checked modules: those of the generator and of the test
     /// programs, each registered if the module declares it.
@@ -559,17 +623,38 @@ pub(crate) mod tests {
         h
     }
 
+    /// Whether a compiled run ended on a specialization budget, eagerly or in a lazy
+    /// promotion.
+    fn is_budget(r: &Result<Option<Const>, Error>) -> bool {
+        match r {
+            Err(Error::Budget { .. }) => true,
+            Err(Error::Run(e)) => {
+                e.kind == dyc_templates::template::FaultKind::Specialization
+                    && e.message
+                        .as_deref()
+                        .is_some_and(|m| m.starts_with("specialization budget exceeded"))
+            }
+            _ => false,
+        }
+    }
+
+    /// What [`differential`] did.
+    #[derive(Clone, Copy, Debug, Default)]
+    pub(crate) struct Tally {
+        /// Compiled runs compared with the interpreter.
+        pub compared: usize,
+        /// Regions with key parameters.
+        pub keyed: usize,
+        /// Compiled runs that ended on a budget (not compared).
+        pub budget: usize,
+    }
+
     /// Runs every function of `m` on `inputs` random inputs in the interpreter and as
     /// compiled code (specialized through the region cache, and generic), and checks they
-    /// agree on results, errors (kind and position) and memory. Returns (runs compared,
-    /// regions with key parameters).
-    pub(crate) fn differential(
-        m: &Module,
-        rng: &mut Rng,
-        inputs: usize,
-        what: &str,
-    ) -> (usize, usize) {
-        let (mut compared, mut keyed) = (0, 0);
+    /// agree on results, errors (kind and position) and memory. Only budget errors are not
+    /// compared (and counted); any other error of the library fails.
+    pub(crate) fn differential(m: &Module, rng: &mut Rng, inputs: usize, what: &str) -> Tally {
+        let mut tally = Tally::default();
         let opts = RuntimeOptions {
             fuel: Some(20_000),
             max_depth: 49,
@@ -583,11 +668,13 @@ pub(crate) mod tests {
         let p = Program::from_module(m.clone(), opts).expect("program");
         register_hosts(&p);
         for (id, f) in m.funcs.iter() {
-            let Ok(region) = p.region(&f.name) else {
-                continue;
+            let region = match p.region(&f.name) {
+                Ok(r) => r,
+                Err(Error::Unsupported(_)) => continue,
+                Err(e) => panic!("{what}, {}: {e}", f.name),
             };
             if !region.key_params().is_empty() {
-                keyed += 1;
+                tally.keyed += 1;
             }
             for _ in 0..inputs {
                 let mut mem = Memory::default();
@@ -606,9 +693,9 @@ pub(crate) mod tests {
                     let got = region.call_values(&args, &mut mem2, generic);
                     // A user-annotated loop that unrolls, or a promotion that takes new
                     // values, without bound: the budget error is the expected outcome.
-                    if matches!(&got, Err(Error::Specialize(_)))
-                        || matches!(&got, Err(Error::Run(e)) if e.kind == dyc_templates::template::FaultKind::Specialization)
-                    {
+                    // Every other error (code generation, internal) fails the test.
+                    if is_budget(&got) {
+                        tally.budget += 1;
                         continue;
                     }
                     let same_mem = format!("{mem:?}") == format!("{mem2:?}");
@@ -628,11 +715,11 @@ pub(crate) mod tests {
                         f.name,
                         crate::ir::printer::print_module(m)
                     );
-                    compared += 1;
+                    tally.compared += 1;
                 }
             }
         }
-        (compared, keyed)
+        tally
     }
 
     /// Random valid programs with annotations, several inputs each: the interpreter on the
@@ -640,17 +727,23 @@ pub(crate) mod tests {
     /// (kind and position) and memory.
     #[test]
     fn compiled_code_agrees_with_the_interpreter_on_random_programs() {
-        let (mut compared, mut keyed) = (0, 0);
+        let (mut compared, mut keyed, mut budget) = (0, 0, 0);
         for seed in 0..cases(300) {
             let _seed = crate::gen::SeedGuard(seed);
             let mut rng = Rng::new(seed);
             let m = func::module(&mut rng, &func::Config::default());
-            let (c, k) = differential(&m, &mut rng, 3, &format!("seed {seed}"));
-            compared += c;
-            keyed += k;
+            let t = differential(&m, &mut rng, 3, &format!("seed {seed}"));
+            compared += t.compared;
+            keyed += t.keyed;
+            budget += t.budget;
         }
         let total = cases(300) as usize;
         assert!(compared >= 2 * total, "only {compared} runs compared");
+        // Most runs are compared: budget errors stay a small minority.
+        assert!(
+            budget * 10 <= compared,
+            "{budget} budget errors for {compared} runs compared"
+        );
         assert!(
             keyed * 10 >= total,
             "only {keyed} regions had key parameters"

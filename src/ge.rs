@@ -15,9 +15,10 @@
 
 use std::collections::HashMap;
 
-use dyc_stitcher::program::{
-    BlockId, CalleeDecl, Edge, HostDecl, Op, Operand, Param, Reg, SBlock, SetupOp, StitchProgram,
-    Term,
+use cranelift_entity::PrimaryMap;
+use dyc_stitcher::ge::{
+    self as sge, BlockData, CalleeDecl, CalleeId, Edge, HostDecl, HostId, Op, Operand, Param, Reg,
+    SetupOp, StitchProgram, Term,
 };
 use dyc_templates::template::TOp;
 
@@ -35,55 +36,84 @@ pub struct GeneratingExtension {
     pub function: Function,
 }
 
-/// Builds the stitch program of function `id` of `m`.
-pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, Vec<BtaError>> {
+/// Why a generating extension could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GeError {
+    /// The binding-time analysis refuses the annotations (each error names the variable
+    /// and the reason).
+    Annotations(Vec<BtaError>),
+    /// The function after splitting does not verify, or the stitch program does not check:
+    /// a bug of the static compiler.
+    Internal(String),
+}
+
+impl std::fmt::Display for GeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GeError::Annotations(es) => {
+                let ms: Vec<&str> = es.iter().map(|e| e.message.as_str()).collect();
+                write!(f, "{}", ms.join("; "))
+            }
+            GeError::Internal(m) => write!(f, "internal error (a bug): {m}"),
+        }
+    }
+}
+
+/// Builds the stitch program of function `id` of `m` (a verified module). The function
+/// after splitting is verified (in debug builds) and the stitch program checked before it
+/// is returned.
+pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, GeError> {
     let orig = &m.funcs[id];
     let bta = bta::analyze(m, orig, mode);
     if !bta.errors.is_empty() {
-        return Err(bta.errors.clone());
+        return Err(GeError::Annotations(bta.errors.clone()));
     }
     let mut f = orig.clone();
     split_at_promotions(&mut f, &bta);
+    // The verifier runs in debug builds (every test); the checker below always runs.
+    if cfg!(debug_assertions) {
+        crate::verifier::verify_function_in(m, &f)
+            .map_err(|e| GeError::Internal(format!("after splitting at promotions: {e}")))?;
+    }
     let cfg = ControlFlowGraph::compute(&f);
     let live = Liveness::compute(&f, &cfg);
-    let ids: HashMap<Block, BlockId> = f
+    let ids: HashMap<Block, sge::Block> = f
         .layout
         .blocks()
         .iter()
         .enumerate()
-        .map(|(i, &b)| (b, i as BlockId))
+        .map(|(i, &b)| (b, sge::Block::from_u32(i as u32)))
         .collect();
-    let mut callees: Vec<CalleeDecl> = Vec::new();
-    let mut callee_index = |c: Callee| -> u32 {
+    let mut callees: PrimaryMap<CalleeId, CalleeDecl> = PrimaryMap::new();
+    let mut callee_index = |c: Callee| -> CalleeId {
         let decl = match c {
             Callee::Func(fid) => CalleeDecl::Func {
                 index: fid.as_u32(),
                 params: m.funcs[fid].sig.params.clone(),
                 ret: m.funcs[fid].sig.ret,
             },
-            Callee::Extern(e) => CalleeDecl::Host { index: e.as_u32() },
+            Callee::Extern(e) => CalleeDecl::Host {
+                host: HostId::from_u32(e.as_u32()),
+            },
         };
-        match callees.iter().position(|d| *d == decl) {
-            Some(k) => k as u32,
-            None => {
-                callees.push(decl);
-                callees.len() as u32 - 1
-            }
+        match callees.iter().find(|(_, d)| **d == decl) {
+            Some((k, _)) => k,
+            None => callees.push(decl),
         }
     };
-    let r = |v: Value| v.as_u32();
+    let r = |v: Value| Reg::from_u32(v.as_u32());
     let operand = |v: Value| {
         if bta.is_static(v) {
-            Operand::Static(v.as_u32())
+            Operand::Static(r(v))
         } else {
-            Operand::Dyn(v.as_u32())
+            Operand::Dyn(r(v))
         }
     };
     let edge = |c: &BlockCall| Edge {
         block: ids[&c.block],
         args: c.args.iter().map(|&a| operand(a)).collect(),
     };
-    let mut blocks = Vec::new();
+    let mut blocks = PrimaryMap::new();
     for &b in f.layout.blocks() {
         let params: Vec<Value> = f.block_params(b).to_vec();
         let sparams: Vec<Param> = params
@@ -156,7 +186,7 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
                         callee: c @ Callee::Extern(e),
                         ..
                     } => SetupOp::CallPure {
-                        host: e.as_u32(),
+                        host: HostId::from_u32(e.as_u32()),
                         callee: callee_index(*c),
                         args: regs,
                     },
@@ -209,7 +239,7 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
                 InstData::Load { .. } | InstData::StaticLoad { .. } => TOp::Load,
                 InstData::Store { .. } => TOp::Store,
                 InstData::Call { callee, .. } => TOp::Call {
-                    callee: callee_index(*callee),
+                    callee: callee_index(*callee).as_u32(),
                     ret: m.callee_sig(*callee).ret,
                 },
                 other => unreachable!("terminator in the body: {other:?}"),
@@ -246,7 +276,7 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
             InstData::Trap => Term::Trap(f.srclocs[t]),
             other => unreachable!("not a terminator: {other:?}"),
         };
-        blocks.push(SBlock {
+        blocks.push(BlockData {
             name: b.to_string(),
             params: sparams,
             promote,
@@ -259,7 +289,7 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
     let program = StitchProgram {
         name: f.name.clone(),
         blocks,
-        entry: 0,
+        entry: sge::Block::from_u32(0),
         param_types: f.sig.params.clone(),
         ret: f.sig.ret,
         key_params: bta.key_params.clone(),
@@ -276,6 +306,8 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
         callees,
         num_regs: f.values.len() as u32,
     };
+    dyc_stitcher::ge::check_cfg(&program)
+        .map_err(|e| GeError::Internal(format!("the stitch program does not check:\n{e}")))?;
     Ok(GeneratingExtension {
         program,
         bta,

@@ -16,8 +16,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
-use dyc_stitcher::specialize::{
-    self, Budget, Context, PromotionMode, PureHosts, SVal, Site, SliceData, SpecError,
+use dyc_stitcher::exec::{Context, Executor, ExecutorKind, PromotionMode};
+use dyc_stitcher::ge::{
+    self as sge, Budget, CalleeDecl, HostId, PureHosts, SVal, Site, SliceData, SpecError,
 };
 use dyc_templates::template::{Emitter, TOp};
 
@@ -262,8 +263,8 @@ struct InterpHosts<'a> {
 }
 
 impl PureHosts for InterpHosts<'_> {
-    fn call(&self, index: u32, args: &[Const]) -> Result<Option<Const>, String> {
-        let name = &self.module.externs[ExternId::from_u32(index)].name;
+    fn call(&self, index: HostId, args: &[Const]) -> Result<Option<Const>, String> {
+        let name = &self.module.externs[ExternId::from_u32(index.as_u32())].name;
         self.hosts.borrow_mut().call(name, args)
     }
 }
@@ -301,14 +302,7 @@ pub fn run(
     fuel: u64,
     budget: Budget,
 ) -> Result<ResidualRun, ResidualError> {
-    let ge = ge::build(m, fid, Mode::Specialize).map_err(|e| {
-        ResidualError::Spec(
-            e.iter()
-                .map(|e| e.message.clone())
-                .collect::<Vec<_>>()
-                .join("; "),
-        )
-    })?;
+    let ge = ge::build(m, fid, Mode::Specialize).map_err(|e| ResidualError::Spec(e.to_string()))?;
     let prog = &ge.program;
     let mut key = Vec::new();
     let mut slices: Vec<Option<SliceData>> = vec![None; args.len()];
@@ -328,28 +322,15 @@ pub fn run(
     }
     let callees: Vec<Callee> = prog
         .callees
-        .iter()
+        .values()
         .map(|c| match c {
-            dyc_stitcher::program::CalleeDecl::Func { index, .. } => {
-                Callee::Func(FuncId::from_u32(*index))
-            }
-            dyc_stitcher::program::CalleeDecl::Host { index } => {
-                Callee::Extern(ExternId::from_u32(*index))
-            }
+            CalleeDecl::Func { index, .. } => Callee::Func(FuncId::from_u32(*index)),
+            CalleeDecl::Host { host } => Callee::Extern(ExternId::from_u32(host.as_u32())),
         })
         .collect();
-    type KnownMap = HashMap<(u32, Vec<(u8, u64)>), Vec<Vec<Const>>>;
+    type KnownMap = HashMap<(sge::Block, Vec<(u8, u64)>), Vec<Vec<Const>>>;
     let known: Rc<RefCell<KnownMap>> = Rc::new(RefCell::new(HashMap::new()));
-    let site_key = |s: &Site| {
-        (
-            s.block,
-            s.params
-                .iter()
-                .chain(&s.live)
-                .map(SVal::key_bits)
-                .collect::<Vec<_>>(),
-        )
-    };
+    let site_key = |s: &Site| s.ident();
     let original = mem.clone();
     let mut restarts = 0;
     loop {
@@ -380,7 +361,8 @@ pub fn run(
                 mode: PromotionMode::Inline(&lookup),
                 budget,
             };
-            specialize::specialize(&cx, prog.entry, &key, &mut em)
+            ExecutorKind::WorkList
+                .run(&cx, prog.entry, &key, &mut em)
                 .map_err(|e: SpecError| ResidualError::Spec(e.to_string()))?
         };
         // The entry passes the dynamic parameters to the unit's first block.
@@ -404,6 +386,12 @@ pub fn run(
             .map(|(s, e)| (*s, e.name.clone()))
             .collect();
         let spec_id = rm.funcs.push(em.func);
+        // Residual IR is IR like any other: it verifies (checked in debug builds).
+        if cfg!(debug_assertions) {
+            crate::verifier::verify_module(&rm).map_err(|e| {
+                ResidualError::Spec(format!("internal error (a bug): residual IR:\n{e}"))
+            })?;
+        }
         // Run; a miss records its values.
         let missed: Arc<Mutex<Option<Miss>>> = Arc::new(Mutex::new(None));
         *mem = original.clone();

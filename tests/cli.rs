@@ -176,3 +176,22 @@ fn spec_prints_the_residual_program_and_runs_it() {
     assert!(!out.contains("load_static"), "static loads are gone: {out}");
     assert!(out.ends_with("result: 55\n"), "{out}");
 }
+
+/// Output into a pipe that is already closed ends the tool quietly: no panic message, no
+/// signal.
+#[test]
+fn a_closed_pipe_ends_the_tool_quietly() {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dyc"))
+        .args(["ir", "examples/bytecode.dyc"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dyc runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("dyc ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code().is_some(), "ended by a signal: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -287,7 +287,13 @@ fn runaway_specialization_ends_with_the_budget_error() {
         .expect("region")
         .call(&mut [Arg::from(5i64)]);
     match r {
-        Err(Error::Specialize(m)) => assert!(m.contains("budget exceeded"), "{m}"),
+        Err(e @ Error::Budget { .. }) => {
+            let m = e.to_string();
+            assert!(
+                m.contains("budget exceeded") && m.contains(", line "),
+                "{m}"
+            );
+        }
         other => panic!("expected the budget error, got {other:?}"),
     }
 }

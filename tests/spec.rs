@@ -9,7 +9,7 @@ use std::path::Path;
 
 use dyc::interp::{parse_args, ErrorKind, Interpreter, Memory, RuntimeError};
 use dyc::residual::{self, ResidualError};
-use dyc_stitcher::specialize::Budget;
+use dyc_stitcher::ge::Budget;
 
 /// What a run produced, comparable across forms: the result, or the error's kind (without
 /// details) and source position; and the memory after.

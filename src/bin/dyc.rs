@@ -5,6 +5,7 @@
 //! dyc ir FILE                 print the IR of the module
 //! dyc analyze FILE            print each function annotated with its CFG analyses
 //! dyc explain FILE FN         print FN with its binding-time analysis
+//! dyc ge FILE FN              print FN's generating extension (its stitch program)
 //! dyc spec FILE FN ARGS...    specialize FN on its run-time constants among ARGS, print
 //!                             the residual IR, and run it
 //! dyc run FILE FN ARGS...     interpret FN on ARGS; print the result or the error
@@ -33,7 +34,28 @@ use dyc::ir::{Block, Const, FuncId, Module};
 use dyc::lang::compile;
 use dyc::verifier::verify_module;
 
-const USAGE: &str = "usage: dyc check FILE | dyc ir FILE | dyc analyze FILE | dyc explain FILE FN | dyc spec FILE FN ARGS... | dyc run FILE FN ARGS...\n(FILE: region source, or IR text ending in .ir)";
+/// `println!` that ends the tool quietly when standard output is closed (a pipe into
+/// `head`, say) instead of panicking.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout().lock(), $($t)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
+/// `print!` with the same behaviour as [`out!`].
+macro_rules! out_nonl {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if write!(std::io::stdout().lock(), $($t)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
+const USAGE: &str = "usage: dyc check FILE | dyc ir FILE | dyc analyze FILE | dyc explain FILE FN | dyc ge FILE FN | dyc spec FILE FN ARGS... | dyc run FILE FN ARGS...\n(FILE: region source, or IR text ending in .ir)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -105,13 +127,13 @@ fn run(args: &[String]) -> Result<(), Failure> {
     match cmd.as_str() {
         "check" => {
             load(file)?;
-            println!("ok");
+            out!("ok");
         }
-        "ir" => print!("{}", print_module(&load(file)?)),
+        "ir" => out_nonl!("{}", print_module(&load(file)?)),
         "analyze" => {
             let m = load(file)?;
             for f in m.funcs.values() {
-                print!("{}", print_function_with(&m, f, &Analyses::new(f)));
+                out_nonl!("{}", print_function_with(&m, f, &Analyses::new(f)));
             }
         }
         "explain" => {
@@ -119,7 +141,14 @@ fn run(args: &[String]) -> Result<(), Failure> {
             let (id, _) = function(&m, "explain", file, rest)?;
             let f = &m.funcs[id];
             let bta = dyc::bta::analyze(&m, f, dyc::bta::Mode::Specialize);
-            print!("{}", dyc::bta::explain(&m, f, &bta));
+            out_nonl!("{}", dyc::bta::explain(&m, f, &bta));
+        }
+        "ge" => {
+            let m = load(file)?;
+            let (id, _) = function(&m, "ge", file, rest)?;
+            let ge = dyc::ge::build(&m, id, dyc::bta::Mode::Specialize)
+                .map_err(|e| Failure::Error(format!("{file}: {e}")))?;
+            out_nonl!("{}", dyc_stitcher::ge::print_cfg(&ge.program));
         }
         "spec" => {
             let m = load(file)?;
@@ -139,7 +168,7 @@ fn run(args: &[String]) -> Result<(), Failure> {
             match run {
                 Ok(r) => {
                     let spec = r.module.funcs.values().last().expect("the specialization");
-                    print!(
+                    out_nonl!(
                         "{}",
                         dyc::ir::printer::print_function_with(
                             &r.module,
@@ -148,8 +177,8 @@ fn run(args: &[String]) -> Result<(), Failure> {
                         )
                     );
                     match r.result {
-                        Some(v) => println!("result: {}", format_val(v, &mem)),
-                        None => println!("result: ()"),
+                        Some(v) => out!("result: {}", format_val(v, &mem)),
+                        None => out!("result: ()"),
                     }
                 }
                 Err(dyc::residual::ResidualError::Runtime(e)) => {
@@ -170,13 +199,13 @@ fn run(args: &[String]) -> Result<(), Failure> {
             let result = interp.call(id, &vals, &mut mem);
             let elapsed = start.elapsed();
             match result {
-                Ok(Some(v)) => println!("{}", format_val(v, &mem)),
-                Ok(None) => println!("()"),
+                Ok(Some(v)) => out!("{}", format_val(v, &mem)),
+                Ok(None) => out!("()"),
                 Err(e) => return Err(Failure::Error(format!("runtime error: {e}"))),
             }
             for (k, v) in vals.iter().enumerate() {
                 if matches!(v, Val::Slice(s) if s.mutable) {
-                    println!("argument {k} after the call: {}", format_val(*v, &mem));
+                    out!("argument {k} after the call: {}", format_val(*v, &mem));
                 }
             }
             eprintln!(
@@ -245,14 +274,14 @@ fn builtin_hosts() -> HostFns {
     let mut h = HostFns::default();
     h.register("print_i64", |a| match a {
         [Const::Int(_, x)] => {
-            println!("{}", *x as i64);
+            out!("{}", *x as i64);
             Ok(None)
         }
         _ => Err("print_i64 takes an i64".into()),
     });
     h.register("print_f64", |a| match a {
         [Const::F64(x)] => {
-            println!("{x}");
+            out!("{x}");
             Ok(None)
         }
         _ => Err("print_f64 takes an f64".into()),

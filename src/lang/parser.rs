@@ -14,6 +14,12 @@ use crate::ir::{Scalar, Type};
 /// Reported errors stop at this many (the rest are usually consequences).
 const MAX_ERRORS: usize = 30;
 
+/// The deepest nesting of blocks, parenthesized or bracketed expressions and unary
+/// operators the parser accepts. Every later pass may recurse on nesting, so the limit
+/// keeps the stack of any thread that compiles bounded; beyond it the parser reports one
+/// located error and stops.
+pub const MAX_NESTING: u32 = 256;
+
 /// Keywords, which cannot name variables or functions.
 pub const KEYWORDS: [&str; 26] = [
     "fn",
@@ -49,6 +55,8 @@ pub fn parse(toks: Vec<Token>) -> (Program, Vec<Diagnostic>) {
         toks,
         pos: 0,
         errors: Vec::new(),
+        depth: 0,
+        stopped: false,
     };
     let prog = p.program();
     (prog, p.errors)
@@ -58,6 +66,10 @@ struct Parser {
     toks: Vec<Token>,
     pos: usize,
     errors: Vec<Diagnostic>,
+    /// Current nesting (see [`MAX_NESTING`]).
+    depth: u32,
+    /// Parsing stopped at a fatal error: later errors are consequences, not reported.
+    stopped: bool,
 }
 
 /// A syntax error has been reported; the caller recovers.
@@ -115,10 +127,35 @@ impl Parser {
     }
 
     fn error<T>(&mut self, span: Span, message: String, label: &str) -> PResult<T> {
-        if self.errors.len() < MAX_ERRORS {
+        if self.errors.len() < MAX_ERRORS && !self.stopped {
             self.errors.push(Diagnostic::new(span, message, label));
         }
         Err(Reported)
+    }
+
+    /// Enters one level of nesting; beyond [`MAX_NESTING`] reports the error and skips to
+    /// the end of the input (the rest cannot be parsed within the limit either).
+    fn nest(&mut self) -> PResult<()> {
+        self.depth += 1;
+        if self.depth <= MAX_NESTING {
+            return Ok(());
+        }
+        let span = self.span();
+        let r = self.error(
+            span,
+            format!("nesting too deep: more than {MAX_NESTING} levels"),
+            "nested blocks, parentheses or unary operators stop here",
+        );
+        self.pos = self.toks.len() - 1;
+        self.stopped = true;
+        r
+    }
+
+    /// Runs `f` one nesting level deeper.
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> PResult<T>) -> PResult<T> {
+        let r = self.nest().and_then(|()| f(self));
+        self.depth -= 1;
+        r
     }
 
     fn expected<T>(&mut self, what: &str) -> PResult<T> {
@@ -279,7 +316,7 @@ impl Parser {
 
     fn block(&mut self) -> PResult<Block> {
         self.expect("{")?;
-        let stmts = self.stmts_until(&["}"]);
+        let stmts = self.nested(|p| Ok(p.stmts_until(&["}"])))?;
         let close = self.span();
         self.expect("}")?;
         Ok(Block { stmts, close })
@@ -592,7 +629,7 @@ impl Parser {
     }
 
     pub fn expr(&mut self) -> PResult<Expr> {
-        self.binary(0)
+        self.nested(|p| p.binary(0))
     }
 
     fn binary(&mut self, level: usize) -> PResult<Expr> {
@@ -662,7 +699,7 @@ impl Parser {
         };
         match op {
             Some(op) => {
-                let e = self.unary()?;
+                let e = self.nested(Self::unary)?;
                 let span = start.to(e.span);
                 Ok(Expr {
                     kind: ExprKind::Unary(op, Box::new(e)),

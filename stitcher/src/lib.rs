@@ -1,21 +1,19 @@
-//! `dyc-stitcher`: the run-time side of the specializer (BRIEF §3, §7).
+//! `dyc-stitcher`: the run-time side of the specializer.
 //!
 //! This crate owns:
-//! - the **stitch program** format ([`program`]), the generating extension of a region;
-//!   in this version the annotated CFG (per block: setup operations, template operations,
-//!   terminator, promotion); the linearized form with NTBS/HBS flags is to come;
-//! - its executor, the **work-list specializer** ([`specialize`]), which runs setup code
-//!   and instantiates templates into an emitter, with budgets;
-//! - the **runtime** ([`runtime`], [`jit`]): JIT modules, units linked by tail calls,
+//! - the **generating extension** format ([`ge`]): the stitch program of a region in CFG
+//!   form and in linearized form, each with a printer and a checker, and the values every
+//!   executor, backend and the API share;
+//! - the **executors** that run it ([`exec`]): the work-list executor today, behind a seam
+//!   where the planned stitcher plugs in, and a recording emitter for tests;
+//! - the **runtime** ([`runtime`], [`jit`]): code regions, units linked by tail calls,
 //!   entry wrappers, promotion sites with their caches, host calls, faults reported as
-//!   errors, thread safety. Not yet: caching policies other than `cache_all`, code
-//!   reclamation.
+//!   errors, thread safety.
 //!
-//! The stitch program and the templates are its only input: it never sees the source IR.
+//! The generating extension and the templates are its only input: it never sees the
+//! source IR.
 
+pub mod exec;
+pub mod ge;
 pub mod jit;
-pub mod program;
 pub mod runtime;
-pub mod specialize;
-
-pub use dyc_templates;

@@ -23,6 +23,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use cranelift_codegen::entity::EntityRef;
+
 use cranelift_codegen::ir::{
     self, types, AbiParam, InstBuilder, MemFlagsData, Signature, UserFuncName,
 };
@@ -38,11 +40,13 @@ use dyc_templates::ops::Const;
 use dyc_templates::template::FaultKind;
 use dyc_templates::types::{Scalar, SrcLoc, Type};
 
-use crate::jit::{host_isa, JitOptions};
-use crate::program::{BlockId, CalleeDecl, HostDecl, StitchProgram};
-use crate::specialize::{
-    self, Budget, Context, PromotionMode, PureHosts, SVal, Site, SliceData, SpecError,
+use crate::exec::{Context, Executor, ExecutorKind, PromotionMode};
+use crate::ge::{
+    Block, Budget, BudgetKind, CalleeDecl, HostDecl, HostId, PureHosts, SVal, Site, SliceData,
+    SpecError, StitchProgram,
 };
+use crate::jit::{host_isa, JitOptions};
+use cranelift_codegen::entity::PrimaryMap;
 
 /// The call context shared with generated code (layout: [`dyc_templates::clif::ctx`]).
 #[repr(C)]
@@ -130,6 +134,8 @@ impl std::error::Error for RunError {}
 pub enum RuntimeError {
     Jit(String),
     Spec(SpecError),
+    /// A bug: a panic caught inside specialization or code generation.
+    Internal(String),
     /// Arguments that do not fit the region.
     Arguments(String),
 }
@@ -139,6 +145,7 @@ impl std::fmt::Display for RuntimeError {
         match self {
             RuntimeError::Jit(m) => write!(f, "code generation failed: {m}"),
             RuntimeError::Spec(e) => write!(f, "{e}"),
+            RuntimeError::Internal(m) => write!(f, "internal error (a bug): {m}"),
             RuntimeError::Arguments(m) => write!(f, "bad arguments: {m}"),
         }
     }
@@ -229,7 +236,7 @@ unsafe impl Send for JitState {}
 struct Inner {
     jit: Mutex<JitState>,
     opts: RuntimeOptions,
-    hosts_decl: Vec<HostDecl>,
+    hosts_decl: PrimaryMap<HostId, HostDecl>,
     hosts: RwLock<Vec<Option<Arc<HostFn>>>>,
     /// Generic programs of the module's functions and their compiled code.
     generic: Vec<Arc<StitchProgram>>,
@@ -242,7 +249,7 @@ struct Inner {
     lazy_fault: u64,
 }
 
-type SiteKey = (usize, BlockId, Vec<(u8, u64)>);
+type SiteKey = (usize, Block, Vec<(u8, u64)>);
 
 /// A runtime for one module.
 #[derive(Clone)]
@@ -254,8 +261,8 @@ pub struct Runtime {
 struct RtHosts<'a>(&'a Inner);
 
 impl PureHosts for RtHosts<'_> {
-    fn call(&self, index: u32, args: &[Const]) -> Result<Option<Const>, String> {
-        let f = self.0.hosts.read().get(index as usize).cloned().flatten();
+    fn call(&self, index: HostId, args: &[Const]) -> Result<Option<Const>, String> {
+        let f = self.0.hosts.read().get(index.index()).cloned().flatten();
         match f {
             Some(f) => f(args),
             None => Err(format!(
@@ -266,8 +273,8 @@ impl PureHosts for RtHosts<'_> {
     }
 }
 
-fn host_name(decls: &[HostDecl], index: u32) -> &str {
-    decls.get(index as usize).map_or("?", |d| d.name.as_str())
+fn host_name(decls: &PrimaryMap<HostId, HostDecl>, index: HostId) -> &str {
+    decls.get(index).map_or("?", |d| d.name.as_str())
 }
 
 extern "C" fn dyc_fmod(x: f64, y: f64) -> f64 {
@@ -323,7 +330,7 @@ extern "C" fn dyc_host_call(
         let inner = unsafe { &*(*ctx).runtime };
         let decl = inner
             .hosts_decl
-            .get(host as usize)
+            .get(HostId::from_u32(host as u32))
             .ok_or("unknown host")?
             .clone();
         // SAFETY: the code passes a stack slot of `n` words that lives during the call.
@@ -393,7 +400,11 @@ impl Hooks for UnitHooks<'_> {
     }
 
     fn func_ref(&mut self, func: &mut ir::Function, callee: u32) -> Option<ir::FuncRef> {
-        match self.prog.callees.get(callee as usize)? {
+        match self
+            .prog
+            .callees
+            .get(crate::ge::CalleeId::from_u32(callee))?
+        {
             CalleeDecl::Func { index, .. } => {
                 let id = self.inner.generic_ids[*index as usize];
                 Some(self.module.declare_func_in_func(id, func))
@@ -403,8 +414,12 @@ impl Hooks for UnitHooks<'_> {
     }
 
     fn host_index(&self, callee: u32) -> Option<u32> {
-        match self.prog.callees.get(callee as usize)? {
-            CalleeDecl::Host { index } => Some(*index),
+        match self
+            .prog
+            .callees
+            .get(crate::ge::CalleeId::from_u32(callee))?
+        {
+            CalleeDecl::Host { host } => Some(host.as_u32()),
             CalleeDecl::Func { .. } => None,
         }
     }
@@ -452,20 +467,13 @@ impl Inner {
     /// The id of promotion site `site` of `shared`'s program, registered on first sight:
     /// units that reach one site share it, and so its cache of continuations.
     fn site_id(&self, shared: &Arc<SpecShared>, site: &Site) -> u32 {
-        let key = (
-            Arc::as_ptr(shared) as usize,
-            site.block,
-            site.params
-                .iter()
-                .chain(&site.live)
-                .map(SVal::key_bits)
-                .collect::<Vec<_>>(),
-        );
+        let (block, bits) = site.ident();
+        let key = (Arc::as_ptr(shared) as usize, block, bits);
         if let Some(id) = self.site_ids.get(&key) {
             return *id;
         }
-        let sb = &shared.prog.blocks[site.block as usize];
-        let inputs = sb.dyn_inputs();
+        let sb = &shared.prog.blocks[site.block];
+        let inputs: Vec<_> = sb.dyn_inputs().collect();
         let types = sb
             .promote
             .iter()
@@ -499,17 +507,13 @@ impl Inner {
         &self,
         jit: &mut JitState,
         shared: &Arc<SpecShared>,
-        start: BlockId,
+        start: Block,
         key: &[SVal],
         id: FuncId,
     ) -> Result<UnitStats, RuntimeError> {
         let prog = &*shared.prog;
         let t0 = std::time::Instant::now();
-        let inputs: Vec<Type> = prog.blocks[start as usize]
-            .dyn_inputs()
-            .iter()
-            .map(|&(_, t)| t)
-            .collect();
+        let inputs: Vec<Type> = prog.blocks[start].input_types();
         let mut cctx = jit.module.make_context();
         cctx.func.signature = clif::unit_signature(&inputs);
         cctx.func.name = UserFuncName::user(0, id.as_u32());
@@ -538,8 +542,9 @@ impl Inner {
                 mode: PromotionMode::Units(&resolve),
                 budget: self.opts.budget,
             };
-            let unit =
-                specialize::specialize(&cx, start, key, &mut em).map_err(RuntimeError::Spec)?;
+            let unit = ExecutorKind::WorkList
+                .run(&cx, start, key, &mut em)
+                .map_err(RuntimeError::Spec)?;
             em.finish(unit.entry, frontend);
             unit
         };
@@ -578,9 +583,12 @@ impl Inner {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1;
         if units > self.opts.budget.max_units {
+            let b = &site.shared.prog.blocks[site.site.block];
             return Err(RuntimeError::Spec(SpecError::BudgetExceeded {
-                what: "units",
+                budget: BudgetKind::Units,
                 limit: self.opts.budget.max_units,
+                block: b.name.clone(),
+                loc: b.first_loc(),
             }));
         }
         let promoted: Vec<Const> = words
@@ -590,11 +598,7 @@ impl Inner {
             .collect();
         let full = site.site.key(&promoted);
         let mut jit = self.jit.lock();
-        let inputs: Vec<Type> = site.shared.prog.blocks[site.site.block as usize]
-            .dyn_inputs()
-            .iter()
-            .map(|&(_, t)| t)
-            .collect();
+        let inputs: Vec<Type> = site.shared.prog.blocks[site.site.block].input_types();
         let id = jit
             .module
             .declare_anonymous_function(&clif::unit_signature(&inputs))
@@ -763,7 +767,7 @@ impl Runtime {
         let k = self
             .inner
             .hosts_decl
-            .iter()
+            .values()
             .position(|h| h.name == name)
             .ok_or_else(|| {
                 RuntimeError::Arguments(format!("the module declares no host function `{name}`"))
@@ -807,11 +811,7 @@ impl Runtime {
             storage,
             units: Default::default(),
         });
-        let inputs: Vec<Type> = prog.blocks[prog.entry as usize]
-            .dyn_inputs()
-            .iter()
-            .map(|&(_, t)| t)
-            .collect();
+        let inputs: Vec<Type> = prog.blocks[prog.entry].input_types();
         let mut jit = self.inner.jit.lock();
         let unit = jit
             .module

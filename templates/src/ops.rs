@@ -100,6 +100,19 @@ impl Const {
     }
 }
 
+/// `42:i64`, `-1:i8`, `0.5:f64`, `true`: the value with its type (signed integers
+/// printed signed).
+impl std::fmt::Display for Const {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Const::Int(t, x) if t.is_signed() => write!(f, "{}:{t}", x as i64),
+            Const::Int(t, x) => write!(f, "{x}:{t}"),
+            Const::F64(x) => write!(f, "{x:?}:f64"),
+            Const::Bool(b) => write!(f, "{b}"),
+        }
+    }
+}
+
 impl Const {
     /// The value as `i64`, for integer constants (the bits of unsigned ones).
     pub fn as_i64(self) -> Option<i64> {

@@ -82,6 +82,12 @@ pub trait Emitter {
     type Block: Copy + Eq + std::fmt::Debug;
 
     fn create_block(&mut self, params: &[Type]) -> Self::Block;
+    /// Told by the executor, before it fills block `b`, that `b` is the copy of template
+    /// block `template` for static context `context` (an exact encoding of the static
+    /// values). For recording and tracing; emitters need not care.
+    fn note_copy(&mut self, b: Self::Block, template: u32, context: &[(u8, u64)]) {
+        let _ = (b, template, context);
+    }
     fn block_params(&self, b: Self::Block) -> Vec<Self::Value>;
     fn switch_to_block(&mut self, b: Self::Block);
 

@@ -1,4 +1,5 @@
-//! The work-list specializer: the simple reference machinery that runs a stitch program.
+//! The work-list executor: the simple reference machinery that runs a stitch program in
+//! CFG form.
 //!
 //! It specializes one **unit** at a time: from a start block and the static values of its
 //! key, it produces specialized copies of blocks through an [`Emitter`], memoized on
@@ -25,191 +26,66 @@
 
 use std::collections::HashMap;
 
+use cranelift_codegen::entity::EntityRef;
 use dyc_templates::ops::Const;
 use dyc_templates::semantics::{self, Fault};
 use dyc_templates::template::{Emitter, TOp};
 use dyc_templates::types::{Scalar, SrcLoc, Type};
 
-use crate::program::{
-    BlockId, CalleeDecl, Edge, Op, Operand, Param, Reg, SetupOp, StitchProgram, Term,
+use super::{Context, Executor, PromotionMode, Unit};
+use crate::ge::{
+    Block, Budget, BudgetKind, CalleeDecl, Edge, Op, Operand, Param, PureHosts, Reg, SVal, SetupOp,
+    Site, SliceData, SpecError, StitchProgram, Term,
 };
 
-/// A static value.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum SVal {
-    Scalar(Const),
-    /// The static slice that is key parameter `k` of the region.
-    Slice(u32),
-}
+/// The work-list executor.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WorkList;
 
-impl SVal {
-    /// A hashable, exact encoding (floats by their bits).
-    pub fn key_bits(&self) -> (u8, u64) {
-        match *self {
-            SVal::Scalar(Const::Int(t, x)) => (t as u8, x),
-            SVal::Scalar(Const::F64(x)) => (100, x.to_bits()),
-            SVal::Scalar(Const::Bool(b)) => (101, b as u64),
-            SVal::Slice(k) => (102, k as u64),
+impl Executor for WorkList {
+    fn run<E: Emitter>(
+        &self,
+        cx: &Context,
+        start: Block,
+        key: &[SVal],
+        emitter: &mut E,
+    ) -> Result<Unit<E::Block>, SpecError> {
+        let prog = cx.prog;
+        if prog.blocks.get(start).is_none() {
+            return internal(format!("start block {start} does not exist"));
         }
-    }
-}
-
-/// The contents of a static slice, read by static loads.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SliceData {
-    pub elem: Scalar,
-    pub data: Vec<Const>,
-}
-
-/// Pure host functions, callable at specialization time (`@f(args)`).
-pub trait PureHosts {
-    fn call(&self, index: u32, args: &[Const]) -> Result<Option<Const>, String>;
-}
-
-/// No host functions.
-pub struct NoHosts;
-impl PureHosts for NoHosts {
-    fn call(&self, _: u32, _: &[Const]) -> Result<Option<Const>, String> {
-        Err("no host functions are registered".into())
-    }
-}
-
-/// Limits on one unit's specialization.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Budget {
-    /// Specialized block copies.
-    pub max_blocks: usize,
-    /// Setup and template operations processed.
-    pub max_ops: usize,
-    /// Units (lazily stitched promotion continuations) of one specialization.
-    pub max_units: usize,
-}
-
-impl Default for Budget {
-    /// 20,000 block copies and 1,000,000 operations per unit; 10,000 units per
-    /// specialization.
-    fn default() -> Budget {
-        Budget {
-            max_blocks: 20_000,
-            max_ops: 1_000_000,
-            max_units: 10_000,
+        let mut s = Spec {
+            prog,
+            slices: cx.slices,
+            hosts: cx.hosts,
+            em: emitter,
+            mode: &cx.mode,
+            budget: cx.budget,
+            memo: HashMap::new(),
+            work: Vec::new(),
+            sites: Vec::new(),
+            site_index: HashMap::new(),
+            blocks: 0,
+            ops: 0,
+            env_s: vec![None; prog.num_regs as usize],
+            env_d: vec![None; prog.num_regs as usize],
+            touched: Vec::new(),
+            stubs: Vec::new(),
+            current: start,
+            last_loc: SrcLoc::default(),
+        };
+        let entry = s.copy_of(start, key.to_vec())?;
+        while let Some((b, key, res)) = s.work.pop() {
+            s.current = b;
+            s.stitch(b, &key, res)?;
         }
+        Ok(Unit {
+            entry,
+            sites: s.sites,
+            blocks: s.blocks,
+            ops: s.ops,
+        })
     }
-}
-
-/// Why a specialization failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SpecError {
-    /// The budget ran out: the static computation does not terminate, or unrolls too far.
-    BudgetExceeded { what: &'static str, limit: usize },
-    /// Ill-formed input: a bug in the static compiler, or inconsistent arguments.
-    Internal(String),
-}
-
-impl std::fmt::Display for SpecError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SpecError::BudgetExceeded { what, limit } => {
-                write!(
-                    f,
-                    "specialization budget exceeded: more than {limit} {what}"
-                )
-            }
-            SpecError::Internal(m) => write!(f, "internal specializer error: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for SpecError {}
-
-/// A promotion site met while specializing: entering `block` with these static values for
-/// its static parameters and static live-ins; the promoted values complete the key.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Site {
-    pub block: BlockId,
-    pub params: Vec<SVal>,
-    pub live: Vec<SVal>,
-}
-
-impl Site {
-    /// The key of the continuation for `promoted` values, in [`crate::program::SBlock::key_regs`] order.
-    pub fn key(&self, promoted: &[Const]) -> Vec<SVal> {
-        let mut k = self.params.clone();
-        k.extend(promoted.iter().map(|&c| SVal::Scalar(c)));
-        k.extend_from_slice(&self.live);
-        k
-    }
-}
-
-/// How edges into promotion blocks are specialized.
-pub enum PromotionMode<'a> {
-    /// Leave the unit through [`Emitter::promote`], with the site number the function
-    /// gives for the site (the runtime's id: one per site across all units, so that every
-    /// unit reaching a site shares its cache).
-    Units(&'a dyn Fn(&Site) -> u32),
-    /// Dispatch inline over the promoted values known for a site (`known(site)`), with a
-    /// [`Emitter::promote_miss`] exit for the others.
-    Inline(&'a dyn Fn(&Site) -> Vec<Vec<Const>>),
-}
-
-/// What one unit's specialization produced.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Unit<B> {
-    /// The unit's first block; its parameters are the start block's dynamic inputs.
-    pub entry: B,
-    /// Promotion sites, indexed by the `site` numbers given to the emitter.
-    pub sites: Vec<Site>,
-    pub blocks: usize,
-    pub ops: usize,
-}
-
-/// Everything a specialization reads besides its start: the program, the contents of its
-/// static slices (`slices[k]` for key parameter `k`), pure hosts, promotion mode, budget.
-pub struct Context<'a> {
-    pub prog: &'a StitchProgram,
-    pub slices: &'a [Option<SliceData>],
-    pub hosts: &'a dyn PureHosts,
-    pub mode: PromotionMode<'a>,
-    pub budget: Budget,
-}
-
-/// Specializes one unit starting at block `start` with static values `key` (in the start
-/// block's `key_regs` order).
-pub fn specialize<E: Emitter>(
-    cx: &Context,
-    start: BlockId,
-    key: &[SVal],
-    emitter: &mut E,
-) -> Result<Unit<E::Block>, SpecError> {
-    let prog = cx.prog;
-    let mut s = Spec {
-        prog,
-        slices: cx.slices,
-        hosts: cx.hosts,
-        em: emitter,
-        mode: &cx.mode,
-        budget: cx.budget,
-        memo: HashMap::new(),
-        work: Vec::new(),
-        sites: Vec::new(),
-        site_index: HashMap::new(),
-        blocks: 0,
-        ops: 0,
-        env_s: vec![None; prog.num_regs as usize],
-        env_d: vec![None; prog.num_regs as usize],
-        touched: Vec::new(),
-        stubs: Vec::new(),
-    };
-    let entry = s.copy_of(start, key.to_vec())?;
-    while let Some((b, key, res)) = s.work.pop() {
-        s.stitch(b, &key, res)?;
-    }
-    Ok(Unit {
-        entry,
-        sites: s.sites,
-        blocks: s.blocks,
-        ops: s.ops,
-    })
 }
 
 type KeyBits = Vec<(u8, u64)>;
@@ -231,10 +107,10 @@ struct Spec<'a, E: Emitter> {
     em: &'a mut E,
     mode: &'a PromotionMode<'a>,
     budget: Budget,
-    memo: HashMap<(BlockId, KeyBits), E::Block>,
-    work: Vec<(BlockId, Vec<SVal>, E::Block)>,
+    memo: HashMap<(Block, KeyBits), E::Block>,
+    work: Vec<(Block, Vec<SVal>, E::Block)>,
     sites: Vec<Site>,
-    site_index: HashMap<(BlockId, KeyBits), u32>,
+    site_index: HashMap<(Block, KeyBits), u32>,
     blocks: usize,
     ops: usize,
     env_s: Vec<Option<SVal>>,
@@ -244,9 +120,13 @@ struct Spec<'a, E: Emitter> {
     /// Dispatch blocks for promotion edges of dynamic branches, filled after the current
     /// block: (block, promotion block, static parameters, static live-ins).
     stubs: Vec<Stub<E::Block>>,
+    /// The template block being stitched and the last source position met (for budget
+    /// errors).
+    current: Block,
+    last_loc: SrcLoc,
 }
 
-type Stub<B> = (B, BlockId, Vec<SVal>, Vec<SVal>);
+type Stub<B> = (B, Block, Vec<SVal>, Vec<SVal>);
 
 fn internal<T>(m: impl Into<String>) -> Result<T, SpecError> {
     Err(SpecError::Internal(m.into()))
@@ -254,33 +134,43 @@ fn internal<T>(m: impl Into<String>) -> Result<T, SpecError> {
 
 impl<E: Emitter> Spec<'_, E> {
     /// The specialized copy of `b` for static values `key`, created (and queued) if new.
-    fn copy_of(&mut self, b: BlockId, key: Vec<SVal>) -> Result<E::Block, SpecError> {
+    fn copy_of(&mut self, b: Block, key: Vec<SVal>) -> Result<E::Block, SpecError> {
         let bits: KeyBits = key.iter().map(SVal::key_bits).collect();
         if let Some(&res) = self.memo.get(&(b, bits.clone())) {
             return Ok(res);
         }
         self.blocks += 1;
         if self.blocks > self.budget.max_blocks {
-            return Err(SpecError::BudgetExceeded {
-                what: "specialized blocks",
-                limit: self.budget.max_blocks,
-            });
+            return Err(self.exceeded(BudgetKind::Blocks, self.budget.max_blocks));
         }
-        let sb = &self.prog.blocks[b as usize];
-        let types: Vec<Type> = sb.dyn_inputs().iter().map(|&(_, t)| t).collect();
-        let res = self.em.create_block(&types);
+        let res = self.em.create_block(&self.prog.blocks[b].input_types());
         self.memo.insert((b, bits), res);
         self.work.push((b, key, res));
         Ok(res)
     }
 
+    /// The error for budget `budget` running out while stitching the current block.
+    fn exceeded(&self, budget: BudgetKind, limit: usize) -> SpecError {
+        let b = &self.prog.blocks[self.current];
+        let loc = match b.first_loc() {
+            l if l.is_known() => l,
+            _ => self.last_loc,
+        };
+        SpecError::BudgetExceeded {
+            budget,
+            limit,
+            block: b.name.clone(),
+            loc,
+        }
+    }
+
     fn set_s(&mut self, r: Reg, v: SVal) {
-        self.env_s[r as usize] = Some(v);
+        self.env_s[r.index()] = Some(v);
         self.touched.push(r);
     }
 
     fn set_d(&mut self, r: Reg, v: E::Value) {
-        self.env_d[r as usize] = Some(v);
+        self.env_d[r.index()] = Some(v);
         self.touched.push(r);
     }
 
@@ -289,7 +179,7 @@ impl<E: Emitter> Spec<'_, E> {
     }
 
     fn get_s(&self, r: Reg) -> Result<SVal, SpecError> {
-        match self.env_s.get(r as usize).copied().flatten() {
+        match self.env_s.get(r.index()).copied().flatten() {
             Some(v) => Ok(v),
             None => internal(format!("static register {r} read before it was set")),
         }
@@ -304,7 +194,7 @@ impl<E: Emitter> Spec<'_, E> {
 
     fn operand(&mut self, o: Operand) -> Result<E::Value, SpecError> {
         match o {
-            Operand::Dyn(r) => match self.env_d.get(r as usize).copied().flatten() {
+            Operand::Dyn(r) => match self.env_d.get(r.index()).copied().flatten() {
                 Some(v) => Ok(v),
                 None => internal(format!("dynamic variable {r} read before it was set")),
             },
@@ -322,39 +212,42 @@ impl<E: Emitter> Spec<'_, E> {
     }
 
     /// Specializes block `b` for `key` into the emitter's block `res`.
-    fn stitch(&mut self, b: BlockId, key: &[SVal], res: E::Block) -> Result<(), SpecError> {
+    fn stitch(&mut self, b: Block, key: &[SVal], res: E::Block) -> Result<(), SpecError> {
         let prog = self.prog;
-        let sb = &prog.blocks[b as usize];
+        let sb = &prog.blocks[b];
         // Clear what the previous block set (not the whole register file: this runs once
         // per stitched block).
         for r in self.touched.drain(..) {
-            self.env_s[r as usize] = None;
-            self.env_d[r as usize] = None;
+            self.env_s[r.index()] = None;
+            self.env_d[r.index()] = None;
         }
-        let regs = sb.key_regs();
-        if regs.len() != key.len() {
+        let nregs = sb.key_regs().count();
+        if nregs != key.len() {
             return internal(format!(
-                "{}: key of {} values for {} registers",
+                "{}: key of {} values for {nregs} registers",
                 sb.name,
                 key.len(),
-                regs.len()
             ));
         }
-        for (&r, &v) in regs.iter().zip(key) {
+        for (r, &v) in sb.key_regs().zip(key) {
             self.set_s(r, v);
         }
+        let context: KeyBits = key.iter().map(SVal::key_bits).collect();
+        self.em.note_copy(res, b.as_u32(), &context);
         self.switch_to(res);
         let params = self.em.block_params(res);
-        for ((r, _), v) in sb.dyn_inputs().into_iter().zip(params) {
+        for ((r, _), v) in sb.dyn_inputs().zip(params) {
             self.set_d(r, v);
         }
         for op in &sb.ops {
             self.ops += 1;
             if self.ops > self.budget.max_ops {
-                return Err(SpecError::BudgetExceeded {
-                    what: "operations",
-                    limit: self.budget.max_ops,
-                });
+                return Err(self.exceeded(BudgetKind::Ops, self.budget.max_ops));
+            }
+            if let Op::Setup { loc, .. } | Op::Emit { loc, .. } = op {
+                if loc.is_known() {
+                    self.last_loc = *loc;
+                }
             }
             match op {
                 Op::Setup { dst, op, loc } => match self.setup(op)? {
@@ -521,15 +414,15 @@ impl<E: Emitter> Spec<'_, E> {
             SetupOp::Binary(o, a, b) => (TOp::Binary(*o), vec![*a, *b]),
             SetupOp::StaticLoad(s, i) => (TOp::Load, vec![*s, *i]),
             SetupOp::CallPure { callee, args, .. } => {
-                let ret = match self.prog.callees.get(*callee as usize) {
-                    Some(CalleeDecl::Host { index }) => {
-                        self.prog.hosts.get(*index as usize).and_then(|h| h.ret)
+                let ret = match self.prog.callees.get(*callee) {
+                    Some(CalleeDecl::Host { host }) => {
+                        self.prog.hosts.get(*host).and_then(|h| h.ret)
                     }
                     _ => return internal("a static call of a non-host"),
                 };
                 (
                     TOp::Call {
-                        callee: *callee,
+                        callee: callee.as_u32(),
                         ret,
                     },
                     args.clone(),
@@ -559,7 +452,7 @@ impl<E: Emitter> Spec<'_, E> {
     /// The static key and dynamic arguments of an edge's target; static arguments of
     /// dynamic parameters are emitted as constants in the current block.
     fn target_inputs(&mut self, e: &Edge) -> Result<Inputs<E::Value>, SpecError> {
-        let tb = &self.prog.blocks[e.block as usize];
+        let tb = &self.prog.blocks[e.block];
         if tb.params.len() != e.args.len() {
             return internal(format!(
                 "edge to {} with {} arguments",
@@ -597,16 +490,12 @@ impl<E: Emitter> Spec<'_, E> {
     /// An edge into a promotion block gets a dispatch block of its own.
     fn edge_block(&mut self, e: &Edge) -> Result<Target<E>, SpecError> {
         let inputs = self.target_inputs(e)?;
-        if self.prog.blocks[e.block as usize].promote.is_empty() {
+        if self.prog.blocks[e.block].promote.is_empty() {
             let mut key = inputs.params;
             key.extend(inputs.live);
             return Ok((self.copy_of(e.block, key)?, inputs.args));
         }
-        let types: Vec<Type> = self.prog.blocks[e.block as usize]
-            .dyn_inputs()
-            .iter()
-            .map(|&(_, t)| t)
-            .collect();
+        let types: Vec<Type> = self.prog.blocks[e.block].input_types();
         // Filled once the current block is finished (emitters fill one block at a time).
         let stub = self.em.create_block(&types);
         self.stubs.push((stub, e.block, inputs.params, inputs.live));
@@ -616,7 +505,7 @@ impl<E: Emitter> Spec<'_, E> {
     /// Ends the current block along `e`: returns the target and arguments of a plain jump,
     /// or `None` when a promotion dispatch was emitted instead.
     fn edge(&mut self, e: &Edge) -> Result<Option<Target<E>>, SpecError> {
-        if self.prog.blocks[e.block as usize].promote.is_empty() {
+        if self.prog.blocks[e.block].promote.is_empty() {
             return Ok(Some(self.edge_block(e)?));
         }
         let inputs = self.target_inputs(e)?;
@@ -628,13 +517,13 @@ impl<E: Emitter> Spec<'_, E> {
     /// the values of `b`'s dynamic inputs.
     fn promotion(
         &mut self,
-        b: BlockId,
+        b: Block,
         params_s: Vec<SVal>,
         live_s: Vec<SVal>,
         inputs: &[E::Value],
     ) -> Result<(), SpecError> {
-        let tb = &self.prog.blocks[b as usize];
-        let order: Vec<Reg> = tb.dyn_inputs().iter().map(|&(r, _)| r).collect();
+        let tb = &self.prog.blocks[b];
+        let order: Vec<Reg> = tb.dyn_inputs().map(|(r, _)| r).collect();
         let promoted: Vec<E::Value> = tb
             .promote
             .iter()
@@ -651,18 +540,13 @@ impl<E: Emitter> Spec<'_, E> {
             params: params_s,
             live: live_s,
         };
-        let bits: KeyBits = site
-            .params
-            .iter()
-            .chain(&site.live)
-            .map(SVal::key_bits)
-            .collect();
-        let id = match self.site_index.get(&(b, bits.clone())) {
+        let ident = site.ident();
+        let id = match self.site_index.get(&ident) {
             Some(&id) => id,
             None => {
                 let id = self.sites.len() as u32;
                 self.sites.push(site.clone());
-                self.site_index.insert((b, bits), id);
+                self.site_index.insert(ident, id);
                 id
             }
         };

@@ -1,0 +1,89 @@
+//! The executor seam: what runs a generating extension for one unit.
+//!
+//! An [`Executor`] takes a [`Context`] (the stitch program, the contents of static slices,
+//! pure hosts, how promotions are emitted, the budget), a start block and the static values
+//! of its key, and drives an [`Emitter`] (any backend, or the residual-IR emitter of the
+//! tests). Executors: the work-list executor ([`worklist`], the reference), and the
+//! planned stitcher that follows the linearized form (to come). [`ExecutorKind`] selects
+//! one per region; [`Record`] wraps any emitter and records which (block, static context)
+//! pairs an executor stitched, in order, so that tests can assert properties of stitching.
+
+pub mod record;
+pub mod worklist;
+
+use dyc_templates::ops::Const;
+use dyc_templates::template::Emitter;
+
+use crate::ge::{Block, Budget, PureHosts, SVal, Site, SliceData, SpecError, StitchProgram};
+
+pub use record::Record;
+pub use worklist::WorkList;
+
+/// How edges into promotion blocks are specialized.
+pub enum PromotionMode<'a> {
+    /// Leave the unit through [`Emitter::promote`], with the site number the function
+    /// gives for the site (the runtime's number: every unit of a specialization that
+    /// reaches a site shares its cache).
+    Units(&'a dyn Fn(&Site) -> u32),
+    /// Dispatch inline over the promoted values known for a site (`known(site)`), with an
+    /// [`Emitter::promote_miss`] exit for the others.
+    Inline(&'a dyn Fn(&Site) -> Vec<Vec<Const>>),
+}
+
+/// What one unit's specialization produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unit<B> {
+    /// The unit's first block; its parameters are the start block's dynamic inputs.
+    pub entry: B,
+    /// Promotion sites met, in the order of the unit's local numbering.
+    pub sites: Vec<Site>,
+    /// Specialized block copies.
+    pub blocks: usize,
+    /// Setup and template operations processed.
+    pub ops: usize,
+}
+
+/// Everything a specialization reads besides its start: the program, the contents of its
+/// static slices (`slices[k]` for parameter `k`), pure hosts, promotion mode, budget.
+pub struct Context<'a> {
+    pub prog: &'a StitchProgram,
+    pub slices: &'a [Option<SliceData>],
+    pub hosts: &'a dyn PureHosts,
+    pub mode: PromotionMode<'a>,
+    pub budget: Budget,
+}
+
+/// Runs a generating extension for one unit.
+pub trait Executor {
+    /// Specializes the unit that starts at `start` with static values `key` (in the start
+    /// block's [`crate::ge::BlockData::key_regs`] order) into `emitter`.
+    fn run<E: Emitter>(
+        &self,
+        cx: &Context,
+        start: Block,
+        key: &[SVal],
+        emitter: &mut E,
+    ) -> Result<Unit<E::Block>, SpecError>;
+}
+
+/// The executors, selectable per region.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ExecutorKind {
+    /// The work-list executor over the CFG form.
+    #[default]
+    WorkList,
+}
+
+impl Executor for ExecutorKind {
+    fn run<E: Emitter>(
+        &self,
+        cx: &Context,
+        start: Block,
+        key: &[SVal],
+        emitter: &mut E,
+    ) -> Result<Unit<E::Block>, SpecError> {
+        match self {
+            ExecutorKind::WorkList => WorkList.run(cx, start, key, emitter),
+        }
+    }
+}

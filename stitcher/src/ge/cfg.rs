@@ -1,0 +1,229 @@
+//! The CFG form of a stitch program: the annotated CFG of the region. Per block: its
+//! parameters (each a static register or a dynamic variable), the static values live into
+//! it (part of the memo key of its specialized copies), the dynamic values live into it
+//! (extra parameters of its copies, so that each copy is self-contained as in max-SSA
+//! form), an optional promotion at its entry, its setup and template operations in order,
+//! and its terminator. The work-list executor runs this form directly.
+
+use cranelift_codegen::entity::PrimaryMap;
+use dyc_templates::ops::{BinaryOp, CmpOp, Const, UnaryOp};
+use dyc_templates::template::TOp;
+use dyc_templates::types::{Scalar, SrcLoc, Type};
+
+use super::entities::{Block, CalleeId, HostId, Reg};
+
+/// An operand of a template operation or a branch argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operand {
+    /// A hole: the value of a static register.
+    Static(Reg),
+    /// A dynamic variable.
+    Dyn(Reg),
+}
+
+/// A setup operation, run at specialization time on static registers.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SetupOp {
+    Const(Const),
+    Unary(UnaryOp, Reg),
+    Binary(BinaryOp, Reg, Reg),
+    Cmp(CmpOp, Reg, Reg),
+    Select(Reg, Reg, Reg),
+    Cast(Scalar, Reg),
+    Len(Reg),
+    /// `s@[i]`: read a static slice.
+    StaticLoad(Reg, Reg),
+    /// A static call of pure host function `host`; `callee` is the same function in the
+    /// callee table (used when the call faults and is emitted to fault at run time).
+    CallPure {
+        host: HostId,
+        callee: CalleeId,
+        args: Vec<Reg>,
+    },
+    Copy(Reg),
+}
+
+impl SetupOp {
+    /// The registers the operation reads.
+    pub fn uses(&self) -> Vec<Reg> {
+        match self {
+            SetupOp::Const(_) => vec![],
+            SetupOp::Unary(_, a) | SetupOp::Cast(_, a) | SetupOp::Len(a) | SetupOp::Copy(a) => {
+                vec![*a]
+            }
+            SetupOp::Binary(_, a, b) | SetupOp::Cmp(_, a, b) | SetupOp::StaticLoad(a, b) => {
+                vec![*a, *b]
+            }
+            SetupOp::Select(c, a, b) => vec![*c, *a, *b],
+            SetupOp::CallPure { args, .. } => args.clone(),
+        }
+    }
+}
+
+/// An operation of a block.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Setup code: computes static register `dst`.
+    Setup { dst: Reg, op: SetupOp, loc: SrcLoc },
+    /// A template operation: emitted with its holes filled.
+    Emit {
+        dst: Option<Reg>,
+        op: TOp,
+        args: Vec<Operand>,
+        loc: SrcLoc,
+    },
+    /// A dynamic copy of an operand (`make_dynamic`, or a copy of a dynamic value).
+    Lift { dst: Reg, src: Operand },
+}
+
+/// A branch target: a block and the arguments for its parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Edge {
+    pub block: Block,
+    pub args: Vec<Operand>,
+}
+
+/// How a block ends. A branch on a static operand is a static branch (resolved while
+/// stitching); on a dynamic operand it is kept in the code.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Term {
+    Jump(Edge),
+    Branch {
+        cond: Operand,
+        then_edge: Edge,
+        else_edge: Edge,
+    },
+    Switch {
+        arg: Operand,
+        cases: Vec<(u64, Edge)>,
+        default: Edge,
+    },
+    Return(Option<Operand>),
+    Trap(SrcLoc),
+}
+
+impl Term {
+    /// The edges out of the block, in order.
+    pub fn edges(&self) -> Vec<&Edge> {
+        match self {
+            Term::Jump(e) => vec![e],
+            Term::Branch {
+                then_edge,
+                else_edge,
+                ..
+            } => vec![then_edge, else_edge],
+            Term::Switch { cases, default, .. } => {
+                cases.iter().map(|(_, e)| e).chain([default]).collect()
+            }
+            Term::Return(_) | Term::Trap(_) => vec![],
+        }
+    }
+}
+
+/// A block parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Param {
+    Static(Reg),
+    Dyn(Reg, Type),
+}
+
+/// A template block with its setup code.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockData {
+    /// The source block's name, for diagnostics.
+    pub name: String,
+    pub params: Vec<Param>,
+    /// Entering this block promotes dynamic values to static registers (`make_static` of a
+    /// value that may be dynamic): `(dynamic variable, static result)`.
+    pub promote: Vec<(Reg, Reg)>,
+    /// Static registers live on entry that are not parameters nor promoted.
+    pub static_live_in: Vec<Reg>,
+    /// Dynamic variables live on entry that are not parameters, with their types.
+    pub dyn_live_in: Vec<(Reg, Type)>,
+    pub ops: Vec<Op>,
+    pub term: Term,
+}
+
+impl BlockData {
+    /// The static registers that make up the memo key of a specialized copy, in order:
+    /// static parameters, promoted values, static live-ins.
+    pub fn key_regs(&self) -> impl Iterator<Item = Reg> + '_ {
+        self.params
+            .iter()
+            .filter_map(|p| match p {
+                Param::Static(r) => Some(*r),
+                Param::Dyn(..) => None,
+            })
+            .chain(self.promote.iter().map(|&(_, r)| r))
+            .chain(self.static_live_in.iter().copied())
+    }
+
+    /// The dynamic variables a specialized copy receives as parameters, in order: dynamic
+    /// parameters, then dynamic live-ins.
+    pub fn dyn_inputs(&self) -> impl Iterator<Item = (Reg, Type)> + '_ {
+        self.params
+            .iter()
+            .filter_map(|p| match p {
+                Param::Dyn(r, t) => Some((*r, *t)),
+                Param::Static(_) => None,
+            })
+            .chain(self.dyn_live_in.iter().copied())
+    }
+
+    /// The types of [`BlockData::dyn_inputs`].
+    pub fn input_types(&self) -> Vec<Type> {
+        self.dyn_inputs().map(|(_, t)| t).collect()
+    }
+
+    /// The source position of the block's first located operation (unknown if none).
+    pub fn first_loc(&self) -> SrcLoc {
+        self.ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Setup { loc, .. } | Op::Emit { loc, .. } => Some(*loc),
+                Op::Lift { .. } => None,
+            })
+            .find(|l| l.is_known())
+            .unwrap_or_default()
+    }
+}
+
+/// A host function the program may call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostDecl {
+    pub name: String,
+    pub params: Vec<Type>,
+    pub ret: Option<Type>,
+    pub pure: bool,
+}
+
+/// What a template `call` calls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CalleeDecl {
+    /// Function `index` of the source module (its generic code).
+    Func {
+        index: u32,
+        params: Vec<Type>,
+        ret: Option<Type>,
+    },
+    /// A host function.
+    Host { host: HostId },
+}
+
+/// The generating extension of one function, in CFG form.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StitchProgram {
+    pub name: String,
+    pub blocks: PrimaryMap<Block, BlockData>,
+    pub entry: Block,
+    /// Types of the function's parameters (the entry block's parameters, in order).
+    pub param_types: Vec<Type>,
+    pub ret: Option<Type>,
+    /// Positions of the parameters that are run-time constants (the key of a
+    /// specialization), increasing.
+    pub key_params: Vec<usize>,
+    pub hosts: PrimaryMap<HostId, HostDecl>,
+    pub callees: PrimaryMap<CalleeId, CalleeDecl>,
+    /// One more than the largest register number.
+    pub num_regs: u32,
+}

@@ -1,0 +1,92 @@
+//! The generating extension (GE): what the static compiler hands the runtime for one
+//! region, and the only thing besides the templates' operator vocabulary that the runtime
+//! knows of the region.
+//!
+//! # Two forms
+//!
+//! **CFG form** ([`cfg`], [`StitchProgram`]): the annotated CFG. Each template block lists
+//! its parameters and live-ins with their binding times, an optional promotion at its
+//! entry, its operations (setup operations on static registers, template operations whose
+//! static operands are holes, lifts of static values into dynamic ones) and a terminator
+//! that is a static branch (resolved while stitching) or a dynamic one (kept in the code).
+//! An executor that runs this form must discover at stitch time which blocks to stitch: the
+//! work-list executor memoizes (block, static values of the block's key) and keeps a work
+//! list of copies still to fill.
+//!
+//! **Linearized form** ([`linear`], [`LinearProgram`]): what the DyC static transform
+//! produces, so that stitching needs no work list and few checks. A program is a set of
+//! **units** (code stitched by one run of the stitcher: the region entry, each promotion
+//! continuation, each lazily stitched successor). A unit is a sequence of directives that
+//! the planned stitcher follows from top to bottom:
+//! - *straight runs*: `Setup` (compute a static register), `Label` (start the copy of a
+//!   template block for the current values of its key registers and bind its dynamic
+//!   parameters), `Emit` and `Lift` (template operations into the open copy);
+//! - *static branches*: `If` and `Switch` choose between nested sequences, so that each
+//!   outcome of the static branches runs exactly the directives of the blocks it reaches, in
+//!   topological order; `Loop`/`Break` are the setup code's own loops (static back edges,
+//!   multi-way unrolling);
+//! - *control of the emitted code*: `Jump`, `Branch`, `SwitchDyn`, `Return`, `Trap` close
+//!   the open copy; their targets name copies by (block, key registers) and are created on
+//!   first reference, stitched when their `Label` comes;
+//! - *NTBS flags*: `SetFlag` on an edge whose being taken makes a later block needed,
+//!   `IfFlag` before a block that only some paths need;
+//! - *has-been-stitched lookups*: `Stitched` tests whether the copy of a block for the
+//!   current key was already stitched in this specialization (loop heads under multi-way
+//!   unrolling, specialization roots at special merges) and runs `hit` (link to it) or
+//!   `miss` (stitch it);
+//! - *unit boundaries*: `Lazy` (a stub that stitches a unit the first time it runs, then
+//!   patches its slot) and `Promote` (a cache check on promoted dynamic values whose miss
+//!   stitches a unit); the caches at region entries and promotions are the runtime's.
+//!
+//! Both forms have a printer ([`print`]) and a checker ([`check`]): `dyc ge FILE FN`
+//! prints the CFG form of a region, file tests compare printed programs, and tests run the
+//! checker on every program the static compiler builds.
+//!
+//! # Registers and binding times
+//!
+//! Registers ([`Reg`]) are numbered in one space, the SSA values of the source function. A
+//! use says whether it reads a static register or a dynamic variable ([`Operand`]); a
+//! definition makes a register static (setup operations, static block parameters, promoted
+//! values) or dynamic (template operations, lifts, dynamic parameters). In the CFG form
+//! every register is defined once; in the linearized form registers are variables of the
+//! setup code, redefined by each copy of a block.
+//!
+//! # Local arrays (the representation the local-array work will use)
+//!
+//! A fixed-size local array `[T; N]` of the region is a **partially static aggregate**
+//! while stitching: an array register holds, per element, either a static value or a
+//! dynamic variable (an *element register*), plus whether the array is *materialized*.
+//! - Declaration: `ArrayNew { arr, elem, len }` makes every element the static zero.
+//! - A read or write whose index is static and in bounds (`ArrayGet`/`ArraySet` with a
+//!   static index) touches one element register: no memory access, no bounds check in the
+//!   code. A static index out of bounds faults like a static load.
+//! - A read or write with a dynamic index needs memory: `Materialize { arr }` emits a stack
+//!   slot of `N` elements, stores the elements that are not yet in memory, and from then
+//!   on the array lives in memory (dynamic loads and stores with bounds checks) until a
+//!   block boundary, where the element registers are reloaded when later accesses are
+//!   static again.
+//! - Across block copies, the element registers of a live array are part of the copy's
+//!   inputs: static elements join its key, dynamic elements its dynamic inputs; only live
+//!   elements cross unit boundaries.
+//!
+//! # Values shared by executors, backends and the API
+//!
+//! [`values`]: static values ([`SVal`]), static slice contents ([`SliceData`]), pure hosts
+//! ([`PureHosts`]), budgets ([`Budget`]) and specialization errors ([`SpecError`]), and
+//! promotion sites ([`Site`]).
+
+pub mod cfg;
+pub mod check;
+mod entities;
+pub mod linear;
+pub mod print;
+pub mod values;
+
+pub use cfg::{
+    BlockData, CalleeDecl, Edge, HostDecl, Op, Operand, Param, SetupOp, StitchProgram, Term,
+};
+pub use check::{check_cfg, check_linear, CheckError, CheckErrors};
+pub use entities::{Block, CalleeId, FlagId, HostId, Reg, SiteId, UnitId};
+pub use linear::{Dir, LinearProgram, LinearUnit, Target};
+pub use print::{print_cfg, print_linear};
+pub use values::{Budget, BudgetKind, NoHosts, PureHosts, SVal, Site, SliceData, SpecError};

@@ -1,0 +1,395 @@
+//! The text form of stitch programs, both forms, for `dyc ge`, file tests and errors.
+//!
+//! Registers print as `r7`; an operand is `s r7` (a hole: static register) or `d r7` (a
+//! dynamic variable). Setup operations are `r7 = add r5, r6`; template operations start
+//! with `emit`, lifts with `lift`. Source positions follow as `@line:col`.
+//!
+//! ```text
+//! stitch dot(s [i64], d [i64]) -> i64
+//!   host h0 hash(i64) -> i64 pure
+//!   callee c0 = fn0(i64) -> i64
+//! b0(s r0, d r1: [i64]):
+//!     r2 = const 0:i64
+//!     jump b1(s r2)
+//! b1(s r3) live(s r0; d r1: [i64]):
+//!     r4 = len r0 @5:15
+//!     r5 = lt r3, r4 @5:11
+//!     br s r5 ? b2 : b3
+//! ```
+
+use std::fmt::{self, Write};
+
+use dyc_templates::template::TOp;
+use dyc_templates::types::{SrcLoc, Type};
+
+use super::cfg::{BlockData, CalleeDecl, Edge, HostDecl, Op, Operand, Param, SetupOp, Term};
+use super::linear::{Dir, LinearProgram, Target};
+use super::{CalleeId, HostId, LinearUnit, StitchProgram};
+use cranelift_codegen::entity::PrimaryMap;
+
+impl fmt::Display for Operand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Operand::Static(r) => write!(f, "s {r}"),
+            Operand::Dyn(r) => write!(f, "d {r}"),
+        }
+    }
+}
+
+fn list<T: fmt::Display>(xs: &[T]) -> String {
+    xs.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn loc(l: SrcLoc) -> String {
+    if l.is_known() {
+        format!(" @{l}")
+    } else {
+        String::new()
+    }
+}
+
+fn sig(params: &[Type], ret: Option<Type>) -> String {
+    let mut s = format!("({})", list(params));
+    if let Some(t) = ret {
+        let _ = write!(s, " -> {t}");
+    }
+    s
+}
+
+/// The text of a setup operation (without its destination).
+pub fn setup_text(op: &SetupOp) -> String {
+    match op {
+        SetupOp::Const(c) => format!("const {c}"),
+        SetupOp::Unary(o, a) => format!("{} {a}", o.name()),
+        SetupOp::Binary(o, a, b) => format!("{} {a}, {b}", o.name()),
+        SetupOp::Cmp(o, a, b) => format!("{} {a}, {b}", o.name()),
+        SetupOp::Select(c, a, b) => format!("select {c}, {a}, {b}"),
+        SetupOp::Cast(t, a) => format!("cast.{t} {a}"),
+        SetupOp::Len(a) => format!("len {a}"),
+        SetupOp::StaticLoad(s, i) => format!("load_static {s}, {i}"),
+        SetupOp::CallPure { host, callee, args } => {
+            format!("call_pure {host} ({callee}) ({})", list(args))
+        }
+        SetupOp::Copy(a) => format!("copy {a}"),
+    }
+}
+
+/// The name of a template operation.
+pub fn top_text(op: &TOp) -> String {
+    match op {
+        TOp::Unary(o) => o.name().to_string(),
+        TOp::Binary(o) => o.name().to_string(),
+        TOp::Cmp(o) => o.name().to_string(),
+        TOp::Select => "select".into(),
+        TOp::Cast(t) => format!("cast.{t}"),
+        TOp::Len => "len".into(),
+        TOp::Load => "load".into(),
+        TOp::Store => "store".into(),
+        TOp::Call { callee, ret } => match ret {
+            Some(t) => format!("call c{callee} -> {t}"),
+            None => format!("call c{callee}"),
+        },
+    }
+}
+
+fn emit_text(dst: Option<impl fmt::Display>, op: &TOp, args: &[Operand], l: SrcLoc) -> String {
+    let lhs = dst.map(|d| format!("d {d} = ")).unwrap_or_default();
+    format!("{lhs}emit {} {}{}", top_text(op), list(args), loc(l))
+}
+
+fn edge_text(e: &Edge) -> String {
+    if e.args.is_empty() {
+        e.block.to_string()
+    } else {
+        format!("{}({})", e.block, list(&e.args))
+    }
+}
+
+fn tables(
+    s: &mut String,
+    hosts: &PrimaryMap<HostId, HostDecl>,
+    callees: &PrimaryMap<CalleeId, CalleeDecl>,
+) {
+    for (h, d) in hosts.iter() {
+        let pure = if d.pure { " pure" } else { "" };
+        let _ = writeln!(s, "  host {h} {}{}{pure}", d.name, sig(&d.params, d.ret));
+    }
+    for (c, d) in callees.iter() {
+        let _ = match d {
+            CalleeDecl::Func { index, params, ret } => {
+                writeln!(s, "  callee {c} = fn{index}{}", sig(params, *ret))
+            }
+            CalleeDecl::Host { host } => writeln!(s, "  callee {c} = host {host}"),
+        };
+    }
+}
+
+fn header(
+    s: &mut String,
+    name: &str,
+    params: &[Type],
+    key_params: &[usize],
+    ret: Option<Type>,
+    what: &str,
+) {
+    let ps: Vec<String> = params
+        .iter()
+        .enumerate()
+        .map(|(k, t)| format!("{} {t}", if key_params.contains(&k) { "s" } else { "d" }))
+        .collect();
+    let _ = write!(s, "{what} {name}({})", ps.join(", "));
+    if let Some(t) = ret {
+        let _ = write!(s, " -> {t}");
+    }
+    s.push('\n');
+}
+
+/// The block header line: `b1(s r3, d r4: i64) promote(r5 -> r6) live(s r0; d r1: i64):`.
+fn block_header(name: impl fmt::Display, b: &BlockData) -> String {
+    let ps: Vec<String> = b
+        .params
+        .iter()
+        .map(|p| match p {
+            Param::Static(r) => format!("s {r}"),
+            Param::Dyn(r, t) => format!("d {r}: {t}"),
+        })
+        .collect();
+    let mut s = format!("{name}({})", ps.join(", "));
+    if !b.promote.is_empty() {
+        let p: Vec<String> = b
+            .promote
+            .iter()
+            .map(|(d, st)| format!("{d} -> {st}"))
+            .collect();
+        let _ = write!(s, " promote({})", p.join(", "));
+    }
+    if !b.static_live_in.is_empty() || !b.dyn_live_in.is_empty() {
+        let mut l: Vec<String> = b.static_live_in.iter().map(|r| format!("s {r}")).collect();
+        l.extend(b.dyn_live_in.iter().map(|(r, t)| format!("d {r}: {t}")));
+        let _ = write!(s, " live({})", l.join(", "));
+    }
+    let _ = write!(s, ":  ; {}", b.name);
+    s
+}
+
+/// Prints a stitch program in CFG form.
+pub fn print_cfg(p: &StitchProgram) -> String {
+    let mut s = String::new();
+    header(
+        &mut s,
+        &p.name,
+        &p.param_types,
+        &p.key_params,
+        p.ret,
+        "stitch",
+    );
+    tables(&mut s, &p.hosts, &p.callees);
+    for (id, b) in p.blocks.iter() {
+        let entry = if id == p.entry { "entry " } else { "" };
+        let _ = writeln!(s, "{entry}{}", block_header(id, b));
+        for op in &b.ops {
+            let line = match op {
+                Op::Setup { dst, op, loc: l } => format!("{dst} = {}{}", setup_text(op), loc(*l)),
+                Op::Emit {
+                    dst,
+                    op,
+                    args,
+                    loc: l,
+                } => emit_text(*dst, op, args, *l),
+                Op::Lift { dst, src } => format!("d {dst} = lift {src}"),
+            };
+            let _ = writeln!(s, "    {line}");
+        }
+        let t = match &b.term {
+            Term::Jump(e) => format!("jump {}", edge_text(e)),
+            Term::Branch {
+                cond,
+                then_edge,
+                else_edge,
+            } => format!(
+                "br {cond} ? {} : {}",
+                edge_text(then_edge),
+                edge_text(else_edge)
+            ),
+            Term::Switch {
+                arg,
+                cases,
+                default,
+            } => {
+                let cs: Vec<String> = cases
+                    .iter()
+                    .map(|(k, e)| format!("{k} => {}", edge_text(e)))
+                    .collect();
+                format!(
+                    "switch {arg} [{}] default {}",
+                    cs.join(", "),
+                    edge_text(default)
+                )
+            }
+            Term::Return(Some(v)) => format!("return {v}"),
+            Term::Return(None) => "return".into(),
+            Term::Trap(l) => format!("trap{}", loc(*l)),
+        };
+        let _ = writeln!(s, "    {t}");
+    }
+    s
+}
+
+fn target_text(t: &Target) -> String {
+    let mut s = format!("{}[{}]", t.block, list(&t.key));
+    if !t.args.is_empty() {
+        let _ = write!(s, "({})", list(&t.args));
+    }
+    s
+}
+
+fn typed(rs: &[(impl fmt::Display, Type)]) -> String {
+    rs.iter()
+        .map(|(r, t)| format!("{r}: {t}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn dirs(s: &mut String, ds: &[Dir], depth: usize) {
+    let ind = "    ".repeat(depth);
+    for d in ds {
+        let line = match d {
+            Dir::Setup { dst, op, loc: l } => format!("{dst} = {}{}", setup_text(op), loc(*l)),
+            Dir::Label { block, key, params } => {
+                format!("label {block}[{}]({}):", list(key), typed(params))
+            }
+            Dir::Emit {
+                dst,
+                op,
+                args,
+                loc: l,
+            } => emit_text(*dst, op, args, *l),
+            Dir::Lift { dst, src } => format!("d {dst} = lift {src}"),
+            Dir::If {
+                cond,
+                then_dirs,
+                else_dirs,
+            } => {
+                let _ = writeln!(s, "{ind}if {cond} {{");
+                dirs(s, then_dirs, depth + 1);
+                let _ = writeln!(s, "{ind}}} else {{");
+                dirs(s, else_dirs, depth + 1);
+                let _ = writeln!(s, "{ind}}}");
+                continue;
+            }
+            Dir::Switch {
+                arg,
+                cases,
+                default,
+            } => {
+                let _ = writeln!(s, "{ind}switch {arg} {{");
+                for (k, body) in cases {
+                    let _ = writeln!(s, "{ind}case {k}:");
+                    dirs(s, body, depth + 1);
+                }
+                let _ = writeln!(s, "{ind}default:");
+                dirs(s, default, depth + 1);
+                let _ = writeln!(s, "{ind}}}");
+                continue;
+            }
+            Dir::Loop { dirs: body } => {
+                let _ = writeln!(s, "{ind}loop {{");
+                dirs(s, body, depth + 1);
+                let _ = writeln!(s, "{ind}}}");
+                continue;
+            }
+            Dir::Break => "break".into(),
+            Dir::SetFlag(f) => format!("set {f}"),
+            Dir::IfFlag { flag, dirs: body } => {
+                let _ = writeln!(s, "{ind}if_flag {flag} {{");
+                dirs(s, body, depth + 1);
+                let _ = writeln!(s, "{ind}}}");
+                continue;
+            }
+            Dir::Stitched {
+                block,
+                key,
+                hit,
+                miss,
+            } => {
+                let _ = writeln!(s, "{ind}if_stitched {block}[{}] {{", list(key));
+                dirs(s, hit, depth + 1);
+                let _ = writeln!(s, "{ind}}} else {{");
+                dirs(s, miss, depth + 1);
+                let _ = writeln!(s, "{ind}}}");
+                continue;
+            }
+            Dir::Jump(t) => format!("jump {}", target_text(t)),
+            Dir::Branch {
+                cond,
+                then_target,
+                else_target,
+            } => format!(
+                "br d {cond} ? {} : {}",
+                target_text(then_target),
+                target_text(else_target)
+            ),
+            Dir::SwitchDyn {
+                arg,
+                cases,
+                default,
+            } => {
+                let cs: Vec<String> = cases
+                    .iter()
+                    .map(|(k, t)| format!("{k} => {}", target_text(t)))
+                    .collect();
+                format!(
+                    "switch d {arg} [{}] default {}",
+                    cs.join(", "),
+                    target_text(default)
+                )
+            }
+            Dir::Return(Some(v)) => format!("return {v}"),
+            Dir::Return(None) => "return".into(),
+            Dir::Trap(l) => format!("trap{}", loc(*l)),
+            Dir::Lazy { unit, args } => format!("lazy {unit}({})", list(args)),
+            Dir::Promote {
+                unit,
+                promoted,
+                args,
+            } => format!("promote [{}] {unit}({})", list(promoted), list(args)),
+        };
+        let _ = writeln!(s, "{ind}{line}");
+    }
+}
+
+fn unit_text(s: &mut String, id: impl fmt::Display, u: &LinearUnit, entry: bool) {
+    let e = if entry { "entry " } else { "" };
+    let _ = writeln!(
+        s,
+        "{e}unit {id} [{}]({}):  ; {}",
+        list(&u.key),
+        typed(&u.inputs),
+        u.name
+    );
+    dirs(s, &u.body, 1);
+}
+
+/// Prints a stitch program in linearized form.
+pub fn print_linear(p: &LinearProgram) -> String {
+    let mut s = String::new();
+    header(
+        &mut s,
+        &p.name,
+        &p.param_types,
+        &p.key_params,
+        p.ret,
+        "linear",
+    );
+    if p.num_flags > 0 {
+        let _ = writeln!(s, "  flags {}", p.num_flags);
+    }
+    tables(&mut s, &p.hosts, &p.callees);
+    for (id, u) in p.units.iter() {
+        unit_text(&mut s, id, u, id == p.entry);
+    }
+    s
+}

@@ -1,0 +1,180 @@
+//! The values every executor, backend and the API share: static values and the contents
+//! of static slices, the pure hosts setup code may call, the budgets of one
+//! specialization and the errors it can end with, and promotion sites.
+
+use dyc_templates::ops::Const;
+use dyc_templates::types::{Scalar, SrcLoc};
+
+use super::entities::{Block, HostId};
+
+/// A static value: what a static register holds while stitching.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SVal {
+    Scalar(Const),
+    /// The static slice that is parameter `k` of the region (a key parameter); its
+    /// contents are `slices[k]` of the specialization.
+    Slice(u32),
+}
+
+impl SVal {
+    /// A hashable, exact encoding (a tag and a word; floats by their bits), the unit of
+    /// memo keys.
+    pub fn key_bits(&self) -> (u8, u64) {
+        match *self {
+            SVal::Scalar(Const::Int(t, x)) => (t as u8, x),
+            SVal::Scalar(Const::F64(x)) => (100, x.to_bits()),
+            SVal::Scalar(Const::Bool(b)) => (101, b as u64),
+            SVal::Slice(k) => (102, k as u64),
+        }
+    }
+}
+
+impl std::fmt::Display for SVal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SVal::Scalar(c) => write!(f, "{c}"),
+            SVal::Slice(k) => write!(f, "slice{k}"),
+        }
+    }
+}
+
+/// The contents of a static slice, read by static loads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SliceData {
+    pub elem: Scalar,
+    pub data: Vec<Const>,
+}
+
+/// Pure host functions, callable at specialization time (`@f(args)`). Implementations
+/// must not call back into the runtime that is specializing (it may hold the
+/// specialization's own lock, never a global one).
+pub trait PureHosts {
+    fn call(&self, host: HostId, args: &[Const]) -> Result<Option<Const>, String>;
+}
+
+/// No host functions.
+pub struct NoHosts;
+impl PureHosts for NoHosts {
+    fn call(&self, _: HostId, _: &[Const]) -> Result<Option<Const>, String> {
+        Err("no host functions are registered".into())
+    }
+}
+
+/// Limits on one specialization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// Specialized block copies per unit.
+    pub max_blocks: usize,
+    /// Setup and template operations processed per unit.
+    pub max_ops: usize,
+    /// Units (lazily stitched promotion continuations) of one specialization.
+    pub max_units: usize,
+}
+
+impl Default for Budget {
+    /// 20,000 block copies and 1,000,000 operations per unit; 10,000 units per
+    /// specialization.
+    fn default() -> Budget {
+        Budget {
+            max_blocks: 20_000,
+            max_ops: 1_000_000,
+            max_units: 10_000,
+        }
+    }
+}
+
+/// Which budget ran out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BudgetKind {
+    /// [`Budget::max_blocks`].
+    Blocks,
+    /// [`Budget::max_ops`].
+    Ops,
+    /// [`Budget::max_units`].
+    Units,
+}
+
+impl BudgetKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BudgetKind::Blocks => "specialized blocks",
+            BudgetKind::Ops => "operations",
+            BudgetKind::Units => "units",
+        }
+    }
+}
+
+/// Why a specialization failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SpecError {
+    /// A budget ran out: the static computation does not terminate, or unrolls too far.
+    /// `block` names the template block being stitched and `loc` the source position of
+    /// its first located operation (unknown for blocks without one).
+    BudgetExceeded {
+        budget: BudgetKind,
+        limit: usize,
+        block: String,
+        loc: SrcLoc,
+    },
+    /// Ill-formed input: a bug in the static compiler, or a stitch program that does not
+    /// check.
+    Internal(String),
+}
+
+impl std::fmt::Display for SpecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpecError::BudgetExceeded {
+                budget,
+                limit,
+                block,
+                loc,
+            } => {
+                write!(
+                    f,
+                    "specialization budget exceeded: more than {limit} {} (stitching {block}",
+                    budget.name()
+                )?;
+                if loc.is_known() {
+                    write!(f, ", line {loc}")?;
+                }
+                write!(f, ")")
+            }
+            SpecError::Internal(m) => write!(f, "internal specializer error (a bug): {m}"),
+        }
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+/// A promotion site met while specializing: entering `block` with these static values for
+/// its static parameters and static live-ins; the promoted values complete the key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Site {
+    pub block: Block,
+    pub params: Vec<SVal>,
+    pub live: Vec<SVal>,
+}
+
+impl Site {
+    /// The key of the continuation for `promoted` values, in
+    /// [`super::BlockData::key_regs`] order.
+    pub fn key(&self, promoted: &[Const]) -> Vec<SVal> {
+        let mut k = self.params.clone();
+        k.extend(promoted.iter().map(|&c| SVal::Scalar(c)));
+        k.extend_from_slice(&self.live);
+        k
+    }
+
+    /// The site's identity (block and static values) as hashable words.
+    pub fn ident(&self) -> (Block, Vec<(u8, u64)>) {
+        (
+            self.block,
+            self.params
+                .iter()
+                .chain(&self.live)
+                .map(SVal::key_bits)
+                .collect(),
+        )
+    }
+}
