@@ -6,8 +6,8 @@ use dyc::bta::Mode;
 use dyc::residual::ResidualEmitter;
 use dyc_stitcher::exec::{Context, Executor, ExecutorKind, PromotionMode, Record};
 use dyc_stitcher::ge::{
-    check_cfg, check_linear, print_linear, Block, Budget, Dir, LinearProgram, LinearUnit,
-    NoHosts, Operand, Reg, SVal, SetupOp, StitchProgram, Target, Term, UnitId,
+    check_cfg, check_linear, print_linear, Block, Budget, Dir, LinearProgram, LinearUnit, NoHosts,
+    Operand, Reg, SVal, SetupOp, StitchProgram, Target, Term, UnitId,
 };
 use dyc_templates::ops::{BinaryOp, Const};
 use dyc_templates::template::TOp;
@@ -51,7 +51,10 @@ fn built_programs_check_and_broken_ones_name_the_entity() {
         },
     );
     let e = check_cfg(&bad).expect_err("refused").to_string();
-    assert!(e.contains(&format!("{b}: r{} is beyond", p.num_regs + 5)), "{e}");
+    assert!(
+        e.contains(&format!("{b}: r{} is beyond", p.num_regs + 5)),
+        "{e}"
+    );
     // An edge with one argument too many.
     let mut bad = p.clone();
     let (b, data) = bad
@@ -63,7 +66,10 @@ fn built_programs_check_and_broken_ones_name_the_entity() {
         e.args.push(Operand::Dyn(Reg::from_u32(0)));
     }
     let e = check_cfg(&bad).expect_err("refused").to_string();
-    assert!(e.contains(&format!("{b}: edge to")) && e.contains("arguments"), "{e}");
+    assert!(
+        e.contains(&format!("{b}: edge to")) && e.contains("arguments"),
+        "{e}"
+    );
     // A branch to a block that does not exist.
     let mut bad = p.clone();
     let entry = bad.entry;

@@ -13,46 +13,24 @@
 //!   (strength reduction); additions and subtractions of 0 vanish;
 //! - a bounds check of a constant index against a static slice's length folds away.
 //!
-//! **Units** are functions in Cranelift's `tail` calling convention: parameters `(ctx,
-//! inputs...)` with slices as two words, results `(value, value2, status)`. `value` is the
-//! result's bits (integers extended by signedness to 64 bits, `f64` bit-cast, `bool` 0/1;
-//! a slice's pointer, with its length in `value2`); `status` is 0, or nonzero after a
-//! fault, whose details the code stored into the call context ([`ctx`]) before returning. Faults are explicit checks, never signals: bounds checks,
-//! zero divisors, `trap`, optional fuel and call depth.
+//! **Units** follow the run-time ABI of [`crate::abi`] (signature, call context, status
+//! protocol, inline caches). Faults are explicit checks, never signals: bounds checks, zero
+//! divisors, `trap`, optional fuel, call depth and native stack.
 //!
 //! **Services** the code needs from the runtime (fault sites, callees, the promotion
 //! callback, host calls, `fmod`) come through [`Hooks`].
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    self, types, AbiParam, BlockArg, FuncRef, InstBuilder, MemFlagsData, Signature, StackSlotData,
-    StackSlotKind,
+    self, types, BlockArg, FuncRef, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind,
 };
-use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, Switch};
 
+use crate::abi::{abi_types, ctx, unit_signature, CACHE_HASH, CACHE_SHIFT};
 use crate::ops::{BinaryOp, CmpOp, Const, UnaryOp};
 use crate::semantics;
 use crate::template::{Case, Emitter, FaultKind, TOp};
 use crate::types::{Scalar, SrcLoc, Type};
-
-/// Layout of the call context shared by generated code and the runtime (`#[repr(C)]`,
-/// eight-byte fields).
-pub mod ctx {
-    /// Fault site id (written by the code on a fault).
-    pub const FAULT_SITE: i32 = 0;
-    /// First fault detail (an index).
-    pub const FAULT_A: i32 = 8;
-    /// Second fault detail (a length).
-    pub const FAULT_B: i32 = 16;
-    /// Current depth of nested calls of module functions.
-    pub const DEPTH: i32 = 24;
-    pub const MAX_DEPTH: i32 = 32;
-    /// Remaining fuel (block entries), when fuel is counted.
-    pub const FUEL: i32 = 40;
-    /// Status written by the entry wrapper.
-    pub const STATUS: i32 = 48;
-}
 
 /// The Cranelift type of a scalar.
 pub fn clif_type(s: Scalar) -> ir::Type {
@@ -70,48 +48,10 @@ pub fn elem_size(s: Scalar) -> i64 {
     clif_type(s).bytes() as i64
 }
 
-/// The Cranelift parameter types of a list of our types (slices take two words).
-pub fn abi_types(tys: &[Type]) -> Vec<ir::Type> {
-    let mut v = Vec::new();
-    for t in tys {
-        match t {
-            Type::Scalar(s) => v.push(clif_type(*s)),
-            Type::Slice { .. } => {
-                v.push(types::I64);
-                v.push(types::I64);
-            }
-        }
-    }
-    v
-}
-
-/// The signature of a unit (or generic function) taking `inputs`.
-pub fn unit_signature(inputs: &[Type]) -> Signature {
-    let mut sig = Signature::new(CallConv::Tail);
-    sig.params.push(AbiParam::new(types::I64));
-    for t in abi_types(inputs) {
-        sig.params.push(AbiParam::new(t));
-    }
-    for _ in 0..3 {
-        sig.returns.push(AbiParam::new(types::I64));
-    }
-    sig
-}
-
-/// Slots of a promotion site's inline cache.
-pub const INLINE_CACHE_SLOTS: u64 = 16;
-
-/// Multiplier of the inline cache's hash (Fibonacci hashing).
-const CACHE_HASH: u64 = 0x9e37_79b9_7f4a_7c15;
-
-/// The inline cache slot of a promoted value's word.
-pub fn inline_cache_slot(word: u64) -> u64 {
-    word.wrapping_mul(CACHE_HASH) >> (64 - INLINE_CACHE_SLOTS.trailing_zeros())
-}
-
 /// Runtime services the emitted code uses.
 pub trait Hooks {
-    /// Registers a fault site; the code stores its id into the context when it faults.
+    /// Registers a fault site; the code stores the returned word (the site record's
+    /// address) into the context when it faults.
     fn fault_site(&mut self, kind: FaultKind, loc: SrcLoc) -> u64;
     /// A reference to the generic code of callee `callee` (a module function), if it is one.
     fn func_ref(&mut self, func: &mut ir::Function, callee: u32) -> Option<FuncRef>;
@@ -122,9 +62,8 @@ pub trait Hooks {
     fn host_call(&mut self, func: &mut ir::Function) -> FuncRef;
     /// `dyc_promote(ctx, site, values: *const u64) -> code pointer or 0`, system ABI.
     fn promote(&mut self, func: &mut ir::Function) -> FuncRef;
-    /// The inline cache of promotion site `site`, if it has one: the address of
-    /// [`INLINE_CACHE_SLOTS`] words, each 0 or a pointer to an immutable pair (promoted
-    /// value, code pointer), at slot [`inline_cache_slot`] of the value.
+    /// The inline cache of promotion site `site`, if it has one: its address (layout in
+    /// [`crate::abi`]).
     fn inline_cache(&mut self, site: u32) -> Option<u64>;
     /// `fmod(x, y) -> f64`, system ABI.
     fn fmod(&mut self, func: &mut ir::Function) -> FuncRef;
@@ -814,6 +753,15 @@ impl Emitter for ClifEmitter<'_, '_> {
                         .ins()
                         .load(types::I64, TRUSTED(), self.ctx, ctx::MAX_DEPTH);
                     let over = self.b.ins().icmp(IntCC::UnsignedGreaterThan, d1, max);
+                    // The native stack is bounded too: the caller's frame must be above
+                    // the context's stack limit.
+                    let fp = self.b.ins().get_frame_pointer(types::I64);
+                    let limit =
+                        self.b
+                            .ins()
+                            .load(types::I64, TRUSTED(), self.ctx, ctx::STACK_LIMIT);
+                    let low = self.b.ins().icmp(IntCC::UnsignedLessThan, fp, limit);
+                    let over = self.b.ins().bor(over, low);
                     self.fault_if(over, FaultKind::CallDepthExceeded, loc, None);
                     self.b.ins().store(TRUSTED(), d1, self.ctx, ctx::DEPTH);
                     let call = self.b.ins().call(f, &words);
@@ -942,9 +890,8 @@ impl Emitter for ClifEmitter<'_, '_> {
         // Fast path: the site's inline cache, for one promoted value.
         if let (Some(table), [w]) = (self.hooks.inline_cache(site), words.as_slice()) {
             let w = *w;
-            let shift = 64 - INLINE_CACHE_SLOTS.trailing_zeros() as i64;
             let h = self.b.ins().imul_imm_s(w, CACHE_HASH as i64);
-            let slot = self.b.ins().ushr_imm_u(h, shift);
+            let slot = self.b.ins().ushr_imm_u(h, CACHE_SHIFT);
             let off = self.b.ins().ishl_imm_u(slot, 3);
             let base = self.b.ins().iconst(types::I64, table as i64);
             let addr = self.b.ins().iadd(base, off);

@@ -18,6 +18,7 @@
 //! source IR: the static compiler (`dyc`) produces templates, the runtime
 //! (`dyc-stitcher`) consumes them.
 
+pub mod abi;
 pub mod clif;
 pub mod ops;
 pub mod semantics;

@@ -1,0 +1,146 @@
+//! Code memory and its reclamation, and the live counts the runtime exposes.
+//!
+//! A [`CodeRegion`] is one cranelift-jit module with the metadata its code refers to (the
+//! fault site records whose addresses the code stores when it faults). It is owned by
+//! what its code belongs to: the runtime (generic code) or one specialization (its entry
+//! unit, wrapper and every continuation stitched later). When its owner goes, the region
+//! frees its code pages (`JITModule::free_memory`) and its metadata.
+//!
+//! **Invariant (reclamation).** Code of a region runs only while its owner is alive: a
+//! call into specialized code borrows the specialization's handle for the whole call, and
+//! the handle owns the region; generic code is owned by the runtime, which every
+//! specialization keeps alive. So when a region is dropped no thread can be running its
+//! code or hold a pointer into it, and freeing is safe. Regions never share pages.
+//!
+//! **Lock order.** A region's module mutex is taken while a unit is compiled into it; no
+//! other runtime lock is taken under it except a promotion site's `stitching` lock, which
+//! is always taken first (site lock, then module lock).
+//!
+//! [`live`] reports the process-wide counts of regions, code bytes, fault site records and
+//! promotion sites, so that tests can assert that dropping what was made gives everything
+//! back (counts, not timings).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_jit::{JITBuilder, JITModule};
+use parking_lot::Mutex;
+
+use dyc_templates::template::FaultKind;
+use dyc_templates::types::SrcLoc;
+
+use super::faults::FaultSite;
+
+static REGIONS: AtomicUsize = AtomicUsize::new(0);
+static CODE_BYTES: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static FAULT_SITES: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static PROMOTION_SITES: AtomicUsize = AtomicUsize::new(0);
+
+/// Process-wide counts of what the runtimes hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveCounts {
+    /// Code regions (JIT modules) not yet freed.
+    pub regions: usize,
+    /// Bytes of machine code in those regions (function bodies as compiled).
+    pub code_bytes: usize,
+    /// Fault site records.
+    pub fault_sites: usize,
+    /// Promotion sites.
+    pub promotion_sites: usize,
+}
+
+/// The live counts now.
+pub fn live() -> LiveCounts {
+    LiveCounts {
+        regions: REGIONS.load(Ordering::Relaxed),
+        code_bytes: CODE_BYTES.load(Ordering::Relaxed),
+        fault_sites: FAULT_SITES.load(Ordering::Relaxed),
+        promotion_sites: PROMOTION_SITES.load(Ordering::Relaxed),
+    }
+}
+
+/// A cranelift-jit module owned by the region; `Send` so that the region can move between
+/// threads.
+pub(crate) struct Module(pub JITModule);
+
+// SAFETY: the JIT module is only used under `CodeRegion::module`'s mutex, so never from
+// two threads at once; it holds no thread-bound state (its raw pointers point into its own
+// code pages and into the process, which every thread may read).
+unsafe impl Send for Module {}
+
+/// One module of code with the fault sites its code refers to.
+pub struct CodeRegion {
+    module: Mutex<Option<Module>>,
+    bytes: AtomicUsize,
+    /// Boxed so that their addresses, which the code stores, never move.
+    faults: Mutex<Vec<Box<FaultSite>>>,
+    /// The region's function, named in its faults.
+    pub(crate) func: Arc<str>,
+}
+
+impl CodeRegion {
+    /// A new region for code of function `func`; symbols it imports are resolved by
+    /// `lookup` (the runtime's helpers and generic functions).
+    pub(crate) fn new(
+        isa: OwnedTargetIsa,
+        func: Arc<str>,
+        lookup: impl Fn(&str) -> Option<*const u8> + Send + 'static,
+    ) -> CodeRegion {
+        let mut builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+        builder.symbol_lookup_fn(Box::new(lookup));
+        REGIONS.fetch_add(1, Ordering::Relaxed);
+        CodeRegion {
+            module: Mutex::new(Some(Module(JITModule::new(builder)))),
+            bytes: AtomicUsize::new(0),
+            faults: Mutex::new(Vec::new()),
+            func,
+        }
+    }
+
+    /// Runs `f` on the module, under the region's lock.
+    pub(crate) fn with_module<T>(&self, f: impl FnOnce(&mut JITModule) -> T) -> T {
+        let mut m = self.module.lock();
+        let m = m.as_mut().expect("a live region has its module");
+        f(&mut m.0)
+    }
+
+    /// Records `n` more bytes of code.
+    pub(crate) fn add_code_bytes(&self, n: usize) {
+        self.bytes.fetch_add(n, Ordering::Relaxed);
+        CODE_BYTES.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Bytes of code in the region.
+    pub fn code_bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// A new fault site record; the returned word is what the code stores into the call
+    /// context when the fault happens (the record's address, valid while the region
+    /// lives).
+    pub(crate) fn fault_site(&self, kind: FaultKind, loc: SrcLoc) -> u64 {
+        let site = Box::new(FaultSite {
+            kind,
+            loc,
+            func: self.func.clone(),
+        });
+        let addr = &*site as *const FaultSite as u64;
+        self.faults.lock().push(site);
+        FAULT_SITES.fetch_add(1, Ordering::Relaxed);
+        addr
+    }
+}
+
+impl Drop for CodeRegion {
+    fn drop(&mut self) {
+        if let Some(m) = self.module.get_mut().take() {
+            // SAFETY: see the reclamation invariant in the module doc: the region's owner
+            // is being dropped, so no thread runs its code or holds a pointer into it.
+            unsafe { m.0.free_memory() };
+        }
+        REGIONS.fetch_sub(1, Ordering::Relaxed);
+        CODE_BYTES.fetch_sub(*self.bytes.get_mut(), Ordering::Relaxed);
+        FAULT_SITES.fetch_sub(self.faults.get_mut().len(), Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,788 @@
+//! The runtime: specialized code through Cranelift's JIT.
+//!
+//! - A [`Runtime`] serves one module. It compiles the **generic code** of every function
+//!   of the module once, into a code region of its own (calls from specialized code go
+//!   there), and then specializations.
+//! - [`Runtime::specialize`] makes a [`Specialization`]: the entry unit for a region and
+//!   its static values, stitched by an executor ([`crate::exec`]) through the Cranelift
+//!   emitter ([`dyc_templates::clif`]) into a **code region owned by the specialization**,
+//!   behind an entry wrapper ([`wrapper`]) that Rust calls.
+//! - At a **promotion**, specialized code probes the site's inline cache and otherwise
+//!   calls back into the runtime ([`sites`]); a miss stitches the continuation unit into
+//!   the same region (once, even when threads race to it), and the code tail-calls it.
+//! - Faults are explicit checks; the code records a fault site in the call context and
+//!   returns a status ([`dyc_templates::abi`]); [`Specialization::call_words`] turns it
+//!   into a [`RunError`] ([`faults`]). No signal is ever raised, and a panic inside
+//!   specialization or code generation comes back as [`RuntimeError::Internal`].
+//!
+//! Files: [`cache`] (the one cache, region entries and promotions alike), [`faults`],
+//! [`hosts`] (host calls), [`memory`] (code regions, reclamation, live counts), [`sites`]
+//! (promotion sites, inline caches), [`wrapper`] (entry wrappers); the ABI shared with the
+//! backends is [`dyc_templates::abi`].
+//!
+//! **Ownership.** The runtime owns its generic code region and the host table. A
+//! specialization owns its code region (every unit stitched for it), its promotion sites,
+//! and copies of its static slices; it keeps the runtime alive. Nothing is global but the
+//! live counts ([`live`]). Dropping the last handle of a specialization frees its code.
+//!
+//! **Concurrency and lock order.** There is no global lock: specializations compile into
+//! their own regions, so specializing one region never blocks calls or specializations of
+//! another. Inside a specialization: a site's `stitching` lock, then the region's module
+//! lock. Host callbacks run outside every lock of the runtime except, for pure hosts
+//! called while stitching, the lock of the specialization being stitched.
+
+pub mod cache;
+pub mod faults;
+pub mod hosts;
+pub mod memory;
+pub mod sites;
+pub mod wrapper;
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use cranelift_codegen::entity::PrimaryMap;
+use cranelift_codegen::ir::{self, types, UserFuncName};
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::Context as ClifContext;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::JITModule;
+use cranelift_module::{FuncId, Linkage, Module};
+use parking_lot::{Mutex, RwLock};
+
+use dyc_templates::abi::{self, CallCtx};
+use dyc_templates::clif::{self, ClifEmitter, ClifOptions, Hooks};
+use dyc_templates::template::FaultKind;
+use dyc_templates::types::{Scalar, SrcLoc, Type};
+
+use crate::exec::{Context, Executor, ExecutorKind, PromotionMode};
+use crate::ge::{
+    Block, Budget, BudgetKind, CalleeDecl, CalleeId, HostDecl, HostId, SVal, Site, SliceData,
+    SpecError, StitchProgram,
+};
+use crate::jit::{host_isa, JitOptions};
+
+pub use faults::RunError;
+pub use hosts::{const_to_word, word_to_const, HostFn};
+pub use memory::{live, LiveCounts};
+
+use hosts::HostTable;
+use memory::CodeRegion;
+use sites::PromoSite;
+
+/// Options of a runtime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuntimeOptions {
+    pub jit: JitOptions,
+    /// Block entries one call may execute (`None`: unlimited, no checks in the code).
+    pub fuel: Option<u64>,
+    /// Nested calls of module functions one call may make (the region's own activation
+    /// not counted: the interpreter's `max_depth` of `n` frames matches `n - 1` here).
+    pub max_depth: u64,
+    /// Bytes of native stack the frames of one call's nested module-function calls may
+    /// use, measured from the entry; beyond it a call fails with a call-depth fault. The
+    /// calling thread needs this much free stack, plus room for specializing lazily
+    /// (default 512 KiB; Rust's spawned threads have 2 MiB).
+    pub max_stack: u64,
+    pub budget: Budget,
+    /// The executor that runs stitch programs.
+    pub executor: ExecutorKind,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> RuntimeOptions {
+        RuntimeOptions {
+            jit: JitOptions::default(),
+            fuel: None,
+            max_depth: 1_000,
+            max_stack: 512 << 10,
+            budget: Budget::default(),
+            executor: ExecutorKind::default(),
+        }
+    }
+}
+
+/// Why a runtime or a specialization could not be made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RuntimeError {
+    /// Cranelift refused the code (its verifier, or a limit).
+    Jit(String),
+    /// The executor failed: a budget, or an ill-formed stitch program.
+    Spec(SpecError),
+    /// A bug: a panic caught inside specialization or code generation.
+    Internal(String),
+    /// Arguments that do not fit the region.
+    Arguments(String),
+}
+
+impl std::fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RuntimeError::Jit(m) => write!(f, "code generation failed: {m}"),
+            RuntimeError::Spec(e) => write!(f, "{e}"),
+            RuntimeError::Internal(m) => write!(f, "internal error (a bug): {m}"),
+            RuntimeError::Arguments(m) => write!(f, "bad arguments: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for RuntimeError {}
+
+fn jit_err(e: impl std::fmt::Debug) -> RuntimeError {
+    RuntimeError::Jit(format!("{e:?}"))
+}
+
+/// What making one unit cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnitStats {
+    /// Specialized block copies.
+    pub blocks: usize,
+    /// Setup and template operations the executor processed.
+    pub ops: usize,
+    /// Cranelift IR instructions generated.
+    pub insts: usize,
+    /// Time specializing and building Cranelift IR (the stitcher's own work).
+    pub stitch_ns: u64,
+    /// Time in Cranelift compiling the IR to machine code.
+    pub compile_ns: u64,
+}
+
+/// The runtime's state, shared by every specialization it made.
+pub(crate) struct Shared {
+    opts: RuntimeOptions,
+    isa: OwnedTargetIsa,
+    pub(crate) hosts: HostTable,
+    generic: Vec<Arc<StitchProgram>>,
+    /// Symbols code regions import: the helpers, and `dyc_generic_{i}` for the generic
+    /// code of function `i`.
+    symbols: Arc<HashMap<String, usize>>,
+    /// Owns the generic code.
+    _generic_code: CodeRegion,
+    /// Test hook: the next specialization panics inside the stitcher.
+    inject_panic: AtomicBool,
+}
+
+/// A runtime for one module.
+#[derive(Clone)]
+pub struct Runtime {
+    shared: Arc<Shared>,
+}
+
+/// The name under which code regions import the generic code of function `i`.
+fn generic_symbol(i: u32) -> String {
+    format!("dyc_generic_{i}")
+}
+
+/// Defines function `id` from `cctx` in `module` (of `region`), counting its code bytes.
+pub(crate) fn define_function(
+    region: &CodeRegion,
+    module: &mut JITModule,
+    id: FuncId,
+    cctx: &mut ClifContext,
+) -> Result<(), RuntimeError> {
+    module.define_function(id, cctx).map_err(jit_err)?;
+    let bytes = cctx
+        .compiled_code()
+        .map_or(0, |c| c.code_info().total_size as usize);
+    region.add_code_bytes(bytes);
+    module.clear_context(cctx);
+    Ok(())
+}
+
+/// How a unit reaches the generic code of module functions.
+enum Callees<'a> {
+    /// Functions of the same module (the generic code itself).
+    Local(&'a [FuncId]),
+    /// Imports, resolved to the generic code's addresses.
+    Imported,
+}
+
+/// Service hooks for one unit being emitted.
+struct UnitHooks<'a> {
+    region: &'a CodeRegion,
+    module: &'a mut JITModule,
+    prog: &'a StitchProgram,
+    callees: Callees<'a>,
+    /// The specialization's promotion sites (none for generic code).
+    sites: Option<&'a RwLock<Vec<Arc<PromoSite>>>>,
+}
+
+impl UnitHooks<'_> {
+    fn import(&mut self, func: &mut ir::Function, name: &str, sig: ir::Signature) -> ir::FuncRef {
+        let id = self
+            .module
+            .declare_function(name, Linkage::Import, &sig)
+            .expect("helper declarations are consistent");
+        self.module.declare_func_in_func(id, func)
+    }
+}
+
+impl Hooks for UnitHooks<'_> {
+    fn fault_site(&mut self, kind: FaultKind, loc: SrcLoc) -> u64 {
+        self.region.fault_site(kind, loc)
+    }
+
+    fn func_ref(&mut self, func: &mut ir::Function, callee: u32) -> Option<ir::FuncRef> {
+        let CalleeDecl::Func { index, params, .. } =
+            self.prog.callees.get(CalleeId::from_u32(callee))?
+        else {
+            return None;
+        };
+        match self.callees {
+            Callees::Local(ids) => {
+                Some(self.module.declare_func_in_func(ids[*index as usize], func))
+            }
+            Callees::Imported => {
+                let sig = abi::unit_signature(params);
+                Some(self.import(func, &generic_symbol(*index), sig))
+            }
+        }
+    }
+
+    fn host_index(&self, callee: u32) -> Option<u32> {
+        match self.prog.callees.get(CalleeId::from_u32(callee))? {
+            CalleeDecl::Host { host } => Some(host.as_u32()),
+            CalleeDecl::Func { .. } => None,
+        }
+    }
+
+    fn host_call(&mut self, func: &mut ir::Function) -> ir::FuncRef {
+        let sig = abi::host_signature(self.module.isa(), &[types::I64; 5], &[types::I64]);
+        self.import(func, "dyc_host_call", sig)
+    }
+
+    fn promote(&mut self, func: &mut ir::Function) -> ir::FuncRef {
+        let sig = abi::host_signature(self.module.isa(), &[types::I64; 3], &[types::I64]);
+        self.import(func, "dyc_promote", sig)
+    }
+
+    fn inline_cache(&mut self, site: u32) -> Option<u64> {
+        self.sites?.read().get(site as usize)?.inline_table()
+    }
+
+    fn fmod(&mut self, func: &mut ir::Function) -> ir::FuncRef {
+        let sig = abi::host_signature(self.module.isa(), &[types::F64; 2], &[types::F64]);
+        self.import(func, "dyc_fmod", sig)
+    }
+}
+
+/// Everything one unit's compilation reads.
+struct UnitInput<'a> {
+    prog: &'a StitchProgram,
+    start: Block,
+    key: &'a [SVal],
+    slices: &'a [Option<SliceData>],
+    static_ptrs: Vec<Option<(u64, u64, Scalar)>>,
+    callees: Callees<'a>,
+    /// The specialization the unit belongs to (promotion sites), if any.
+    spec: Option<&'a SpecState>,
+}
+
+impl Shared {
+    /// Compiles one unit into function `id` of `module` (the module of `region`); the
+    /// caller finalizes.
+    fn compile_unit(
+        &self,
+        region: &CodeRegion,
+        module: &mut JITModule,
+        input: UnitInput,
+        id: FuncId,
+    ) -> Result<UnitStats, RuntimeError> {
+        if self.inject_panic.swap(false, Ordering::Relaxed) {
+            panic!("a panic injected by a test");
+        }
+        let prog = input.prog;
+        let t0 = std::time::Instant::now();
+        let inputs = prog.blocks[input.start].input_types();
+        let mut cctx = module.make_context();
+        cctx.func.signature = abi::unit_signature(&inputs);
+        cctx.func.name = UserFuncName::user(0, id.as_u32());
+        let frontend = module.isa().frontend_config();
+        let unit = {
+            let mut hooks = UnitHooks {
+                region,
+                module: &mut *module,
+                prog,
+                callees: input.callees,
+                sites: input.spec.map(|s| &s.sites),
+            };
+            // A fresh builder context per unit: a specialization that fails half-way (a
+            // budget) leaves no state behind for the next one.
+            let mut fctx = FunctionBuilderContext::new();
+            let b = FunctionBuilder::new(&mut cctx.func, &mut fctx);
+            let opts = ClifOptions {
+                fuel: self.opts.fuel.is_some(),
+            };
+            let mut em = ClifEmitter::new(b, &mut hooks, opts, input.static_ptrs, &inputs);
+            let resolve = |site: &Site| match input.spec {
+                Some(s) => s.site_id(site),
+                None => 0,
+            };
+            let cx = Context {
+                prog,
+                slices: input.slices,
+                hosts: &self.hosts,
+                mode: PromotionMode::Units(&resolve),
+                budget: self.opts.budget,
+            };
+            let unit = self
+                .opts
+                .executor
+                .run(&cx, input.start, input.key, &mut em)
+                .map_err(RuntimeError::Spec)?;
+            em.finish(unit.entry, frontend);
+            unit
+        };
+        let mut stats = UnitStats {
+            blocks: unit.blocks,
+            ops: unit.ops,
+            insts: cctx.func.dfg.num_insts(),
+            stitch_ns: t0.elapsed().as_nanos() as u64,
+            compile_ns: 0,
+        };
+        let t1 = std::time::Instant::now();
+        define_function(region, module, id, &mut cctx)?;
+        stats.compile_ns = t1.elapsed().as_nanos() as u64;
+        Ok(stats)
+    }
+
+    /// A new code region that imports the runtime's symbols.
+    fn region(&self, func: &str) -> CodeRegion {
+        let symbols = self.symbols.clone();
+        CodeRegion::new(self.isa.clone(), func.into(), move |name| {
+            symbols.get(name).map(|&a| a as *const u8)
+        })
+    }
+}
+
+/// Runs `f`, turning a panic into an internal error.
+fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, RuntimeError>) -> Result<T, RuntimeError> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            Err(RuntimeError::Internal(format!(
+                "panicked while {what}: {msg}"
+            )))
+        }
+    }
+}
+
+impl Runtime {
+    /// A runtime for a module whose functions have the generic programs `generic` (index =
+    /// function index); their code is compiled now.
+    pub fn new(generic: Vec<StitchProgram>, opts: RuntimeOptions) -> Result<Runtime, RuntimeError> {
+        guarded("compiling generic code", || Runtime::build(generic, opts))
+    }
+
+    fn build(generic: Vec<StitchProgram>, opts: RuntimeOptions) -> Result<Runtime, RuntimeError> {
+        let isa = host_isa(opts.jit).map_err(|e| RuntimeError::Jit(e.to_string()))?;
+        let hosts = HostTable::new(generic.first().map(|p| p.hosts.clone()).unwrap_or_default());
+        let mut symbols: HashMap<String, usize> = HashMap::new();
+        symbols.insert(
+            "dyc_promote".into(),
+            sites::dyc_promote as *const () as usize,
+        );
+        symbols.insert(
+            "dyc_host_call".into(),
+            hosts::dyc_host_call as *const () as usize,
+        );
+        symbols.insert("dyc_fmod".into(), hosts::dyc_fmod as *const () as usize);
+        let helpers = Arc::new(symbols.clone());
+        let code = CodeRegion::new(isa.clone(), "generic code".into(), move |name| {
+            helpers.get(name).map(|&a| a as *const u8)
+        });
+        let generic: Vec<Arc<StitchProgram>> = generic.into_iter().map(Arc::new).collect();
+        let mut shared = Shared {
+            opts,
+            isa,
+            hosts,
+            generic: generic.clone(),
+            symbols: Arc::new(HashMap::new()),
+            _generic_code: code,
+            inject_panic: AtomicBool::new(false),
+        };
+        let addrs = shared._generic_code.with_module(|module| {
+            let mut ids = Vec::new();
+            for p in &generic {
+                let id = module
+                    .declare_anonymous_function(&abi::unit_signature(&p.param_types))
+                    .map_err(jit_err)?;
+                ids.push(id);
+            }
+            for (p, &id) in generic.iter().zip(&ids) {
+                let input = UnitInput {
+                    prog: p,
+                    start: p.entry,
+                    key: &[],
+                    slices: &[],
+                    static_ptrs: Vec::new(),
+                    callees: Callees::Local(&ids),
+                    spec: None,
+                };
+                shared.compile_unit(&shared._generic_code, module, input, id)?;
+            }
+            module.finalize_definitions().map_err(jit_err)?;
+            Ok::<_, RuntimeError>(
+                ids.iter()
+                    .map(|&id| module.get_finalized_function(id) as usize)
+                    .collect::<Vec<_>>(),
+            )
+        })?;
+        for (i, a) in addrs.into_iter().enumerate() {
+            symbols.insert(generic_symbol(i as u32), a);
+        }
+        shared.symbols = Arc::new(symbols);
+        Ok(Runtime {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// The host functions the module declares.
+    pub fn host_decls(&self) -> &PrimaryMap<HostId, HostDecl> {
+        &self.shared.hosts.decls
+    }
+
+    /// Registers host function `name` (declared by the module).
+    pub fn register_host(&self, name: &str, f: Arc<HostFn>) -> Result<(), RuntimeError> {
+        if self.shared.hosts.register(name, f) {
+            Ok(())
+        } else {
+            Err(RuntimeError::Arguments(format!(
+                "the module declares no host function `{name}`"
+            )))
+        }
+    }
+
+    /// Test hook: makes the next specialization panic inside the stitcher, to check that
+    /// the panic comes back as an internal error and the runtime stays usable.
+    #[doc(hidden)]
+    pub fn inject_panic(&self) {
+        self.shared.inject_panic.store(true, Ordering::Relaxed);
+    }
+
+    /// Specializes `prog` (a specializing program of this runtime's module) on the static
+    /// values of its key parameters: `key[i]` for `prog.key_params[i]`, with the contents
+    /// of static slices in `slices[k]` (by parameter position).
+    pub fn specialize(
+        &self,
+        prog: Arc<StitchProgram>,
+        key: Vec<SVal>,
+        slices: Vec<Option<SliceData>>,
+    ) -> Result<Specialization, RuntimeError> {
+        guarded("specializing", || {
+            self.specialize_unguarded(prog, key, slices)
+        })
+    }
+
+    fn specialize_unguarded(
+        &self,
+        prog: Arc<StitchProgram>,
+        key: Vec<SVal>,
+        slices: Vec<Option<SliceData>>,
+    ) -> Result<Specialization, RuntimeError> {
+        let state = SpecState::new(&self.shared, prog.clone(), slices);
+        let inputs = prog.blocks[prog.entry].input_types();
+        let (code, stats) = state.region.with_module(|module| {
+            let unit = module
+                .declare_anonymous_function(&abi::unit_signature(&inputs))
+                .map_err(jit_err)?;
+            let input = UnitInput {
+                prog: &prog,
+                start: prog.entry,
+                key: &key,
+                slices: &state.slices,
+                static_ptrs: state.static_ptrs(),
+                callees: Callees::Imported,
+                spec: Some(&state),
+            };
+            let mut stats = self
+                .shared
+                .compile_unit(&state.region, module, input, unit)?;
+            let wrapper = wrapper::define(&state.region, module, unit, &inputs)?;
+            let t = std::time::Instant::now();
+            module.finalize_definitions().map_err(jit_err)?;
+            stats.compile_ns += t.elapsed().as_nanos() as u64;
+            Ok::<_, RuntimeError>((module.get_finalized_function(wrapper) as usize, stats))
+        })?;
+        Ok(Specialization {
+            state: Arc::new(state),
+            code,
+            inputs,
+            ret: prog.ret,
+            name: prog.name.clone(),
+            stats,
+        })
+    }
+
+    /// The generic code of function `index` behind an entry wrapper: the function compiled
+    /// without specialization.
+    pub fn generic(&self, index: usize) -> Result<Specialization, RuntimeError> {
+        let prog = self
+            .shared
+            .generic
+            .get(index)
+            .cloned()
+            .ok_or_else(|| RuntimeError::Arguments(format!("no function {index}")))?;
+        guarded("making an entry", || {
+            let state = SpecState::new(&self.shared, prog.clone(), Vec::new());
+            let code = state.region.with_module(|module| {
+                let sig = abi::unit_signature(&prog.param_types);
+                let callee = module
+                    .declare_function(&generic_symbol(index as u32), Linkage::Import, &sig)
+                    .map_err(jit_err)?;
+                let wrapper = wrapper::define(&state.region, module, callee, &prog.param_types)?;
+                module.finalize_definitions().map_err(jit_err)?;
+                Ok::<_, RuntimeError>(module.get_finalized_function(wrapper) as usize)
+            })?;
+            Ok(Specialization {
+                state: Arc::new(state),
+                code,
+                inputs: prog.param_types.clone(),
+                ret: prog.ret,
+                name: prog.name.clone(),
+                stats: UnitStats::default(),
+            })
+        })
+    }
+}
+
+/// What one specialization owns: its program, static slices (copies the code may point
+/// into), its code region and its promotion sites.
+pub(crate) struct SpecState {
+    pub(crate) runtime: Arc<Shared>,
+    prog: Arc<StitchProgram>,
+    slices: Vec<Option<SliceData>>,
+    /// Byte copies of the static slices, which specialized code reads.
+    storage: Vec<Option<Box<[u64]>>>,
+    region: CodeRegion,
+    sites: RwLock<Vec<Arc<PromoSite>>>,
+    /// Promotion sites by (block, static values).
+    site_ids: Mutex<HashMap<(Block, Vec<(u8, u64)>), u32>>,
+    /// Continuation units stitched so far (bounded by the budget's `max_units`).
+    units: AtomicUsize,
+    /// The fault site of failed lazy specializations.
+    lazy_fault: u64,
+}
+
+impl SpecState {
+    fn new(
+        runtime: &Arc<Shared>,
+        prog: Arc<StitchProgram>,
+        slices: Vec<Option<SliceData>>,
+    ) -> SpecState {
+        let storage = slices
+            .iter()
+            .map(|s| {
+                s.as_ref().map(|d| {
+                    let size = clif::elem_size(d.elem) as usize;
+                    let mut buf = vec![0u64; (d.data.len() * size).div_ceil(8).max(1)];
+                    let bytes = bytes_of(&mut buf);
+                    for (k, &c) in d.data.iter().enumerate() {
+                        let w = const_to_word(c).to_le_bytes();
+                        bytes[k * size..(k + 1) * size].copy_from_slice(&w[..size]);
+                    }
+                    buf.into_boxed_slice()
+                })
+            })
+            .collect();
+        let region = runtime.region(&prog.name);
+        let lazy_fault = region.fault_site(FaultKind::Specialization, SrcLoc::default());
+        SpecState {
+            runtime: runtime.clone(),
+            prog,
+            slices,
+            storage,
+            region,
+            sites: RwLock::new(Vec::new()),
+            site_ids: Mutex::new(HashMap::new()),
+            units: AtomicUsize::new(0),
+            lazy_fault,
+        }
+    }
+
+    /// The specialization a call context belongs to.
+    ///
+    /// # Safety
+    /// `ctx` must be the live context of a call into code of a live specialization (its
+    /// `owner` is set by [`Specialization::call_words`] for the duration of the call).
+    pub(crate) unsafe fn of<'a>(ctx: *mut CallCtx) -> &'a SpecState {
+        // SAFETY: guaranteed by the caller.
+        unsafe { &*((*ctx).owner as *const SpecState) }
+    }
+
+    fn static_ptrs(&self) -> Vec<Option<(u64, u64, Scalar)>> {
+        self.slices
+            .iter()
+            .zip(&self.storage)
+            .map(|(s, st)| match (s, st) {
+                (Some(d), Some(b)) => Some((b.as_ptr() as u64, d.data.len() as u64, d.elem)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The number of promotion site `site`, registered on first sight: units that reach
+    /// one site share it, and so its cache of continuations.
+    fn site_id(&self, site: &Site) -> u32 {
+        let ident = site.ident();
+        let mut ids = self.site_ids.lock();
+        if let Some(&id) = ids.get(&ident) {
+            return id;
+        }
+        let sb = &self.prog.blocks[site.block];
+        let types = sb
+            .promote
+            .iter()
+            .map(|&(src, _)| {
+                sb.dyn_inputs()
+                    .find(|&(r, _)| r == src)
+                    .and_then(|(_, t)| t.scalar())
+                    .unwrap_or(Scalar::I64)
+            })
+            .collect();
+        let mut all = self.sites.write();
+        let id = all.len() as u32;
+        all.push(Arc::new(PromoSite::new(site.clone(), types)));
+        ids.insert(ident, id);
+        id
+    }
+
+    /// The code of the continuation at `site` for promoted `words`, stitched on a miss.
+    fn continuation(&self, site: &Arc<PromoSite>, words: &[u64]) -> Result<usize, RuntimeError> {
+        if let Some(c) = site.cache.get(words) {
+            if let [w] = words {
+                site.install_inline(*w, c);
+            }
+            return Ok(c);
+        }
+        let _guard = site.stitching.lock();
+        if let Some(c) = site.cache.get(words) {
+            return Ok(c);
+        }
+        let opts = &self.runtime.opts;
+        let units = self.units.fetch_add(1, Ordering::Relaxed) + 1;
+        if units > opts.budget.max_units {
+            let b = &self.prog.blocks[site.site.block];
+            return Err(RuntimeError::Spec(SpecError::BudgetExceeded {
+                budget: BudgetKind::Units,
+                limit: opts.budget.max_units,
+                block: b.name.clone(),
+                loc: b.first_loc(),
+            }));
+        }
+        let promoted: Vec<_> = words
+            .iter()
+            .zip(&site.types)
+            .map(|(&w, &t)| word_to_const(w, t))
+            .collect();
+        let full = site.site.key(&promoted);
+        let code = guarded("stitching a continuation", || {
+            self.region.with_module(|module| {
+                let inputs = self.prog.blocks[site.site.block].input_types();
+                let id = module
+                    .declare_anonymous_function(&abi::unit_signature(&inputs))
+                    .map_err(jit_err)?;
+                let input = UnitInput {
+                    prog: &self.prog,
+                    start: site.site.block,
+                    key: &full,
+                    slices: &self.slices,
+                    static_ptrs: self.static_ptrs(),
+                    callees: Callees::Imported,
+                    spec: Some(self),
+                };
+                self.runtime.compile_unit(&self.region, module, input, id)?;
+                module.finalize_definitions().map_err(jit_err)?;
+                Ok(module.get_finalized_function(id) as usize)
+            })
+        })?;
+        site.cache.insert(words, code);
+        if let [w] = words {
+            site.install_inline(*w, code);
+        }
+        Ok(code)
+    }
+}
+
+/// The bytes of a word buffer.
+fn bytes_of(words: &mut [u64]) -> &mut [u8] {
+    // SAFETY: `u64` has no padding and every byte pattern is valid for `u8`; the length is
+    // the buffer's size in bytes, and the borrow is tied to `words`.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 8) }
+}
+
+/// Compiled code for a region and its static values (or generic code), callable from
+/// Rust with the dynamic arguments. Owns its code: dropping the last handle frees it.
+pub struct Specialization {
+    state: Arc<SpecState>,
+    code: usize,
+    /// Types of the dynamic arguments, in order.
+    pub inputs: Vec<Type>,
+    pub ret: Option<Type>,
+    name: String,
+    /// What making the entry unit cost (zero for generic code).
+    pub stats: UnitStats,
+}
+
+impl Specialization {
+    /// Bytes of machine code this specialization owns so far (entry unit, wrapper and the
+    /// continuations stitched lazily).
+    pub fn code_bytes(&self) -> usize {
+        self.state.region.code_bytes()
+    }
+
+    /// The contents of static slice `k` (by parameter position) this specialization was
+    /// made for, as bytes in the element layout.
+    pub fn static_slice_bytes(&self, k: usize) -> Option<&[u8]> {
+        let st = self.state.storage.get(k)?.as_ref()?;
+        let d = self.state.slices.get(k)?.as_ref()?;
+        let n = d.data.len() * clif::elem_size(d.elem) as usize;
+        // SAFETY: the storage holds at least `n` initialized bytes (see `SpecState::new`)
+        // and lives as long as `self`.
+        Some(unsafe { std::slice::from_raw_parts(st.as_ptr() as *const u8, n) })
+    }
+
+    /// Calls the code with arguments as words (scalars: their word; slices: pointer then
+    /// length) and returns the result's word.
+    ///
+    /// # Safety
+    /// `words` must match [`Specialization::inputs`]: for each slice, a pointer to `len`
+    /// valid, initialized elements of the slice's element type, writable if the slice is
+    /// `[mut T]`, not accessed by anything else during the call. Scalars may be any bits.
+    pub unsafe fn call_words(&self, words: &[u64]) -> Result<u64, RunError> {
+        let opts = &self.state.runtime.opts;
+        let mut ctx = CallCtx {
+            fault_site: 0,
+            fault_a: 0,
+            fault_b: 0,
+            depth: 0,
+            max_depth: opts.max_depth,
+            fuel: opts.fuel.unwrap_or(u64::MAX),
+            status: 0,
+            stack_limit: 0,
+            owner: Arc::as_ptr(&self.state) as *const (),
+            message: None,
+        };
+        ctx.stack_limit = (&ctx as *const CallCtx as u64).saturating_sub(opts.max_stack);
+        // SAFETY: `code` is a finalized entry wrapper of this specialization's region with
+        // the signature `extern "C" fn(*mut CallCtx, *const u64) -> u64`; the region (and
+        // every region the code can reach: the runtime's generic code) outlives the call
+        // through `self`. The caller guarantees the words.
+        let f: extern "C" fn(*mut CallCtx, *const u64) -> u64 =
+            unsafe { std::mem::transmute(self.code) };
+        let v = f(&mut ctx, words.as_ptr());
+        if ctx.status == 0 {
+            return Ok(v);
+        }
+        // SAFETY: the fault site, if any, was stored by code of a region `self` keeps
+        // alive.
+        Err(unsafe { faults::fault_of(&mut ctx, &self.name) })
+    }
+}

@@ -1,0 +1,113 @@
+//! Promotion sites and their inline caches.
+//!
+//! A promotion site is a promotion block entered with particular static values; every unit
+//! of one specialization that reaches it shares the site, so a continuation is stitched
+//! once per (site, promoted values). The site belongs to its specialization (numbered in
+//! the specialization's site table; the code passes that number to `dyc_promote`) and goes
+//! away with it.
+//!
+//! **Inline cache.** Single-value sites also have an inline cache the code probes before
+//! calling back: [`dyc_templates::abi::INLINE_CACHE_SLOTS`] words, each 0 or the address of
+//! an immutable `[value, code]` pair. A slot is set once, by compare-and-swap, to a pair
+//! the site owns; pairs are never changed or freed while the site lives, so a reader never
+//! sees a torn or dangling entry.
+//!
+//! **Locks.** `stitching` is held while a continuation is stitched, so that racing threads
+//! stitch it once; under it the specialization's module lock is taken (never the other
+//! way round). User callbacks (pure hosts) may run under `stitching`: a callback must not
+//! re-enter the same specialization.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use dyc_templates::abi::{inline_cache_slot, CallCtx, INLINE_CACHE_SLOTS};
+use dyc_templates::types::Scalar;
+
+use super::cache::Cache;
+use super::memory::PROMOTION_SITES;
+use crate::ge::Site;
+
+/// One promotion site of a specialization.
+pub(crate) struct PromoSite {
+    pub site: Site,
+    /// Types of the promoted values.
+    pub types: Vec<Scalar>,
+    /// Continuations by promoted values (code addresses in the specialization's region).
+    pub cache: Cache<usize>,
+    pub stitching: Mutex<()>,
+    inline: Box<[AtomicU64]>,
+    /// The pairs the inline cache points to.
+    pairs: Mutex<Vec<Box<[u64; 2]>>>,
+}
+
+impl PromoSite {
+    pub fn new(site: Site, types: Vec<Scalar>) -> PromoSite {
+        PROMOTION_SITES.fetch_add(1, Ordering::Relaxed);
+        PromoSite {
+            site,
+            types,
+            cache: Cache::default(),
+            stitching: Mutex::new(()),
+            inline: (0..INLINE_CACHE_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            pairs: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The inline cache's address, for single-value sites.
+    pub fn inline_table(&self) -> Option<u64> {
+        (self.types.len() == 1).then(|| self.inline.as_ptr() as u64)
+    }
+
+    /// Records `code` for a one-word key in the inline cache, if its slot is free.
+    pub fn install_inline(&self, word: u64, code: usize) {
+        let slot = &self.inline[inline_cache_slot(word) as usize];
+        if slot.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        let mut pairs = self.pairs.lock();
+        let pair = Box::new([word, code as u64]);
+        let addr = pair.as_ptr() as u64;
+        if slot
+            .compare_exchange(0, addr, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            pairs.push(pair);
+        }
+    }
+}
+
+impl Drop for PromoSite {
+    fn drop(&mut self) {
+        PROMOTION_SITES.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Called by code at a promotion: the continuation's code for the promoted values, or 0
+/// after recording a fault (a failed lazy specialization) in the context.
+pub(crate) extern "C" fn dyc_promote(ctx: *mut CallCtx, site: u64, values: *const u64) -> usize {
+    // SAFETY: generated code passes the context it was called with, which the entry point
+    // keeps alive and exclusive for the whole call, and whose owner is the live
+    // specialization the code belongs to.
+    let spec = unsafe { super::SpecState::of(ctx) };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let site = match spec.sites.read().get(site as usize) {
+            Some(s) => s.clone(),
+            None => return Err("unknown promotion site".to_string()),
+        };
+        // SAFETY: the code stores one word per promoted value into a stack slot and
+        // passes its address; the slot lives until this call returns.
+        let words = unsafe { std::slice::from_raw_parts(values, site.types.len()) };
+        spec.continuation(&site, words).map_err(|e| e.to_string())
+    }));
+    let msg = match result {
+        Ok(Ok(code)) => return code,
+        Ok(Err(msg)) => msg,
+        Err(_) => "internal error (a bug): the specializer panicked".into(),
+    };
+    // SAFETY: as above.
+    let c = unsafe { &mut *ctx };
+    c.fault_site = spec.lazy_fault;
+    c.message = Some(msg);
+    0
+}
