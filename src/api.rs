@@ -45,11 +45,11 @@
 //! ```
 
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use dashmap::DashMap;
 use dyc_stitcher::ge::StitchProgram;
 use dyc_stitcher::ge::{BudgetKind, SVal, SliceData, SpecError};
+use dyc_stitcher::runtime::cache::{hash_bytes, Cache};
 use dyc_stitcher::runtime::{
     self, const_to_word, RunError, Runtime, RuntimeOptions, Specialization,
 };
@@ -211,13 +211,19 @@ arg_from! {
 }
 
 impl SliceArg<'_> {
+    /// The elements' bytes.
+    fn bytes(&self) -> &[u8] {
+        let size = dyc_templates::clif::elem_size(self.elem) as usize;
+        // SAFETY: `ptr` and `len` come from a live Rust slice of `elem`'s type (the `From`
+        // conversions, or `call_values`' buffers), borrowed for `'a`, so `len * size`
+        // bytes are readable.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len * size) }
+    }
+
     /// The elements, read as constants.
     fn contents(&self) -> Vec<Const> {
         let size = dyc_templates::clif::elem_size(self.elem) as usize;
-        // SAFETY: `ptr` and `len` come from a live Rust slice of `elem`'s type (the `From`
-        // conversions), borrowed for `'a`, so `len * size` bytes are readable.
-        let bytes = unsafe { std::slice::from_raw_parts(self.ptr, self.len * size) };
-        bytes
+        self.bytes()
             .chunks(size)
             .map(|c| {
                 let mut w = [0u8; 8];
@@ -253,6 +259,8 @@ pub struct Program {
 struct ProgramInner {
     module: Module,
     runtime: Runtime,
+    /// Per function: its region state, made on first use and shared by every handle.
+    regions: Vec<OnceLock<Arc<RegionState>>>,
 }
 
 impl Program {
@@ -278,8 +286,13 @@ impl Program {
             generic.push(g.program);
         }
         let runtime = Runtime::new(generic, opts)?;
+        let regions = (0..module.funcs.len()).map(|_| OnceLock::new()).collect();
         Ok(Program {
-            inner: Arc::new(ProgramInner { module, runtime }),
+            inner: Arc::new(ProgramInner {
+                module,
+                runtime,
+                regions,
+            }),
         })
     }
 
@@ -296,60 +309,142 @@ impl Program {
         Ok(self.inner.runtime.register_host(name, Arc::new(f))?)
     }
 
-    /// The region (function) `name`.
+    /// Test hook: the next specialization of this program panics inside the stitcher.
+    #[doc(hidden)]
+    pub fn inject_panic(&self) {
+        self.inner.runtime.inject_panic();
+    }
+
+    /// The region (function) `name`. Every handle of one region shares its state: its
+    /// generating extension, its cache of specializations and its generic code.
     pub fn region(&self, name: &str) -> Result<Region, Error> {
         let m = &self.inner.module;
         let id = m
             .func_by_name(name)
             .ok_or_else(|| Error::Arguments(format!("no function `{name}`")))?;
-        let ge = ge::build(m, id, Mode::Specialize).map_err(|e| Error::from_ge(e, &m.funcs[id]))?;
-        if m.funcs[id].sig.ret.is_some_and(|t| t.is_slice()) {
-            return Err(Error::Unsupported(vec![(
-                SrcLoc::default(),
-                format!("`{name}` returns a slice: a region called from Rust returns a scalar or nothing"),
-            )]));
-        }
+        let slot = &self.inner.regions[id.as_u32() as usize];
+        let state = match slot.get() {
+            Some(s) => s.clone(),
+            None => {
+                let s = Arc::new(RegionState::new(m, id)?);
+                slot.get_or_init(|| s).clone()
+            }
+        };
         Ok(Region {
             program: self.clone(),
+            state,
+        })
+    }
+}
+
+/// What every handle of one region shares.
+struct RegionState {
+    id: FuncId,
+    ge: GeneratingExtension,
+    /// The stitch program, shared (not copied) by every specialization.
+    prog: Arc<StitchProgram>,
+    params: Vec<Type>,
+    /// Positions of the key parameters, increasing.
+    keys: Vec<usize>,
+    /// Specializations by key words (`cache_all`): see [`Region::call`].
+    cache: Cache<Arc<Specialized>>,
+    /// The generic code's entry, made on first use.
+    generic: OnceLock<Arc<Specialized>>,
+}
+
+impl RegionState {
+    fn new(m: &Module, id: FuncId) -> Result<RegionState, Error> {
+        let f = &m.funcs[id];
+        let ge = ge::build(m, id, Mode::Specialize).map_err(|e| Error::from_ge(e, f))?;
+        if f.sig.ret.is_some_and(|t| t.is_slice()) {
+            return Err(Error::Unsupported(vec![(
+                SrcLoc::default(),
+                format!(
+                    "`{}` returns a slice: a region called from Rust returns a scalar or nothing",
+                    f.name
+                ),
+            )]));
+        }
+        Ok(RegionState {
             id,
-            program_ge: Arc::new(ge),
-            cache: Arc::new(DashMap::new()),
-            generic: Arc::new(std::sync::OnceLock::new()),
+            prog: Arc::new(ge.program.clone()),
+            keys: ge.program.key_params.clone(),
+            params: f.sig.params.clone(),
+            ge,
+            cache: Cache::default(),
+            generic: OnceLock::new(),
         })
     }
 }
 
 /// A region of a program: a function whose `make_static` annotations at entry name its
-/// run-time constants (the **key parameters**).
+/// run-time constants (the **key parameters**). Cloning a handle, or asking the program
+/// for the region again, gives a handle on the same state.
 #[derive(Clone)]
 pub struct Region {
     program: Program,
-    id: FuncId,
-    program_ge: Arc<GeneratingExtension>,
-    /// Specializations by their key (`cache_all`).
-    cache: Arc<DashMap<Vec<u64>, Arc<Specialized>>>,
-    /// The generic code's entry, made on first use.
-    generic: Arc<std::sync::OnceLock<Arc<Specialized>>>,
+    state: Arc<RegionState>,
+}
+
+/// Key words of up to this many are kept on the stack by [`Region::call`].
+const INLINE_WORDS: usize = 16;
+
+/// Words collected on the stack, spilling to the heap past [`INLINE_WORDS`].
+struct Words {
+    inline: [u64; INLINE_WORDS],
+    len: usize,
+    spill: Vec<u64>,
+}
+
+impl Words {
+    fn new() -> Words {
+        Words {
+            inline: [0; INLINE_WORDS],
+            len: 0,
+            spill: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, w: u64) {
+        if self.len < INLINE_WORDS {
+            self.inline[self.len] = w;
+        } else {
+            if self.spill.is_empty() {
+                self.spill.extend_from_slice(&self.inline);
+            }
+            self.spill.push(w);
+        }
+        self.len += 1;
+    }
+
+    fn as_slice(&self) -> &[u64] {
+        if self.len <= INLINE_WORDS {
+            &self.inline[..self.len]
+        } else {
+            &self.spill
+        }
+    }
 }
 
 impl Region {
     /// Positions of the parameters that are run-time constants.
     pub fn key_params(&self) -> &[usize] {
-        &self.program_ge.program.key_params
+        &self.state.keys
     }
 
     /// The generating extension (stitch program and analysis) of the region.
     pub fn generating_extension(&self) -> &GeneratingExtension {
-        &self.program_ge
+        &self.state.ge
     }
 
     fn params(&self) -> &[Type] {
-        &self.program.inner.module.funcs[self.id].sig.params
+        &self.state.params
     }
 
-    /// Specializes the region on the values of its key parameters, given in order.
+    /// Specializes the region on the values of its key parameters, given in order. The
+    /// result is not cached; [`Region::call`] caches.
     pub fn specialize(&self, key_args: &[Arg]) -> Result<Specialized, Error> {
-        let keys = self.key_params().to_vec();
+        let keys = &self.state.keys;
         if key_args.len() != keys.len() {
             return Err(Error::Arguments(format!(
                 "{} run-time constants expected, {} given",
@@ -357,10 +452,10 @@ impl Region {
                 key_args.len()
             )));
         }
-        let params = self.params().to_vec();
+        let params = self.params();
         let mut key = Vec::new();
         let mut slices: Vec<Option<SliceData>> = vec![None; params.len()];
-        for (a, &k) in key_args.iter().zip(&keys) {
+        for (a, &k) in key_args.iter().zip(keys) {
             check(a, params[k], k)?;
             match a {
                 Arg::Scalar(c) => key.push(SVal::Scalar(*c)),
@@ -373,36 +468,50 @@ impl Region {
                 }
             }
         }
-        let prog: Arc<StitchProgram> = Arc::new(self.program_ge.program.clone());
-        let spec = self.program.inner.runtime.specialize(prog, key, slices)?;
-        let dynamic: Vec<usize> = (0..params.len()).filter(|k| !keys.contains(k)).collect();
+        let spec = self
+            .program
+            .inner
+            .runtime
+            .specialize(self.state.prog.clone(), key, slices)?;
+        let dynamic: Vec<Type> = (0..params.len())
+            .filter(|k| !keys.contains(k))
+            .map(|k| params[k])
+            .collect();
         Ok(Specialized {
             spec,
-            params: dynamic.iter().map(|&k| params[k]).collect(),
+            params: dynamic,
         })
     }
 
     /// The region compiled without specialization (its generic code).
     pub fn generic(&self) -> Result<Arc<Specialized>, Error> {
-        if let Some(g) = self.generic.get() {
+        if let Some(g) = self.state.generic.get() {
             return Ok(g.clone());
         }
         let spec = self
             .program
             .inner
             .runtime
-            .generic(self.id.as_u32() as usize)?;
+            .generic(self.state.id.as_u32() as usize)?;
         let g = Arc::new(Specialized {
             spec,
             params: self.params().to_vec(),
         });
-        Ok(self.generic.get_or_init(|| g).clone())
+        Ok(self.state.generic.get_or_init(|| g).clone())
     }
 
     /// Calls the region with all its arguments: the specialization for the key arguments'
-    /// values is taken from the cache, or made and cached.
+    /// values is taken from the region's cache, or made and cached.
+    ///
+    /// The cache key is computed on every call without allocating: a scalar run-time
+    /// constant is its word; a static slice is its length and a hash of its contents, and a
+    /// hit compares the contents with the copy the specialization was made for. So a
+    /// caller may change a slice's contents between calls and get code specialized to the
+    /// new contents (correct by default), at a cost linear in the slice's length per call.
+    /// A caller that knows the contents do not change can keep the [`Specialized`] handle
+    /// of [`Region::specialize`] and call it directly instead.
     pub fn call(&self, args: &mut [Arg]) -> Result<Option<Const>, Error> {
-        let params = self.params().to_vec();
+        let params = self.params();
         if args.len() != params.len() {
             return Err(Error::Arguments(format!(
                 "{} arguments expected, {} given",
@@ -410,36 +519,41 @@ impl Region {
                 args.len()
             )));
         }
-        let keys = self.key_params().to_vec();
-        let mut key_words = Vec::new();
-        for &k in &keys {
+        let keys = &self.state.keys;
+        let mut key = Words::new();
+        for &k in keys {
             check(&args[k], params[k], k)?;
             match &args[k] {
-                Arg::Scalar(c) => key_words.push(const_to_word(*c)),
+                Arg::Scalar(c) => key.push(const_to_word(*c)),
                 Arg::Slice(s) => {
-                    key_words.push(s.len as u64);
-                    key_words.extend(s.contents().into_iter().map(const_to_word));
+                    key.push(s.len as u64);
+                    key.push(hash_bytes(s.bytes()));
                 }
             }
         }
-        let spec = match self.cache.get(&key_words) {
-            Some(s) => s.clone(),
-            None => {
+        let fits = |spec: &Specialized| {
+            keys.iter().all(|&k| match &args[k] {
+                Arg::Slice(s) => spec.spec.static_slice_bytes(k) == Some(s.bytes()),
+                Arg::Scalar(_) => true,
+            })
+        };
+        let spec = match self.state.cache.get(key.as_slice()) {
+            Some(s) if fits(&s) => s,
+            hit => {
                 let key_args: Vec<Arg> = keys.iter().map(|&k| reborrow(&args[k])).collect();
                 let s = Arc::new(self.specialize(&key_args)?);
-                self.cache.entry(key_words).or_insert(s).clone()
+                if hit.is_none() {
+                    self.state.cache.insert(key.as_slice(), s.clone());
+                }
+                s
             }
         };
-        let mut dynamic: Vec<Arg> = (0..args.len())
-            .filter(|k| !keys.contains(k))
-            .map(|k| reborrow(&args[k]))
-            .collect();
-        spec.call(&mut dynamic)
+        spec.call_skipping(args, keys)
     }
 
     /// Number of cached specializations.
     pub fn cached(&self) -> usize {
-        self.cache.len()
+        self.state.cache.len()
     }
 
     /// Calls the region (through the cache, or its generic code if `generic`) on the
@@ -543,18 +657,36 @@ impl Specialized {
         self.spec.stats
     }
 
+    /// Bytes of machine code this specialization owns (its units and wrapper).
+    pub fn code_bytes(&self) -> usize {
+        self.spec.code_bytes()
+    }
+
     /// Calls the code; arguments are checked against [`Specialized::params`].
     pub fn call(&self, args: &mut [Arg]) -> Result<Option<Const>, Error> {
-        if args.len() != self.params.len() {
+        self.call_skipping(args, &[])
+    }
+
+    /// Calls the code with `args` less the positions in `skip` (increasing), without
+    /// allocating for up to [`INLINE_WORDS`] argument words.
+    fn call_skipping(&self, args: &[Arg], skip: &[usize]) -> Result<Option<Const>, Error> {
+        if args.len() != self.params.len() + skip.len() {
             return Err(Error::Arguments(format!(
                 "{} arguments expected, {} given",
                 self.params.len(),
-                args.len()
+                args.len().saturating_sub(skip.len())
             )));
         }
-        let mut words = Vec::with_capacity(args.len() * 2);
-        for (k, (a, &t)) in args.iter().zip(&self.params).enumerate() {
-            check(a, t, k)?;
+        let mut words = Words::new();
+        let mut skip = skip.iter().peekable();
+        let mut k = 0;
+        for (i, a) in args.iter().enumerate() {
+            if skip.peek() == Some(&&i) {
+                skip.next();
+                continue;
+            }
+            check(a, self.params[k], k)?;
+            k += 1;
             match a {
                 Arg::Scalar(c) => words.push(const_to_word(*c)),
                 Arg::Slice(s) => {
@@ -566,7 +698,7 @@ impl Specialized {
         // SAFETY: every argument was checked against its parameter type; slice arguments
         // come from live Rust slices of the right element type, borrowed mutably when the
         // parameter is `[mut T]` (so nothing else accesses them during the call).
-        let w = unsafe { self.spec.call_words(&words) }.map_err(Error::Run)?;
+        let w = unsafe { self.spec.call_words(words.as_slice()) }.map_err(Error::Run)?;
         Ok(self
             .spec
             .ret

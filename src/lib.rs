@@ -22,5 +22,5 @@ pub mod semantics;
 pub mod verifier;
 
 pub use api::{Arg, Error, Program, Region, Specialized};
-pub use dyc_stitcher::runtime::{RunError, RuntimeOptions};
+pub use dyc_stitcher::runtime::{live as runtime_live, LiveCounts, RunError, RuntimeOptions};
 pub use ir::Const;

@@ -1,0 +1,61 @@
+//! Code and metadata are owned and freed: building and dropping many specializations and
+//! programs gives back every code region, code byte, fault site record and promotion site
+//! (the runtime's live counts return to where they started). One test in its own binary,
+//! since the counts are process-wide.
+
+use dyc::runtime_live as live;
+use dyc::{Arg, Program};
+
+const SRC: &str = "fn f(k: i64, x: i64, xs: [i64]) -> i64 {
+    make_static(k);
+    var acc = 0;
+    var i = 0;
+    while i < k {
+        acc = acc + xs[i % len(xs)] * x;
+        i += 1;
+    }
+    var p = x % 4;
+    make_static(p);
+    return acc / (p + 1);
+}
+fn g(x: i64) -> i64 {
+    return x + 1;
+}
+";
+
+#[test]
+fn dropping_specializations_and_programs_frees_their_code_and_metadata() {
+    let start = live();
+    let xs = [1i64, 2, 3];
+    {
+        let p = Program::compile(SRC).expect("compiles");
+        let f = p.region("f").expect("region");
+        let with_program = live();
+        assert!(with_program.regions > start.regions && with_program.code_bytes > start.code_bytes);
+        for k in 0..10_000i64 {
+            let spec = f.specialize(&[Arg::from(k % 7)]).expect("specializes");
+            // Run it (twice, so that a promotion continuation is stitched and then hit).
+            for x in [k, k] {
+                let r = spec
+                    .call(&mut [Arg::from(x), Arg::from(&xs[..])])
+                    .expect("runs");
+                assert!(r.is_some());
+            }
+            assert!(live().promotion_sites > with_program.promotion_sites);
+            drop(spec);
+            assert_eq!(live(), with_program, "after specialization {k}");
+        }
+    }
+    assert_eq!(live(), start);
+    for k in 0..1_000i64 {
+        let p = Program::compile(SRC).expect("compiles");
+        let r = p
+            .region("f")
+            .expect("region")
+            .call(&mut [Arg::from(3i64), Arg::from(k), Arg::from(&xs[..])])
+            .expect("runs");
+        assert!(r.is_some());
+        drop(p);
+        assert_eq!(live(), start, "after program {k}");
+    }
+}

@@ -1,0 +1,140 @@
+//! The runtime as a service sees it: one cache per region shared by every handle, cache
+//! keys that follow the contents of static slices, panics that come back as internal
+//! errors, and native-stack limits that hold whatever `max_depth` says.
+
+use dyc::{Arg, Error, Program, RuntimeOptions};
+use dyc_templates::template::FaultKind;
+
+const DOT: &str = "fn dot(w: [i64], v: [i64]) -> i64 {
+    make_static(w);
+    var sum = 0;
+    var i = 0;
+    while i < len(w) {
+        sum = sum + w@[i] * v[i];
+        i += 1;
+    }
+    return sum;
+}
+fn scale(k: i64, x: i64) -> i64 {
+    make_static(k);
+    return k * x;
+}
+";
+
+#[test]
+fn handles_share_one_cache_and_a_loop_of_calls_specializes_once() {
+    let p = Program::compile(DOT).expect("compiles");
+    for k in 0..100i64 {
+        let r = p
+            .region("scale")
+            .expect("region")
+            .call(&mut [Arg::from(7i64), Arg::from(k)])
+            .expect("runs");
+        assert_eq!(r.and_then(|c| c.as_i64()), Some(7 * k));
+    }
+    let scale = p.region("scale").expect("region");
+    assert_eq!(scale.cached(), 1);
+    scale
+        .call(&mut [Arg::from(8i64), Arg::from(1i64)])
+        .expect("runs");
+    assert_eq!(p.region("scale").expect("region").cached(), 2);
+}
+
+#[test]
+fn a_static_slice_changed_between_calls_gets_code_for_its_new_contents() {
+    let p = Program::compile(DOT).expect("compiles");
+    let dot = p.region("dot").expect("region");
+    let v = [1i64, 10, 100];
+    let mut w = vec![1i64, 2, 3];
+    let call = |w: &[i64]| {
+        dot.call(&mut [Arg::from(w), Arg::from(&v[..])])
+            .expect("runs")
+            .and_then(|c| c.as_i64())
+    };
+    assert_eq!(call(&w), Some(321));
+    assert_eq!(call(&w), Some(321));
+    assert_eq!(dot.cached(), 1);
+    w[2] = 5;
+    assert_eq!(call(&w), Some(521));
+    assert_eq!(dot.cached(), 2);
+    w[2] = 3;
+    assert_eq!(call(&w), Some(321));
+    assert_eq!(dot.cached(), 2);
+}
+
+#[test]
+fn a_panic_while_specializing_is_an_internal_error_and_the_runtime_goes_on() {
+    let p = Program::compile(DOT).expect("compiles");
+    let scale = p.region("scale").expect("region");
+    p.inject_panic();
+    match scale.call(&mut [Arg::from(3i64), Arg::from(5i64)]) {
+        Err(Error::Internal(m)) => assert!(m.contains("injected"), "{m}"),
+        other => panic!("expected an internal error, got {other:?}"),
+    }
+    assert_eq!(scale.cached(), 0);
+    let r = scale
+        .call(&mut [Arg::from(3i64), Arg::from(5i64)])
+        .expect("runs after the panic");
+    assert_eq!(r.and_then(|c| c.as_i64()), Some(15));
+}
+
+#[test]
+fn a_panicking_pure_host_is_a_host_fault_when_the_code_runs() {
+    let p = Program::compile(
+        "extern pure fn boom(x: i64) -> i64;
+fn f(k: i64, x: i64) -> i64 {
+    make_static(k);
+    return @boom(k) + x;
+}
+",
+    )
+    .expect("compiles");
+    p.register_host("boom", |_| panic!("boom"))
+        .expect("declared");
+    match p
+        .region("f")
+        .expect("region")
+        .call(&mut [Arg::from(1i64), Arg::from(2i64)])
+    {
+        Err(Error::Run(e)) => {
+            assert_eq!(e.kind, FaultKind::Host);
+            assert!(
+                e.message.as_deref().unwrap_or("").contains("panicked"),
+                "{e}"
+            );
+        }
+        other => panic!("expected a host fault, got {other:?}"),
+    }
+}
+
+/// With a call depth far beyond what the stack holds, the native-stack bound stops the
+/// recursion with a call-depth fault, on a thread with a 2 MiB stack.
+#[test]
+fn the_native_stack_is_bounded_whatever_max_depth_says() {
+    let run = || {
+        let opts = RuntimeOptions {
+            max_depth: u64::MAX,
+            max_stack: 256 << 10,
+            ..RuntimeOptions::default()
+        };
+        let p = Program::compile_with(
+            "rec.dyc",
+            "fn down(n: i64) -> i64 {\n    if n == 0 { return 0; }\n    return down(n - 1) + 1;\n}\n",
+            opts,
+        )
+        .expect("compiles");
+        let down = p.region("down").expect("region");
+        let r = down.call(&mut [Arg::from(10i64)]).expect("runs");
+        assert_eq!(r.and_then(|c| c.as_i64()), Some(10));
+        match down.call(&mut [Arg::from(100_000_000i64)]) {
+            Err(Error::Run(e)) => assert_eq!(e.kind, FaultKind::CallDepthExceeded, "{e}"),
+            other => panic!("expected a call-depth fault, got {other:?}"),
+        }
+    };
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(run)
+        .expect("thread")
+        .join()
+        .expect("no overflow");
+}
