@@ -74,6 +74,7 @@ pub struct CodeRegion {
     module: Mutex<Option<Module>>,
     bytes: AtomicUsize,
     /// Boxed so that their addresses, which the code stores, never move.
+    #[allow(clippy::vec_box)]
     faults: Mutex<Vec<Box<FaultSite>>>,
     /// The region's function, named in its faults.
     pub(crate) func: Arc<str>,

@@ -553,6 +553,9 @@ impl Runtime {
     }
 }
 
+/// A promotion site's identity: its block and the exact bits of its static values.
+type SiteIdent = (Block, Vec<(u8, u64)>);
+
 /// What one specialization owns: its program, static slices (copies the code may point
 /// into), its code region and its promotion sites.
 pub(crate) struct SpecState {
@@ -564,7 +567,7 @@ pub(crate) struct SpecState {
     region: CodeRegion,
     sites: RwLock<Vec<Arc<PromoSite>>>,
     /// Promotion sites by (block, static values).
-    site_ids: Mutex<HashMap<(Block, Vec<(u8, u64)>), u32>>,
+    site_ids: Mutex<HashMap<SiteIdent, u32>>,
     /// Continuation units stitched so far (bounded by the budget's `max_units`).
     units: AtomicUsize,
     /// The fault site of failed lazy specializations.

@@ -37,7 +37,8 @@ pub(crate) struct PromoSite {
     pub cache: Cache<usize>,
     pub stitching: Mutex<()>,
     inline: Box<[AtomicU64]>,
-    /// The pairs the inline cache points to.
+    /// The pairs the inline cache points to (boxed: their addresses must not move).
+    #[allow(clippy::vec_box)]
     pairs: Mutex<Vec<Box<[u64; 2]>>>,
 }
 
@@ -56,7 +57,7 @@ impl PromoSite {
 
     /// The inline cache's address, for single-value sites.
     pub fn inline_table(&self) -> Option<u64> {
-        (self.types.len() == 1).then(|| self.inline.as_ptr() as u64)
+        (self.types.len() == 1).then_some(self.inline.as_ptr() as u64)
     }
 
     /// Records `code` for a one-word key in the inline cache, if its slot is free.
