@@ -1,6 +1,6 @@
 //! `dyc`: a run-time specializer for Rust hosts, in the lineage of DyC.
 //!
-//! This crate is the static compiler and the public API (BRIEF §3): the region language
+//! This crate is the static compiler and the public API: the region language
 //! ([`lang`]), the region IR and its text format ([`ir`]), the [`verifier`], the reference
 //! interpreter ([`interp`]) with the operator semantics it shares with constant folding
 //! ([`semantics`]), the CFG analyses ([`analysis`]), the binding-time analysis ([`bta`]),

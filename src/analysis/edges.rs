@@ -1,7 +1,7 @@
 //! DFS edge classification: tree, forward, cross and back edges.
 //!
-//! The definitions are those of seed 001 ("Identifying predecessors in the CFG" and the
-//! notes on DFS terminology), from one depth-first search from the entry that visits
+//! The definitions are those of the DyC design notes on eager stitching (`docs/design.md`;
+//! "Identifying predecessors in the CFG" and the notes on DFS terminology), from one depth-first search from the entry that visits
 //! successors in branch order:
 //! - a **tree** edge reaches a block for the first time (it is the block's DFS parent);
 //! - a **forward** edge goes to a proper descendant in the DFS tree that was already

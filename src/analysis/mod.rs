@@ -1,4 +1,4 @@
-//! CFG analyses (BRIEF §6), one file each; every module doc gives the algorithm, its
+//! CFG analyses, one file each; every module doc gives the algorithm, its
 //! source, its limits and its cost.
 //!
 //! All of them work on the dense [`cfg::Graph`] of a [`cfg::ControlFlowGraph`] (block `n`

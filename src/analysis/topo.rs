@@ -1,6 +1,7 @@
 //! Topological numbers with begin/end times, for O(1) "is N1 a predecessor of N2" queries.
 //!
-//! Seed 001, "Identifying predecessors in the CFG":
+//! From the DyC design notes on eager stitching (`docs/design.md`), "Identifying
+//! predecessors in the CFG":
 //! 1. identify back edges by DFS ([`super::edges`]) and remove them;
 //! 2. a **depth-first topological traversal** (a node is traversed once all its
 //!    predecessors have been, the most recently readied node first) counts the nodes: these
@@ -165,7 +166,7 @@ impl TopoNumbers {
         self.closure.is_none()
     }
 
-    /// Seed 001's `IsPredecessor(n1, n2)`: `n1 == n2` or a path leads from `n1` to `n2`
+    /// The design notes' `IsPredecessor(n1, n2)`: `n1 == n2` or a path leads from `n1` to `n2`
     /// without back edges. O(1).
     pub fn is_predecessor(&self, n1: usize, n2: usize) -> bool {
         match &self.closure {

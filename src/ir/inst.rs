@@ -58,7 +58,7 @@ pub enum InstData {
         index: Value,
         value: Value,
     },
-    /// `load_static s, i`: the static load `s@[i]` (BRIEF §4): read at specialization time
+    /// `load_static s, i`: the static load `s@[i]`: read at specialization time
     /// when `s` and `i` are static; bounds-checked like `load`.
     StaticLoad { slice: Value, index: Value },
     /// `call f(args)` / `call_static f(args)`: the static form `@f(args)` may only name a

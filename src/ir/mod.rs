@@ -1,4 +1,4 @@
-//! The region IR: SSA with block parameters (BRIEF §5).
+//! The region IR: SSA with block parameters.
 //!
 //! - [`entities`]: typed indices of blocks, values, instructions, variables, functions.
 //! - [`types`]: value types (signedness carried by the type).

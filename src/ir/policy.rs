@@ -1,4 +1,4 @@
-//! The policies of `make_static` annotations (DyC's, BRIEF §4).
+//! The policies of `make_static` annotations (DyC's; `docs/language.md`).
 //!
 //! Policies come in groups; at most one policy of each group may be given on one
 //! annotation. A group left unset takes its default, which the consumer decides

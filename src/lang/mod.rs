@@ -1,4 +1,4 @@
-//! The region language front end: source text to IR (BRIEF §4; `docs/language.md`).
+//! The region language front end: source text to IR (`docs/language.md`).
 //!
 //! [`lexer`] → [`parser`] (syntax tree, [`ast`]) → [`lower`] (names, types, SSA through
 //! [`ssa`]) → a verified [`crate::ir::Module`]. Every error is a [`diag::Diagnostic`] with

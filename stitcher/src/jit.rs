@@ -1,6 +1,6 @@
 //! Cranelift set-up for the runtime: the host ISA and JIT modules.
 //!
-//! Facts this relies on (shared/design/cranelift-facts.md, Cranelift 0.135):
+//! Facts of Cranelift 0.135 this relies on:
 //! - units are functions in the `tail` calling convention linked by `return_call`; that
 //!   needs `preserve_frame_pointers=true`, without which compilation panics instead of
 //!   failing;

@@ -1,4 +1,4 @@
-//! `dyc-templates`: the code side of the specializer's static/run-time split (BRIEF §3).
+//! `dyc-templates`: the code side of the specializer's static/run-time split.
 //!
 //! This crate owns:
 //! - the **operator vocabulary** shared by every layer ([`types`], [`ops`]) and its one
