@@ -20,14 +20,15 @@ use dyc_stitcher::exec::{Context, Executor, ExecutorKind, PromotionMode};
 use dyc_stitcher::ge::{
     self as sge, Budget, CalleeDecl, HostId, PureHosts, SVal, Site, SliceData, SpecError,
 };
-use dyc_templates::template::{Emitter, TOp};
+use dyc_templates::fold::{Backend, Fold};
+use dyc_templates::template::TOp;
 
 use crate::bta::Mode;
 use crate::ge;
 use crate::interp::{ErrorKind, HostFns, Interpreter, Memory, RuntimeError, Val};
 use crate::ir::{
     Block, BlockCall, Callee, Const, ExternFunc, ExternId, FuncId, Function, InstData, Module,
-    Signature, SrcLoc, Type, Value,
+    Scalar, Signature, SrcLoc, Type, Value,
 };
 
 /// Builds residual IR into a function.
@@ -75,7 +76,9 @@ impl<'m> ResidualEmitter<'m> {
     }
 }
 
-impl Emitter for ResidualEmitter<'_> {
+/// A backend of the fold layer ([`Fold`]): the layer's rewrites end up in residual IR, so
+/// the differential tests check them against the interpreter.
+impl Backend for ResidualEmitter<'_> {
     type Value = Value;
     type Block = Block;
 
@@ -105,7 +108,7 @@ impl Emitter for ResidualEmitter<'_> {
         self.func.block_params(entry)[id as usize]
     }
 
-    fn op(&mut self, op: &TOp, args: &[Value], loc: SrcLoc) -> Option<Value> {
+    fn op(&mut self, op: &TOp, args: &[Value], _types: &[Type], loc: SrcLoc) -> Option<Value> {
         let (data, ret) = match op {
             TOp::Unary(o) => (
                 InstData::Unary {
@@ -173,6 +176,11 @@ impl Emitter for ResidualEmitter<'_> {
         self.ins(data, ret, loc)
     }
 
+    /// A load of the element, whose result is unused: it faults exactly as the check must.
+    fn bounds_check(&mut self, slice: Value, index: Value, _ty: Scalar, loc: SrcLoc) {
+        self.ins(InstData::Load { slice, index }, None, loc);
+    }
+
     fn jump(&mut self, dest: Block, args: &[Value]) {
         self.ins(
             InstData::Jump {
@@ -195,6 +203,7 @@ impl Emitter for ResidualEmitter<'_> {
     fn switch(
         &mut self,
         arg: Value,
+        _ty: Scalar,
         cases: &[(u64, Block, Vec<Value>)],
         default: (Block, &[Value]),
     ) {
@@ -218,7 +227,7 @@ impl Emitter for ResidualEmitter<'_> {
         self.ins(InstData::Trap, None, loc);
     }
 
-    fn promote(&mut self, _site: u32, _promoted: &[Value], _live: &[Value]) {
+    fn promote(&mut self, _site: u32, _promoted: &[(Value, Scalar)], _live: &[Value]) {
         unreachable!("residual code dispatches promotions inline");
     }
 
@@ -335,13 +344,18 @@ pub fn run(
     let mut restarts = 0;
     loop {
         let sig = m.funcs[fid].sig.clone();
-        let mut em = ResidualEmitter::new(
+        let em = ResidualEmitter::new(
             m,
             &format!("{}$spec", m.funcs[fid].name),
             sig,
             callees.clone(),
         );
         let entry_block = em.func.entry_block().expect("entry");
+        let lens = slices
+            .iter()
+            .map(|s| s.as_ref().map(|d| d.data.len() as u64))
+            .collect();
+        let mut em = Fold::new(em, lens);
         let lookup = |s: &Site| {
             known
                 .borrow()
@@ -365,6 +379,7 @@ pub fn run(
                 .run(&cx, prog.entry, &key, &mut em)
                 .map_err(|e: SpecError| ResidualError::Spec(e.to_string()))?
         };
+        let mut em = em.backend;
         // The entry passes the dynamic parameters to the unit's first block.
         let dyn_params: Vec<Value> = em
             .func
@@ -374,8 +389,8 @@ pub fn run(
             .filter(|(k, _)| !prog.key_params.contains(k))
             .map(|(_, &v)| v)
             .collect();
-        em.switch_to_block(entry_block);
-        em.jump(unit.entry, &dyn_params);
+        Backend::switch_to_block(&mut em, entry_block);
+        Backend::jump(&mut em, unit.entry, &dyn_params);
         let mut rm = m.clone();
         for (_, e) in &em.misses {
             rm.externs.push(e.clone());

@@ -9,6 +9,7 @@ use dyc_stitcher::ge::{
     check_cfg, check_linear, print_linear, Block, Budget, Dir, LinearProgram, LinearUnit, NoHosts,
     Operand, Reg, SVal, SetupOp, StitchProgram, Target, Term, UnitId,
 };
+use dyc_templates::fold::Fold;
 use dyc_templates::ops::{BinaryOp, Const};
 use dyc_templates::template::TOp;
 use dyc_templates::types::{Scalar, SrcLoc, Type};
@@ -234,7 +235,8 @@ fn the_recording_emitter_sees_every_copy_once() {
     let id = m.func_by_name("power").expect("power");
     let f = &m.funcs[id];
     let callees = vec![];
-    let mut em = Record::new(ResidualEmitter::new(&m, "spec", f.sig.clone(), callees));
+    let backend = ResidualEmitter::new(&m, "spec", f.sig.clone(), callees);
+    let mut em = Record::new(Fold::new(backend, vec![]));
     let cx = Context {
         prog: &p,
         slices: &[],

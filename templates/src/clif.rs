@@ -20,6 +20,7 @@
 //! **Services** the code needs from the runtime (fault sites, callees, the promotion
 //! callback, host calls, `fmod`) come through [`Hooks`].
 
+use cranelift_codegen::entity::EntitySet;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
     self, types, BlockArg, FuncRef, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind,
@@ -27,9 +28,10 @@ use cranelift_codegen::ir::{
 use cranelift_frontend::{FunctionBuilder, Switch};
 
 use crate::abi::{abi_types, ctx, unit_signature, CACHE_HASH, CACHE_SHIFT};
+use crate::fold::{BCase, Backend};
 use crate::ops::{BinaryOp, CmpOp, Const, UnaryOp};
 use crate::semantics;
-use crate::template::{Case, Emitter, FaultKind, TOp};
+use crate::template::{FaultKind, TOp};
 use crate::types::{Scalar, SrcLoc, Type};
 
 /// The Cranelift type of a scalar.
@@ -78,7 +80,7 @@ pub struct ClifOptions {
 }
 
 /// A value during emission.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CVal {
     Val(ir::Value, Scalar),
     Slice {
@@ -92,7 +94,6 @@ pub enum CVal {
         len: u64,
         elem: Scalar,
     },
-    Const(Const),
 }
 
 /// Emits one unit into a [`FunctionBuilder`].
@@ -105,7 +106,7 @@ pub struct ClifEmitter<'a, 'h> {
     body: ir::Block,
     inputs: Vec<CVal>,
     /// Blocks already started (fuel is counted once, at the top).
-    started: Vec<ir::Block>,
+    started: EntitySet<ir::Block>,
     /// Parameter types of each created block, to rebuild slices.
     block_types: std::collections::HashMap<ir::Block, Vec<Type>>,
     /// Static slices: key parameter -> (pointer, length, element).
@@ -113,11 +114,6 @@ pub struct ClifEmitter<'a, 'h> {
     host_ref: Option<FuncRef>,
     promote_ref: Option<FuncRef>,
     fmod_ref: Option<FuncRef>,
-    /// Bounds already checked in the current specialized block (everything emitted until
-    /// the next block is dominated by them): the largest constant index checked against
-    /// each length, and the (length, index) pairs checked.
-    checked_const: std::collections::HashMap<ir::Value, u64>,
-    checked_dyn: Vec<(ir::Value, ir::Value)>,
 }
 
 const TRUSTED: fn() -> MemFlagsData = MemFlagsData::trusted;
@@ -140,6 +136,9 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
         let params = b.block_params(entry)[1..].to_vec();
         let inputs = Self::group(&params, inputs);
         let body = b.create_block();
+        let mut started = EntitySet::new();
+        started.insert(entry);
+        started.insert(body);
         let mut e = ClifEmitter {
             b,
             hooks,
@@ -147,14 +146,12 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
             ctx,
             body,
             inputs,
-            started: vec![entry, body],
+            started,
             block_types: Default::default(),
             static_slices,
             host_ref: None,
             promote_ref: None,
             fmod_ref: None,
-            checked_const: Default::default(),
-            checked_dyn: Vec::new(),
         };
         e.b.ins().jump(body, &[]);
         e
@@ -196,11 +193,10 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
         out
     }
 
-    /// A Cranelift value for a scalar `CVal`, materializing constants.
+    /// The Cranelift value of a scalar `CVal`.
     fn val(&mut self, v: CVal) -> ir::Value {
         match v {
             CVal::Val(x, _) => x,
-            CVal::Const(c) => self.materialize(c),
             CVal::Slice { .. } | CVal::StaticSlice { .. } => panic!("a slice used as a scalar"),
         }
     }
@@ -237,7 +233,6 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
     fn scalar_of(v: CVal) -> Scalar {
         match v {
             CVal::Val(_, s) => s,
-            CVal::Const(c) => c.ty(),
             CVal::Slice { .. } | CVal::StaticSlice { .. } => Scalar::I64,
         }
     }
@@ -283,7 +278,7 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
         self.b.switch_to_block(fault);
         self.fault_here(kind, loc, details);
         self.b.switch_to_block(cont);
-        self.started.push(cont);
+        self.started.insert(cont);
     }
 
     /// Records a fault in the context and returns with status 1.
@@ -315,7 +310,7 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
         let zero = self.b.ins().iconst(types::I64, 0);
         self.b.ins().return_(&[zero, zero, status]);
         self.b.switch_to_block(cont);
-        self.started.push(cont);
+        self.started.insert(cont);
     }
 
     fn slot_of_words(&mut self, words: &[ir::Value]) -> ir::Value {
@@ -357,75 +352,8 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
         }
     }
 
-    /// Strength reduction of `x op k` for a constant `k`; `None` if nothing applies.
-    fn reduce(&mut self, op: BinaryOp, x: CVal, k: Const) -> Option<CVal> {
-        let Const::Int(t, bits) = k else { return None };
-        let w = t.int_bits().expect("an integer");
-        let value = semantics::int_value(k).expect("an integer");
-        let pow2 = (value > 0 && (value as u128).is_power_of_two())
-            .then(|| (value as u128).trailing_zeros() as i64);
-        match (op, value, pow2) {
-            (
-                BinaryOp::Add
-                | BinaryOp::Sub
-                | BinaryOp::Or
-                | BinaryOp::Xor
-                | BinaryOp::Shl
-                | BinaryOp::Shr,
-                0,
-                _,
-            ) => Some(x),
-            (BinaryOp::Mul, 0, _) | (BinaryOp::And, 0, _) => Some(CVal::Const(Const::Int(t, 0))),
-            (BinaryOp::Mul | BinaryOp::Div, 1, _) => Some(x),
-            (BinaryOp::Mul, _, Some(s)) => {
-                let xv = self.val(x);
-                Some(CVal::Val(self.b.ins().ishl_imm_u(xv, s), t))
-            }
-            (BinaryOp::Div, _, Some(s)) if !t.is_signed() => {
-                let xv = self.val(x);
-                Some(CVal::Val(self.b.ins().ushr_imm_u(xv, s), t))
-            }
-            (BinaryOp::Rem, _, Some(_)) if !t.is_signed() => {
-                let xv = self.val(x);
-                Some(CVal::Val(self.b.ins().band_imm_u(xv, (bits - 1) as i64), t))
-            }
-            (BinaryOp::Div, _, Some(s)) if t.is_signed() && s < w as i64 - 1 => {
-                // Round toward zero: add 2^s - 1 to negative dividends before shifting.
-                let xv = self.val(x);
-                let sign = self.b.ins().sshr_imm_u(xv, w as i64 - 1);
-                let bias = self.b.ins().ushr_imm_u(sign, w as i64 - s);
-                let sum = self.b.ins().iadd(xv, bias);
-                Some(CVal::Val(self.b.ins().sshr_imm_u(sum, s), t))
-            }
-            _ => None,
-        }
-    }
-
     fn binary(&mut self, op: BinaryOp, a: CVal, b: CVal, loc: SrcLoc) -> CVal {
         let t = Self::scalar_of(a);
-        // Constant folding (never of a fault: that stays to fault at run time).
-        if let (CVal::Const(x), CVal::Const(y)) = (a, b) {
-            if let Ok(r) = semantics::binary(op, x, y) {
-                return CVal::Const(r);
-            }
-        }
-        if t.is_int() {
-            if let CVal::Const(k) = b {
-                if let Some(r) = self.reduce(op, a, k) {
-                    return r;
-                }
-            }
-            if let CVal::Const(k) = a {
-                if matches!(
-                    op,
-                    BinaryOp::Add | BinaryOp::Mul | BinaryOp::And | BinaryOp::Or | BinaryOp::Xor
-                ) {
-                    if let Some(r) = self.reduce(op, b, k) {
-                        return r;
-                    }
-                }
-            }
-        }
         let x = self.val(a);
         let y = self.val(b);
         let r = match (op, t) {
@@ -499,9 +427,6 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
     }
 
     fn cast(&mut self, to: Scalar, a: CVal) -> CVal {
-        if let CVal::Const(c) = a {
-            return CVal::Const(semantics::cast(to, c));
-        }
         let from = Self::scalar_of(a);
         let x = self.val(a);
         let r = match (from, to) {
@@ -555,57 +480,35 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
         CVal::Val(r, to)
     }
 
-    /// Bounds check and address of element `i` of slice `s`.
-    fn element(&mut self, s: CVal, i: CVal, loc: SrcLoc) -> (ir::Value, Scalar) {
-        let (ptr, len, elem, static_len) = match s {
-            CVal::Slice { ptr, len, elem } => (ptr, len, elem, None),
+    /// The pointer and length of a slice.
+    fn slice_words(&mut self, s: CVal) -> (ir::Value, ir::Value, Scalar) {
+        match s {
+            CVal::Slice { ptr, len, elem } => (ptr, len, elem),
             CVal::StaticSlice { ptr, len, elem } => {
                 let p = self.b.ins().iconst(types::I64, ptr as i64);
                 let l = self.b.ins().iconst(types::I64, len as i64);
-                (p, l, elem, Some(len))
+                (p, l, elem)
+            }
+            other => panic!("not a slice: {other:?}"),
+        }
+    }
+
+    /// The address of element `i` of slice `s` (the fold layer has checked the bounds).
+    fn element(&mut self, s: CVal, i: CVal) -> (ir::Value, Scalar) {
+        let (ptr, elem) = match s {
+            CVal::Slice { ptr, elem, .. } => (ptr, elem),
+            CVal::StaticSlice { ptr, elem, .. } => {
+                (self.b.ins().iconst(types::I64, ptr as i64), elem)
             }
             other => panic!("not a slice: {other:?}"),
         };
-        let const_index = match i {
-            CVal::Const(c) => semantics::int_value(c).filter(|&x| x >= 0 && x <= i64::MAX as i128),
-            _ => None,
-        };
-        // No check for a constant index within a static length, or not above a constant
-        // index already checked against this length in the current block.
-        let known = match (const_index, static_len) {
-            (Some(x), Some(n)) => x < n as i128,
-            (Some(x), None) => self
-                .checked_const
-                .get(&len)
-                .is_some_and(|&k| x <= k as i128),
-            (None, _) => false,
-        };
-        let idx = if known {
-            self.b
-                .ins()
-                .iconst(types::I64, const_index.expect("constant") as i64)
-        } else {
-            let idx = self.index64(i);
-            if !self.checked_dyn.contains(&(len, idx)) {
-                let out = self
-                    .b
-                    .ins()
-                    .icmp(IntCC::UnsignedGreaterThanOrEqual, idx, len);
-                self.fault_if(out, FaultKind::OutOfBounds, loc, Some((idx, len)));
-                self.checked_dyn.push((len, idx));
-                if let Some(x) = const_index {
-                    let k = self.checked_const.entry(len).or_insert(0);
-                    *k = (*k).max(x as u64);
-                }
-            }
-            idx
-        };
+        let idx = self.index64(i);
         let off = self.b.ins().imul_imm_s(idx, elem_size(elem));
         (self.b.ins().iadd(ptr, off), elem)
     }
 }
 
-impl Emitter for ClifEmitter<'_, '_> {
+impl Backend for ClifEmitter<'_, '_> {
     type Value = CVal;
     type Block = ir::Block;
 
@@ -625,25 +528,21 @@ impl Emitter for ClifEmitter<'_, '_> {
 
     fn switch_to_block(&mut self, blk: ir::Block) {
         self.b.switch_to_block(blk);
-        self.checked_const.clear();
-        self.checked_dyn.clear();
-        if !self.started.contains(&blk) {
-            self.started.push(blk);
-            if self.opts.fuel {
-                let f = self
-                    .b
-                    .ins()
-                    .load(types::I64, TRUSTED(), self.ctx, ctx::FUEL);
-                let out = self.b.ins().icmp_imm_s(IntCC::Equal, f, 0);
-                self.fault_if(out, FaultKind::FuelExhausted, SrcLoc::default(), None);
-                let f1 = self.b.ins().iadd_imm_s(f, -1);
-                self.b.ins().store(TRUSTED(), f1, self.ctx, ctx::FUEL);
-            }
+        // Fuel is counted once, when a block is first entered.
+        if self.started.insert(blk) && self.opts.fuel {
+            let f = self
+                .b
+                .ins()
+                .load(types::I64, TRUSTED(), self.ctx, ctx::FUEL);
+            let out = self.b.ins().icmp_imm_s(IntCC::Equal, f, 0);
+            self.fault_if(out, FaultKind::FuelExhausted, SrcLoc::default(), None);
+            let f1 = self.b.ins().iadd_imm_s(f, -1);
+            self.b.ins().store(TRUSTED(), f1, self.ctx, ctx::FUEL);
         }
     }
 
     fn constant(&mut self, c: Const) -> CVal {
-        CVal::Const(c)
+        CVal::Val(self.materialize(c), c.ty())
     }
 
     fn static_slice(&mut self, id: u32, ty: Type) -> CVal {
@@ -654,14 +553,9 @@ impl Emitter for ClifEmitter<'_, '_> {
         }
     }
 
-    fn op(&mut self, op: &TOp, args: &[CVal], loc: SrcLoc) -> Option<CVal> {
+    fn op(&mut self, op: &TOp, args: &[CVal], _types: &[Type], loc: SrcLoc) -> Option<CVal> {
         Some(match op {
             TOp::Unary(o) => {
-                if let CVal::Const(c) = args[0] {
-                    if let Ok(r) = semantics::unary(*o, c) {
-                        return Some(CVal::Const(r));
-                    }
-                }
                 let t = Self::scalar_of(args[0]);
                 let x = self.val(args[0]);
                 let r = match (o, t) {
@@ -674,11 +568,6 @@ impl Emitter for ClifEmitter<'_, '_> {
             }
             TOp::Binary(o) => self.binary(*o, args[0], args[1], loc),
             TOp::Cmp(o) => {
-                if let (CVal::Const(x), CVal::Const(y)) = (args[0], args[1]) {
-                    if let Ok(r) = semantics::cmp(*o, x, y) {
-                        return Some(CVal::Const(Const::Bool(r)));
-                    }
-                }
                 let t = Self::scalar_of(args[0]);
                 let x = self.val(args[0]);
                 let y = self.val(args[1]);
@@ -689,15 +578,9 @@ impl Emitter for ClifEmitter<'_, '_> {
                 };
                 CVal::Val(r, Scalar::Bool)
             }
-            TOp::Select => match args[0] {
-                CVal::Const(Const::Bool(c)) => {
-                    if c {
-                        args[1]
-                    } else {
-                        args[2]
-                    }
-                }
-                cond => {
+            TOp::Select => {
+                let cond = args[0];
+                {
                     let c = self.val(cond);
                     match (args[1], args[2]) {
                         (a @ (CVal::Slice { .. } | CVal::StaticSlice { .. }), b) => {
@@ -719,19 +602,21 @@ impl Emitter for ClifEmitter<'_, '_> {
                         }
                     }
                 }
-            },
+            }
             TOp::Cast(to) => self.cast(*to, args[0]),
             TOp::Len => match args[0] {
-                CVal::StaticSlice { len, .. } => CVal::Const(Const::Int(Scalar::I64, len)),
+                CVal::StaticSlice { len, .. } => {
+                    CVal::Val(self.b.ins().iconst(types::I64, len as i64), Scalar::I64)
+                }
                 CVal::Slice { len, .. } => CVal::Val(len, Scalar::I64),
                 other => panic!("len of {other:?}"),
             },
             TOp::Load => {
-                let (addr, elem) = self.element(args[0], args[1], loc);
+                let (addr, elem) = self.element(args[0], args[1]);
                 CVal::Val(self.b.ins().load(clif_type(elem), TRUSTED(), addr, 0), elem)
             }
             TOp::Store => {
-                let (addr, _) = self.element(args[0], args[1], loc);
+                let (addr, _) = self.element(args[0], args[1]);
                 let v = self.val(args[2]);
                 self.b.ins().store(TRUSTED(), v, addr, 0);
                 return None;
@@ -811,25 +696,30 @@ impl Emitter for ClifEmitter<'_, '_> {
         self.b.ins().jump(dest, &a);
     }
 
+    fn bounds_check(&mut self, slice: CVal, index: CVal, _ty: Scalar, loc: SrcLoc) {
+        let (_, len, _) = self.slice_words(slice);
+        let idx = self.index64(index);
+        let out = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThanOrEqual, idx, len);
+        self.fault_if(out, FaultKind::OutOfBounds, loc, Some((idx, len)));
+    }
+
     fn brif(&mut self, cond: CVal, t: (ir::Block, &[CVal]), e: (ir::Block, &[CVal])) {
-        if let CVal::Const(Const::Bool(c)) = cond {
-            let (blk, args) = if c { t } else { e };
-            return self.jump(blk, args);
-        }
         let c = self.val(cond);
         let ta = self.args(t.1);
         let ea = self.args(e.1);
         self.b.ins().brif(c, t.0, &ta, e.0, &ea);
     }
 
-    fn switch(&mut self, arg: CVal, cases: &[Case<Self>], default: (ir::Block, &[CVal])) {
-        if let CVal::Const(Const::Int(_, k)) = arg {
-            match cases.iter().find(|(v, _, _)| *v == k) {
-                Some((_, blk, args)) => return self.jump(*blk, &args.clone()),
-                None => return self.jump(default.0, default.1),
-            }
-        }
-        let t = Self::scalar_of(arg);
+    fn switch(
+        &mut self,
+        arg: CVal,
+        t: Scalar,
+        cases: &[BCase<Self>],
+        default: (ir::Block, &[CVal]),
+    ) {
         let mask = match t.int_bits() {
             Some(64) | None => u64::MAX,
             Some(w) => (1u64 << w) - 1,
@@ -870,8 +760,8 @@ impl Emitter for ClifEmitter<'_, '_> {
         self.fault_here(FaultKind::Trap, loc, None);
     }
 
-    fn promote(&mut self, site: u32, promoted: &[CVal], live: &[CVal]) {
-        let words: Vec<ir::Value> = promoted.iter().map(|&v| self.word_of(v)).collect();
+    fn promote(&mut self, site: u32, promoted: &[(CVal, Scalar)], live: &[CVal]) {
+        let words: Vec<ir::Value> = promoted.iter().map(|&(v, _)| self.word_of(v)).collect();
         let tys: Vec<Type> = live
             .iter()
             .map(|v| match *v {
@@ -946,6 +836,8 @@ impl Emitter for ClifEmitter<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fold::{FVal, Fold};
+    use crate::template::Emitter;
     use cranelift_codegen::ir::{Function, UserFuncName};
     use cranelift_frontend::FunctionBuilderContext;
 
@@ -977,14 +869,15 @@ mod tests {
 
     /// Emits a unit with inputs `tys` through `body` (which gets the emitter and the
     /// inputs, and must end its block) and returns the Cranelift IR as text.
-    fn emit(tys: &[Type], body: impl FnOnce(&mut ClifEmitter, Vec<CVal>)) -> String {
+    fn emit(tys: &[Type], body: impl FnOnce(&mut Fold<ClifEmitter>, Vec<FVal<CVal>>)) -> String {
         let mut func = Function::with_name_signature(UserFuncName::user(0, 0), unit_signature(tys));
         let mut fctx = FunctionBuilderContext::new();
         let mut hooks = NoRuntime;
         {
             let b = FunctionBuilder::new(&mut func, &mut fctx);
             let slices = vec![Some((0x1000, 4, Scalar::I64))];
-            let mut em = ClifEmitter::new(b, &mut hooks, ClifOptions::default(), slices, tys);
+            let em = ClifEmitter::new(b, &mut hooks, ClifOptions::default(), slices, tys);
+            let mut em = Fold::new(em, vec![Some(4)]);
             let first = em.create_block(tys);
             em.switch_to_block(first);
             let inputs = em.block_params(first);
@@ -995,7 +888,7 @@ mod tests {
                     cranelift_codegen::settings::builder(),
                 ))
                 .expect("ISA");
-            em.finish(first, isa.frontend_config());
+            em.backend.finish(first, isa.frontend_config());
         }
         func.display().to_string()
     }
@@ -1010,7 +903,7 @@ mod tests {
             let s = em
                 .op(&TOp::Binary(BinaryOp::Add), &[a, b], SrcLoc::default())
                 .unwrap();
-            assert!(matches!(s, CVal::Const(Const::Int(_, 42))));
+            assert!(matches!(s, FVal::Const(Const::Int(_, 42))));
             em.ret(Some(s));
         });
         assert!(!ir.contains("iadd"), "{ir}");

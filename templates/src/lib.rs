@@ -20,6 +20,7 @@
 
 pub mod abi;
 pub mod clif;
+pub mod fold;
 pub mod ops;
 pub mod semantics;
 pub mod template;

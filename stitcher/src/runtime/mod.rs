@@ -54,6 +54,7 @@ use parking_lot::{Mutex, RwLock};
 
 use dyc_templates::abi::{self, CallCtx};
 use dyc_templates::clif::{self, ClifEmitter, ClifOptions, Hooks};
+use dyc_templates::fold::Fold;
 use dyc_templates::template::FaultKind;
 use dyc_templates::types::{Scalar, SrcLoc, Type};
 
@@ -315,7 +316,13 @@ impl Shared {
             let opts = ClifOptions {
                 fuel: self.opts.fuel.is_some(),
             };
-            let mut em = ClifEmitter::new(b, &mut hooks, opts, input.static_ptrs, &inputs);
+            let lens = input
+                .static_ptrs
+                .iter()
+                .map(|p| p.map(|(_, len, _)| len))
+                .collect();
+            let em = ClifEmitter::new(b, &mut hooks, opts, input.static_ptrs, &inputs);
+            let mut em = Fold::new(em, lens);
             let resolve = |site: &Site| match input.spec {
                 Some(s) => s.site_id(site),
                 None => 0,
@@ -332,7 +339,7 @@ impl Shared {
                 .executor
                 .run(&cx, input.start, input.key, &mut em)
                 .map_err(RuntimeError::Spec)?;
-            em.finish(unit.entry, frontend);
+            em.backend.finish(unit.entry, frontend);
             unit
         };
         let mut stats = UnitStats {

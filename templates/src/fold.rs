@@ -1,0 +1,534 @@
+//! Stitch-time optimizations, in one layer between the executor and any backend.
+//!
+//! [`Fold`] is the [`Emitter`] executors drive; it keeps what is known at stitch time and
+//! hands a [`Backend`] only what must be lowered:
+//! - **constant folding**: holes filled with static values stay constants ([`FVal::Const`])
+//!   until an operation needs them in code; operations on constants are evaluated by
+//!   [`crate::semantics`] (the one definition of the operators), except those that would
+//!   fault, which are emitted to fault when the code runs;
+//! - **branch folding**: a branch or switch on a constant becomes a jump; a `select` on a
+//!   constant picks its operand;
+//! - **strength reduction** of integer operations with a constant operand: adding,
+//!   subtracting, or-ing, xor-ing or shifting by 0 and multiplying or dividing by 1 vanish;
+//!   multiplying by 0 and and-ing with 0 give 0; multiplying by 2^s becomes a left shift;
+//!   unsigned division and remainder by 2^s become a right shift and a mask; signed
+//!   division by 2^s becomes a biased arithmetic shift (rounding toward zero);
+//! - **bounds checks**: the length of a static slice is a constant; an access with a
+//!   constant index below a static slice's length needs no check; within one emitted
+//!   block, a check already made (same slice and index, or a constant index not above one
+//!   already checked against the same slice) is not made again. Every other access gets an
+//!   explicit [`Backend::bounds_check`] before the backend's (unchecked) load or store.
+//!
+//! **Invariant.** A backend's `Load` and `Store` do not check bounds: the layer has checked
+//! them, or proved them in range, before. So a backend is only ever driven through
+//! `Fold`.
+//!
+//! The layer is backend-neutral: the Cranelift backend and the residual-IR backend of the
+//! tests (and the stitch tier to come) share it, so the residual-IR differential tests
+//! check these rewrites against the interpreter.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
+
+use crate::ops::{BinaryOp, Const};
+use crate::semantics;
+use crate::template::{Case, Emitter, TOp};
+use crate::types::{Scalar, SrcLoc, Type};
+
+/// A case of a [`Backend::switch`]: value, target block, arguments.
+pub type BCase<B> = (u64, <B as Backend>::Block, Vec<<B as Backend>::Value>);
+
+/// What lowers specialized code: the target of the [`Fold`] layer. Same protocol as
+/// [`Emitter`] (blocks created with their parameter types and filled one at a time, one
+/// terminator each), but values are always in code, and loads and stores are unchecked.
+pub trait Backend {
+    type Value: Copy + Eq + Hash + std::fmt::Debug;
+    type Block: Copy + Eq + std::fmt::Debug;
+
+    fn create_block(&mut self, params: &[Type]) -> Self::Block;
+    fn block_params(&self, b: Self::Block) -> Vec<Self::Value>;
+    fn switch_to_block(&mut self, b: Self::Block);
+    /// See [`Emitter::note_copy`].
+    fn note_copy(&mut self, b: Self::Block, template: u32, context: &[(u8, u64)]) {
+        let _ = (b, template, context);
+    }
+
+    /// A constant in code, in the current block.
+    fn constant(&mut self, c: Const) -> Self::Value;
+    /// Static slice `id` (a key parameter of the region) of type `ty`.
+    fn static_slice(&mut self, id: u32, ty: Type) -> Self::Value;
+    /// A dynamic operation on values of the given types (`Load`/`Store` unchecked);
+    /// `None` for operations without a result.
+    fn op(
+        &mut self,
+        op: &TOp,
+        args: &[Self::Value],
+        types: &[Type],
+        loc: SrcLoc,
+    ) -> Option<Self::Value>;
+    /// Faults (out of bounds, with the index and the length) unless `index` (of integer
+    /// type `ty`) is below the length of `slice`.
+    fn bounds_check(&mut self, slice: Self::Value, index: Self::Value, ty: Scalar, loc: SrcLoc);
+
+    fn jump(&mut self, dest: Self::Block, args: &[Self::Value]);
+    fn brif(
+        &mut self,
+        cond: Self::Value,
+        then_dest: (Self::Block, &[Self::Value]),
+        else_dest: (Self::Block, &[Self::Value]),
+    );
+    fn switch(
+        &mut self,
+        arg: Self::Value,
+        ty: Scalar,
+        cases: &[BCase<Self>],
+        default: (Self::Block, &[Self::Value]),
+    );
+    fn ret(&mut self, value: Option<Self::Value>);
+    fn trap(&mut self, loc: SrcLoc);
+    /// See [`Emitter::promote`].
+    fn promote(&mut self, site: u32, promoted: &[(Self::Value, Scalar)], live: &[Self::Value]);
+    /// See [`Emitter::promote_miss`].
+    fn promote_miss(&mut self, site: u32, promoted: &[Self::Value]);
+}
+
+/// A value as the fold layer knows it.
+#[derive(Clone, Copy, Debug)]
+pub enum FVal<V> {
+    /// Known at stitch time.
+    Const(Const),
+    /// In code, of this type; `static_len` is the length of a static slice.
+    Dyn {
+        v: V,
+        ty: Type,
+        static_len: Option<u64>,
+    },
+}
+
+impl<V> FVal<V> {
+    fn ty(&self) -> Type {
+        match self {
+            FVal::Const(c) => Type::Scalar(c.ty()),
+            FVal::Dyn { ty, .. } => *ty,
+        }
+    }
+}
+
+/// An index as the check cache keys it: a constant, or a value in code.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum IndexKey<V> {
+    Const(i128),
+    Dyn(V),
+}
+
+/// The fold layer over backend `B`.
+pub struct Fold<B: Backend> {
+    pub backend: B,
+    /// Lengths of the static slices (by key parameter), for `len` and bounds checks.
+    static_lens: Vec<Option<u64>>,
+    /// Parameter types of each created block.
+    block_types: HashMap<B::Block, Vec<Type>>,
+    /// Bounds checks made in the current block: (slice, index) pairs, and per slice the
+    /// largest constant index checked.
+    checked: HashSet<(B::Value, IndexKey<B::Value>)>,
+    checked_const: HashMap<B::Value, i128>,
+}
+
+impl<B: Backend> Fold<B>
+where
+    B::Block: Hash,
+{
+    /// A fold layer over `backend`; `static_lens[k]` is the length of static slice `k`.
+    pub fn new(backend: B, static_lens: Vec<Option<u64>>) -> Fold<B> {
+        Fold {
+            backend,
+            static_lens,
+            block_types: HashMap::new(),
+            checked: HashSet::new(),
+            checked_const: HashMap::new(),
+        }
+    }
+
+    /// The value in code.
+    fn lower(&mut self, v: FVal<B::Value>) -> B::Value {
+        match v {
+            FVal::Const(c) => self.backend.constant(c),
+            FVal::Dyn { v, .. } => v,
+        }
+    }
+
+    fn lower_all(&mut self, vs: &[FVal<B::Value>]) -> Vec<B::Value> {
+        vs.iter().map(|&v| self.lower(v)).collect()
+    }
+
+    fn dynamic(
+        &mut self,
+        op: &TOp,
+        args: &[FVal<B::Value>],
+        ty: Type,
+        loc: SrcLoc,
+    ) -> FVal<B::Value> {
+        let types: Vec<Type> = args.iter().map(FVal::ty).collect();
+        let vals = self.lower_all(args);
+        let v = self
+            .backend
+            .op(op, &vals, &types, loc)
+            .expect("an operation with a result");
+        FVal::Dyn {
+            v,
+            ty,
+            static_len: None,
+        }
+    }
+
+    /// Strength reduction of `x op k` for an integer constant `k`; `None` if nothing
+    /// applies.
+    fn reduce(&mut self, op: BinaryOp, x: FVal<B::Value>, k: Const) -> Option<FVal<B::Value>> {
+        let Const::Int(t, bits) = k else { return None };
+        let w = t.int_bits()? as i64;
+        let value = semantics::int_value(k)?;
+        let pow2 = (value > 0 && (value as u128).is_power_of_two())
+            .then(|| (value as u128).trailing_zeros() as i64);
+        let ty = Type::Scalar(t);
+        let int = |v: i64| FVal::Const(semantics::int(t, v as u64));
+        let loc = SrcLoc::default();
+        Some(match (op, value, pow2) {
+            (
+                BinaryOp::Add
+                | BinaryOp::Sub
+                | BinaryOp::Or
+                | BinaryOp::Xor
+                | BinaryOp::Shl
+                | BinaryOp::Shr,
+                0,
+                _,
+            ) => x,
+            (BinaryOp::Mul | BinaryOp::And, 0, _) => int(0),
+            (BinaryOp::Mul | BinaryOp::Div, 1, _) => x,
+            (BinaryOp::Mul, _, Some(s)) => {
+                self.dynamic(&TOp::Binary(BinaryOp::Shl), &[x, int(s)], ty, loc)
+            }
+            (BinaryOp::Div, _, Some(s)) if !t.is_signed() => {
+                self.dynamic(&TOp::Binary(BinaryOp::Shr), &[x, int(s)], ty, loc)
+            }
+            (BinaryOp::Rem, _, Some(_)) if !t.is_signed() => {
+                let mask = FVal::Const(semantics::int(t, bits - 1));
+                self.dynamic(&TOp::Binary(BinaryOp::And), &[x, mask], ty, loc)
+            }
+            (BinaryOp::Div, _, Some(s)) if t.is_signed() && s < w - 1 => {
+                // Round toward zero: add 2^s - 1 to negative dividends before shifting.
+                // sign = x >> (w-1) is 0 or -1; as unsigned, shifted right by w - s, it is
+                // 0 or 2^s - 1.
+                let u = unsigned_of(t);
+                let uty = Type::Scalar(u);
+                let shr = TOp::Binary(BinaryOp::Shr);
+                let sign = self.dynamic(&shr, &[x, int(w - 1)], ty, loc);
+                let usign = self.dynamic(&TOp::Cast(u), &[sign], uty, loc);
+                let ubias = self.dynamic(
+                    &shr,
+                    &[usign, FVal::Const(semantics::int(u, (w - s) as u64))],
+                    uty,
+                    loc,
+                );
+                let bias = self.dynamic(&TOp::Cast(t), &[ubias], ty, loc);
+                let sum = self.dynamic(&TOp::Binary(BinaryOp::Add), &[x, bias], ty, loc);
+                self.dynamic(&shr, &[sum, int(s)], ty, loc)
+            }
+            _ => return None,
+        })
+    }
+
+    fn binary(
+        &mut self,
+        op: BinaryOp,
+        a: FVal<B::Value>,
+        b: FVal<B::Value>,
+        loc: SrcLoc,
+    ) -> FVal<B::Value> {
+        if let (FVal::Const(x), FVal::Const(y)) = (a, b) {
+            if let Ok(r) = semantics::binary(op, x, y) {
+                return FVal::Const(r);
+            }
+        }
+        if a.ty().is_int() {
+            if let FVal::Const(k) = b {
+                if let Some(r) = self.reduce(op, a, k) {
+                    return r;
+                }
+            }
+            if let FVal::Const(k) = a {
+                let commutes = matches!(
+                    op,
+                    BinaryOp::Add | BinaryOp::Mul | BinaryOp::And | BinaryOp::Or | BinaryOp::Xor
+                );
+                if commutes {
+                    if let Some(r) = self.reduce(op, b, k) {
+                        return r;
+                    }
+                }
+            }
+        }
+        let ty = a.ty();
+        self.dynamic(&TOp::Binary(op), &[a, b], ty, loc)
+    }
+
+    /// Checks `s[i]` unless it is known to be in bounds.
+    fn check(&mut self, s: FVal<B::Value>, i: FVal<B::Value>, loc: SrcLoc) {
+        let FVal::Dyn {
+            v: sv, static_len, ..
+        } = s
+        else {
+            unreachable!("a slice is never a constant")
+        };
+        let ci = match i {
+            FVal::Const(c) => semantics::int_value(c),
+            FVal::Dyn { .. } => None,
+        };
+        if let (Some(x), Some(n)) = (ci, static_len) {
+            if x >= 0 && x < n as i128 {
+                return;
+            }
+        }
+        if let Some(x) = ci {
+            if x >= 0 && self.checked_const.get(&sv).is_some_and(|&k| x <= k) {
+                return;
+            }
+        }
+        let key = match (ci, i) {
+            (Some(x), _) => IndexKey::Const(x),
+            (None, FVal::Dyn { v, .. }) => IndexKey::Dyn(v),
+            (None, FVal::Const(_)) => unreachable!("a constant index is an integer"),
+        };
+        if self.checked.contains(&(sv, key)) {
+            return;
+        }
+        let ty = i.ty().scalar().expect("an integer index");
+        let iv = self.lower(i);
+        self.backend.bounds_check(sv, iv, ty, loc);
+        self.checked.insert((sv, key));
+        if let Some(x) = ci.filter(|&x| x >= 0) {
+            let k = self.checked_const.entry(sv).or_insert(x);
+            *k = (*k).max(x);
+        }
+    }
+
+    fn types_of(&self, b: B::Block) -> &[Type] {
+        self.block_types.get(&b).map_or(&[], Vec::as_slice)
+    }
+
+    fn wrap(vals: Vec<B::Value>, tys: &[Type]) -> Vec<FVal<B::Value>> {
+        vals.into_iter()
+            .zip(tys)
+            .map(|(v, &ty)| FVal::Dyn {
+                v,
+                ty,
+                static_len: None,
+            })
+            .collect()
+    }
+}
+
+/// The unsigned type of an integer type's width.
+fn unsigned_of(t: Scalar) -> Scalar {
+    match t.int_bits() {
+        Some(8) => Scalar::U8,
+        Some(16) => Scalar::U16,
+        Some(32) => Scalar::U32,
+        _ => Scalar::U64,
+    }
+}
+
+impl<B: Backend> Emitter for Fold<B>
+where
+    B::Block: Hash,
+{
+    type Value = FVal<B::Value>;
+    type Block = B::Block;
+
+    fn create_block(&mut self, params: &[Type]) -> B::Block {
+        let b = self.backend.create_block(params);
+        self.block_types.insert(b, params.to_vec());
+        b
+    }
+
+    fn note_copy(&mut self, b: B::Block, template: u32, context: &[(u8, u64)]) {
+        self.backend.note_copy(b, template, context);
+    }
+
+    fn block_params(&self, b: B::Block) -> Vec<Self::Value> {
+        Self::wrap(self.backend.block_params(b), self.types_of(b))
+    }
+
+    fn switch_to_block(&mut self, b: B::Block) {
+        self.checked.clear();
+        self.checked_const.clear();
+        self.backend.switch_to_block(b);
+    }
+
+    fn constant(&mut self, c: Const) -> Self::Value {
+        FVal::Const(c)
+    }
+
+    fn static_slice(&mut self, id: u32, ty: Type) -> Self::Value {
+        let v = self.backend.static_slice(id, ty);
+        FVal::Dyn {
+            v,
+            ty,
+            static_len: self.static_lens.get(id as usize).copied().flatten(),
+        }
+    }
+
+    fn op(&mut self, op: &TOp, args: &[Self::Value], loc: SrcLoc) -> Option<Self::Value> {
+        let consts: Option<Vec<Const>> = args
+            .iter()
+            .map(|a| match a {
+                FVal::Const(c) => Some(*c),
+                FVal::Dyn { .. } => None,
+            })
+            .collect();
+        Some(match op {
+            TOp::Unary(o) => {
+                if let Some(Ok(r)) = consts.as_ref().map(|c| semantics::unary(*o, c[0])) {
+                    return Some(FVal::Const(r));
+                }
+                let ty = args[0].ty();
+                self.dynamic(op, args, ty, loc)
+            }
+            TOp::Binary(o) => self.binary(*o, args[0], args[1], loc),
+            TOp::Cmp(o) => {
+                if let Some(Ok(r)) = consts.as_ref().map(|c| semantics::cmp(*o, c[0], c[1])) {
+                    return Some(FVal::Const(Const::Bool(r)));
+                }
+                self.dynamic(op, args, Type::BOOL, loc)
+            }
+            TOp::Select => match args[0] {
+                FVal::Const(Const::Bool(c)) => args[if c { 1 } else { 2 }],
+                _ => {
+                    let ty = args[1].ty();
+                    let mut r = self.dynamic(op, args, ty, loc);
+                    // Both arms of one static slice keep its length.
+                    if let (
+                        FVal::Dyn {
+                            static_len: Some(a),
+                            ..
+                        },
+                        FVal::Dyn {
+                            static_len: Some(b),
+                            ..
+                        },
+                        FVal::Dyn { static_len, .. },
+                    ) = (args[1], args[2], &mut r)
+                    {
+                        if a == b {
+                            *static_len = Some(a);
+                        }
+                    }
+                    r
+                }
+            },
+            TOp::Cast(to) => match consts {
+                Some(c) => FVal::Const(semantics::cast(*to, c[0])),
+                None if args[0].ty() == Type::Scalar(*to) => args[0],
+                None => self.dynamic(op, args, Type::Scalar(*to), loc),
+            },
+            TOp::Len => match args[0] {
+                FVal::Dyn {
+                    static_len: Some(n),
+                    ..
+                } => FVal::Const(Const::Int(Scalar::I64, n)),
+                _ => self.dynamic(op, args, Type::I64, loc),
+            },
+            TOp::Load => {
+                self.check(args[0], args[1], loc);
+                let elem = args[0].ty().elem().expect("a slice");
+                self.dynamic(op, args, Type::Scalar(elem), loc)
+            }
+            TOp::Store => {
+                self.check(args[0], args[1], loc);
+                let types: Vec<Type> = args.iter().map(FVal::ty).collect();
+                let vals = self.lower_all(args);
+                self.backend.op(op, &vals, &types, loc);
+                return None;
+            }
+            TOp::Call { ret, .. } => {
+                let types: Vec<Type> = args.iter().map(FVal::ty).collect();
+                let vals = self.lower_all(args);
+                let v = self.backend.op(op, &vals, &types, loc)?;
+                FVal::Dyn {
+                    v,
+                    ty: ret.expect("a call with a result"),
+                    static_len: None,
+                }
+            }
+        })
+    }
+
+    fn jump(&mut self, dest: B::Block, args: &[Self::Value]) {
+        let a = self.lower_all(args);
+        self.backend.jump(dest, &a);
+    }
+
+    fn brif(
+        &mut self,
+        cond: Self::Value,
+        then_dest: (B::Block, &[Self::Value]),
+        else_dest: (B::Block, &[Self::Value]),
+    ) {
+        if let FVal::Const(Const::Bool(c)) = cond {
+            let (b, args) = if c { then_dest } else { else_dest };
+            return self.jump(b, args);
+        }
+        let c = self.lower(cond);
+        let ta = self.lower_all(then_dest.1);
+        let ea = self.lower_all(else_dest.1);
+        self.backend.brif(c, (then_dest.0, &ta), (else_dest.0, &ea));
+    }
+
+    fn switch(
+        &mut self,
+        arg: Self::Value,
+        cases: &[Case<Self>],
+        default: (B::Block, &[Self::Value]),
+    ) {
+        if let FVal::Const(Const::Int(_, k)) = arg {
+            return match cases.iter().find(|(v, _, _)| *v == k) {
+                Some((_, b, args)) => self.jump(*b, args),
+                None => self.jump(default.0, default.1),
+            };
+        }
+        let ty = arg.ty().scalar().expect("a scalar");
+        let a = self.lower(arg);
+        let cs: Vec<BCase<B>> = cases
+            .iter()
+            .map(|(k, b, args)| (*k, *b, self.lower_all(args)))
+            .collect();
+        let d = self.lower_all(default.1);
+        self.backend.switch(a, ty, &cs, (default.0, &d));
+    }
+
+    fn ret(&mut self, value: Option<Self::Value>) {
+        let v = value.map(|v| self.lower(v));
+        self.backend.ret(v);
+    }
+
+    fn trap(&mut self, loc: SrcLoc) {
+        self.backend.trap(loc);
+    }
+
+    fn promote(&mut self, site: u32, promoted: &[Self::Value], live: &[Self::Value]) {
+        let p: Vec<(B::Value, Scalar)> = promoted
+            .iter()
+            .map(|&v| {
+                let s = v.ty().scalar().expect("promoted values are scalars");
+                (self.lower(v), s)
+            })
+            .collect();
+        let l = self.lower_all(live);
+        self.backend.promote(site, &p, &l);
+    }
+
+    fn promote_miss(&mut self, site: u32, promoted: &[Self::Value]) {
+        let p = self.lower_all(promoted);
+        self.backend.promote_miss(site, &p);
+    }
+}
