@@ -477,3 +477,98 @@ fn mutated_text_never_panics_parser_verifier_or_interpreter() {
         }
     }
 }
+
+/// Congruence of the binding-time analysis on random annotated programs: a static
+/// instruction is pure (or a static load or static call) and its operands are static; a
+/// static block parameter only ever receives static arguments; a static branch is one on a
+/// static condition; `make_static` results are static, `make_dynamic` results dynamic; a
+/// static value is defined by a static instruction, an annotation, a static parameter or a
+/// key parameter, never by a dynamic instruction.
+#[test]
+fn binding_times_are_congruent_on_random_programs() {
+    use crate::bta::{analyze, Mode};
+    use crate::ir::{Callee, InstData, ValueDef};
+    let mut checked = 0;
+    for seed in 0..cases(DEFAULT_CASES) {
+        let m = func::module(&mut Rng::new(seed), &func::Config::default());
+        for (_, f) in m.funcs.iter() {
+            let bta = analyze(&m, f, Mode::Specialize);
+            if !bta.errors.is_empty() {
+                continue;
+            }
+            let cfg = ControlFlowGraph::compute(f);
+            let reachable = reach(cfg.graph(), 0);
+            for (n, &b) in f.layout.blocks().iter().enumerate() {
+                if !reachable[n] {
+                    continue;
+                }
+                for &i in f.layout.block_insts(b) {
+                    let data = &f.insts[i];
+                    let results = f.inst_results(i);
+                    match data {
+                        InstData::MakeStatic { .. } => {
+                            for &r in results {
+                                assert!(bta.is_static(r), "seed {seed}: make_static result {r}");
+                            }
+                        }
+                        InstData::MakeDynamic { .. } => {
+                            for &r in results {
+                                assert!(!bta.is_static(r), "seed {seed}: make_dynamic result {r}");
+                            }
+                        }
+                        _ if bta.inst_is_static(f, i) => {
+                            let pure = match data {
+                                InstData::Load { .. } | InstData::Store { .. } => false,
+                                InstData::Call {
+                                    callee: Callee::Extern(e),
+                                    is_static,
+                                    ..
+                                } => *is_static && m.externs[*e].pure,
+                                InstData::Call { .. } => false,
+                                _ => !data.is_terminator(),
+                            };
+                            assert!(pure, "seed {seed}: static impure instruction {i}");
+                            for v in data.operands() {
+                                assert!(
+                                    bta.is_static(v),
+                                    "seed {seed}: static {i} reads dynamic {v}"
+                                );
+                            }
+                        }
+                        _ => {
+                            for &r in results {
+                                assert!(
+                                    !bta.is_static(r),
+                                    "seed {seed}: dynamic instruction {i} defines static {r}"
+                                );
+                            }
+                        }
+                    }
+                    for t in data.branch_targets() {
+                        for (&p, &a) in f.block_params(t.block).iter().zip(&t.args) {
+                            if bta.is_static(p) {
+                                assert!(
+                                    bta.is_static(a),
+                                    "seed {seed}: static parameter {p} receives dynamic {a}"
+                                );
+                            }
+                        }
+                    }
+                }
+                if bta.branch_is_static(f, b) {
+                    let t = f.terminator(b).expect("a terminator");
+                    let cond = f.insts[t].operands()[0];
+                    assert!(bta.is_static(cond), "seed {seed}: static branch on {cond}");
+                    checked += 1;
+                }
+            }
+            for (k, &p) in f.block_params(f.layout.blocks()[0]).iter().enumerate() {
+                if bta.is_static(p) {
+                    assert!(bta.key_params.contains(&k), "seed {seed}: parameter {k}");
+                }
+                assert!(matches!(f.values[p].def, ValueDef::Param(..)));
+            }
+        }
+    }
+    assert!(checked > 0, "no static branch in any program");
+}
