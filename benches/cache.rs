@@ -58,6 +58,16 @@ fn main() {
         .expect("runs");
 
     let n = 2_000_000;
+    if std::env::args().any(|a| a == "--profile-scalars") {
+        for i in 0..50_000_000i64 {
+            black_box(
+                scalars
+                    .call(&mut [Arg::from(6i64), Arg::from(7i64), Arg::from(i)])
+                    .expect("runs"),
+            );
+        }
+        return;
+    }
     let spec2 = measure(7, n, |i| {
         black_box(spec_scalars.call(&mut [Arg::from(i as i64)]).expect("runs"));
     });

@@ -346,6 +346,8 @@ struct RegionState {
     params: Vec<Type>,
     /// Positions of the key parameters, increasing.
     keys: Vec<usize>,
+    /// Whether a key parameter is a slice (keyed by a content hash).
+    slice_keys: bool,
     /// Specializations by key words (`cache_all`): see [`Region::call`].
     cache: Cache<Arc<Specialized>>,
     /// The generic code's entry, made on first use.
@@ -369,6 +371,11 @@ impl RegionState {
             id,
             prog: Arc::new(ge.program.clone()),
             keys: ge.program.key_params.clone(),
+            slice_keys: ge
+                .program
+                .key_params
+                .iter()
+                .any(|&k| f.sig.params[k].is_slice()),
             params: f.sig.params.clone(),
             ge,
             cache: Cache::default(),
@@ -531,21 +538,27 @@ impl Region {
                 }
             }
         }
+        // A hit keyed by a slice's hash is checked against the contents it was made for.
         let fits = |spec: &Specialized| {
-            keys.iter().all(|&k| match &args[k] {
-                Arg::Slice(s) => spec.spec.static_slice_bytes(k) == Some(s.bytes()),
-                Arg::Scalar(_) => true,
-            })
+            !self.state.slice_keys
+                || keys.iter().all(|&k| match &args[k] {
+                    Arg::Slice(s) => spec.spec.static_slice_bytes(k) == Some(s.bytes()),
+                    Arg::Scalar(_) => true,
+                })
         };
+        let fresh;
         let spec = match self.state.cache.get(key.as_slice()) {
-            Some(s) if fits(&s) => s,
+            Some(s) if fits(s) => s,
             hit => {
                 let key_args: Vec<Arg> = keys.iter().map(|&k| reborrow(&args[k])).collect();
                 let s = Arc::new(self.specialize(&key_args)?);
                 if hit.is_none() {
-                    self.state.cache.insert(key.as_slice(), s.clone());
+                    self.state.cache.insert(key.as_slice(), s)
+                } else {
+                    // A content-hash collision: use the new code without caching it.
+                    fresh = s;
+                    &fresh
                 }
-                s
             }
         };
         spec.call_skipping(args, keys)

@@ -666,14 +666,14 @@ impl SpecState {
 
     /// The code of the continuation at `site` for promoted `words`, stitched on a miss.
     fn continuation(&self, site: &Arc<PromoSite>, words: &[u64]) -> Result<usize, RuntimeError> {
-        if let Some(c) = site.cache.get(words) {
+        if let Some(&c) = site.cache.get(words) {
             if let [w] = words {
                 site.install_inline(*w, c);
             }
             return Ok(c);
         }
         let _guard = site.stitching.lock();
-        if let Some(c) = site.cache.get(words) {
+        if let Some(&c) = site.cache.get(words) {
             return Ok(c);
         }
         let opts = &self.runtime.opts;
