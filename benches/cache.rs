@@ -40,6 +40,11 @@ fn row(what: &str, (m, lo, hi): (f64, f64, f64)) {
     println!("| {what} | {m:.1} | {lo:.1}-{hi:.1} |");
 }
 
+/// The difference of two medians (a range of differences would mean nothing).
+fn diff(what: &str, a: (f64, f64, f64), b: (f64, f64, f64)) {
+    println!("| {what} | {:.1} | |", a.0 - b.0);
+}
+
 fn main() {
     let p = Program::compile(SRC).expect("compiles");
     let scalars = p.region("scalars").expect("region");
