@@ -98,22 +98,16 @@ fn main() {
     println!("|---|---|---|");
     row("`Specialized::call`, 1 scalar argument", spec2);
     row("`Region::call`, key of 2 scalars", region2);
-    row(
+    diff(
         "cache hit beyond `Specialized::call`, 2 scalars",
-        (
-            region2.0 - spec2.0,
-            region2.1 - spec2.1,
-            region2.2 - spec2.2,
-        ),
+        region2,
+        spec2,
     );
     row("`Specialized::call`, static slice region", spec_s);
     row("`Region::call`, static slice of 1,000 i64", region_s);
-    row(
+    diff(
         "cache hit beyond `Specialized::call`, 1,000-element slice",
-        (
-            region_s.0 - spec_s.0,
-            region_s.1 - spec_s.1,
-            region_s.2 - spec_s.2,
-        ),
+        region_s,
+        spec_s,
     );
 }

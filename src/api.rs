@@ -448,9 +448,8 @@ impl Region {
         &self.state.params
     }
 
-    /// Specializes the region on the values of its key parameters, given in order. The
-    /// result is not cached; [`Region::call`] caches.
-    pub fn specialize(&self, key_args: &[Arg]) -> Result<Specialized, Error> {
+    /// The key values and static slice contents of `key_args`, checked.
+    fn key_of(&self, key_args: &[Arg]) -> Result<(Vec<SVal>, Vec<Option<SliceData>>), Error> {
         let keys = &self.state.keys;
         if key_args.len() != keys.len() {
             return Err(Error::Arguments(format!(
@@ -475,11 +474,20 @@ impl Region {
                 }
             }
         }
+        Ok((key, slices))
+    }
+
+    /// Specializes the region on the values of its key parameters, given in order. The
+    /// result is not cached; [`Region::call`] caches.
+    pub fn specialize(&self, key_args: &[Arg]) -> Result<Specialized, Error> {
+        let (key, slices) = self.key_of(key_args)?;
         let spec = self
             .program
             .inner
             .runtime
             .specialize(self.state.prog.clone(), key, slices)?;
+        let keys = &self.state.keys;
+        let params = self.params();
         let dynamic: Vec<Type> = (0..params.len())
             .filter(|k| !keys.contains(k))
             .map(|k| params[k])
@@ -488,6 +496,17 @@ impl Region {
             spec,
             params: dynamic,
         })
+    }
+
+    /// The Cranelift IR of the entry unit the region's specialization on `key_args` would
+    /// have, before Cranelift optimizes it (what the stitch-time optimizations left).
+    pub fn entry_unit_ir(&self, key_args: &[Arg]) -> Result<String, Error> {
+        let (key, slices) = self.key_of(key_args)?;
+        Ok(self
+            .program
+            .inner
+            .runtime
+            .entry_unit_ir(self.state.prog.clone(), key, slices)?)
     }
 
     /// The region compiled without specialization (its generic code).

@@ -279,6 +279,8 @@ struct UnitInput<'a> {
     callees: Callees<'a>,
     /// The specialization the unit belongs to (promotion sites), if any.
     spec: Option<&'a SpecState>,
+    /// Receives the unit's Cranelift IR as built (before Cranelift optimizes it), if any.
+    ir_text: Option<&'a mut String>,
 }
 
 impl Shared {
@@ -349,6 +351,9 @@ impl Shared {
             stitch_ns: t0.elapsed().as_nanos() as u64,
             compile_ns: 0,
         };
+        if let Some(out) = input.ir_text {
+            *out = cctx.func.display().to_string();
+        }
         let t1 = std::time::Instant::now();
         define_function(region, module, id, &mut cctx)?;
         stats.compile_ns = t1.elapsed().as_nanos() as u64;
@@ -432,6 +437,7 @@ impl Runtime {
                     static_ptrs: Vec::new(),
                     callees: Callees::Local(&ids),
                     spec: None,
+                    ir_text: None,
                 };
                 shared.compile_unit(&shared._generic_code, module, input, id)?;
             }
@@ -508,6 +514,7 @@ impl Runtime {
                 static_ptrs: state.static_ptrs(),
                 callees: Callees::Imported,
                 spec: Some(&state),
+                ir_text: None,
             };
             let mut stats = self
                 .shared
@@ -525,6 +532,41 @@ impl Runtime {
             ret: prog.ret,
             name: prog.name.clone(),
             stats,
+        })
+    }
+
+    /// The Cranelift IR of the entry unit of a specialization (arguments as for
+    /// [`Runtime::specialize`]), as the stitcher builds it, before Cranelift optimizes it:
+    /// what the stitch-time optimizations left. For tests and tuning; nothing is kept.
+    pub fn entry_unit_ir(
+        &self,
+        prog: Arc<StitchProgram>,
+        key: Vec<SVal>,
+        slices: Vec<Option<SliceData>>,
+    ) -> Result<String, RuntimeError> {
+        guarded("specializing", || {
+            let state = SpecState::new(&self.shared, prog.clone(), slices);
+            let inputs = prog.blocks[prog.entry].input_types();
+            let mut text = String::new();
+            state.region.with_module(|module| {
+                let unit = module
+                    .declare_anonymous_function(&abi::unit_signature(&inputs))
+                    .map_err(jit_err)?;
+                let input = UnitInput {
+                    prog: &prog,
+                    start: prog.entry,
+                    key: &key,
+                    slices: &state.slices,
+                    static_ptrs: state.static_ptrs(),
+                    callees: Callees::Imported,
+                    spec: Some(&state),
+                    ir_text: Some(&mut text),
+                };
+                self.shared
+                    .compile_unit(&state.region, module, input, unit)
+                    .map(|_| ())
+            })?;
+            Ok(text)
         })
     }
 
@@ -707,6 +749,7 @@ impl SpecState {
                     static_ptrs: self.static_ptrs(),
                     callees: Callees::Imported,
                     spec: Some(self),
+                    ir_text: None,
                 };
                 self.runtime.compile_unit(&self.region, module, input, id)?;
                 module.finalize_definitions().map_err(jit_err)?;
