@@ -45,8 +45,9 @@
 //! ```
 
 use std::marker::PhantomData;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
+use dyc_stitcher::exec::ExecutorKind;
 use dyc_stitcher::ge::StitchProgram;
 use dyc_stitcher::ge::{BudgetKind, SVal, SliceData, SpecError};
 use dyc_stitcher::runtime::cache::{hash_bytes, Cache};
@@ -326,7 +327,8 @@ impl Program {
         let state = match slot.get() {
             Some(s) => s.clone(),
             None => {
-                let s = Arc::new(RegionState::new(m, id)?);
+                let executor = self.inner.runtime.options().executor;
+                let s = Arc::new(RegionState::new(m, id, executor)?);
                 slot.get_or_init(|| s).clone()
             }
         };
@@ -352,10 +354,12 @@ struct RegionState {
     cache: Cache<Arc<Specialized>>,
     /// The generic code's entry, made on first use.
     generic: OnceLock<Arc<Specialized>>,
+    /// The executor of new specializations.
+    executor: RwLock<ExecutorKind>,
 }
 
 impl RegionState {
-    fn new(m: &Module, id: FuncId) -> Result<RegionState, Error> {
+    fn new(m: &Module, id: FuncId, executor: ExecutorKind) -> Result<RegionState, Error> {
         let f = &m.funcs[id];
         let ge = ge::build(m, id, Mode::Specialize).map_err(|e| Error::from_ge(e, f))?;
         if f.sig.ret.is_some_and(|t| t.is_slice()) {
@@ -380,6 +384,7 @@ impl RegionState {
             ge,
             cache: Cache::default(),
             generic: OnceLock::new(),
+            executor: RwLock::new(executor),
         })
     }
 }
@@ -448,6 +453,25 @@ impl Region {
         &self.state.params
     }
 
+    /// The executor that stitches this region's new specializations.
+    pub fn executor(&self) -> ExecutorKind {
+        *self
+            .state
+            .executor
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Selects the executor for this region's new specializations (every handle of the
+    /// region sees it; specializations already cached stay).
+    pub fn set_executor(&self, executor: ExecutorKind) {
+        *self
+            .state
+            .executor
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = executor;
+    }
+
     /// The key values and static slice contents of `key_args`, checked.
     fn key_of(&self, key_args: &[Arg]) -> Result<(Vec<SVal>, Vec<Option<SliceData>>), Error> {
         let keys = &self.state.keys;
@@ -481,11 +505,12 @@ impl Region {
     /// result is not cached; [`Region::call`] caches.
     pub fn specialize(&self, key_args: &[Arg]) -> Result<Specialized, Error> {
         let (key, slices) = self.key_of(key_args)?;
-        let spec = self
-            .program
-            .inner
-            .runtime
-            .specialize(self.state.prog.clone(), key, slices)?;
+        let spec = self.program.inner.runtime.specialize(
+            self.state.prog.clone(),
+            key,
+            slices,
+            self.executor(),
+        )?;
         let keys = &self.state.keys;
         let params = self.params();
         let dynamic: Vec<Type> = (0..params.len())
@@ -502,11 +527,12 @@ impl Region {
     /// have, before Cranelift optimizes it (what the stitch-time optimizations left).
     pub fn entry_unit_ir(&self, key_args: &[Arg]) -> Result<String, Error> {
         let (key, slices) = self.key_of(key_args)?;
-        Ok(self
-            .program
-            .inner
-            .runtime
-            .entry_unit_ir(self.state.prog.clone(), key, slices)?)
+        Ok(self.program.inner.runtime.entry_unit_ir(
+            self.state.prog.clone(),
+            key,
+            slices,
+            self.executor(),
+        )?)
     }
 
     /// The region compiled without specialization (its generic code).

@@ -88,7 +88,8 @@ pub struct RuntimeOptions {
     /// (default 512 KiB; Rust's spawned threads have 2 MiB).
     pub max_stack: u64,
     pub budget: Budget,
-    /// The executor that runs stitch programs.
+    /// The executor that runs stitch programs for generic code, and by default for
+    /// specializations ([`Runtime::specialize`] takes one per call, so per region).
     pub executor: ExecutorKind,
 }
 
@@ -336,9 +337,8 @@ impl Shared {
                 mode: PromotionMode::Units(&resolve),
                 budget: self.opts.budget,
             };
-            let unit = self
-                .opts
-                .executor
+            let executor = input.spec.map_or(self.opts.executor, |s| s.executor);
+            let unit = executor
                 .run(&cx, input.start, input.key, &mut em)
                 .map_err(RuntimeError::Spec)?;
             em.backend.finish(unit.entry, frontend);
@@ -457,6 +457,11 @@ impl Runtime {
         })
     }
 
+    /// The options the runtime was made with.
+    pub fn options(&self) -> &RuntimeOptions {
+        &self.shared.opts
+    }
+
     /// The host functions the module declares.
     pub fn host_decls(&self) -> &PrimaryMap<HostId, HostDecl> {
         &self.shared.hosts.decls
@@ -488,9 +493,10 @@ impl Runtime {
         prog: Arc<StitchProgram>,
         key: Vec<SVal>,
         slices: Vec<Option<SliceData>>,
+        executor: ExecutorKind,
     ) -> Result<Specialization, RuntimeError> {
         guarded("specializing", || {
-            self.specialize_unguarded(prog, key, slices)
+            self.specialize_unguarded(prog, key, slices, executor)
         })
     }
 
@@ -499,8 +505,9 @@ impl Runtime {
         prog: Arc<StitchProgram>,
         key: Vec<SVal>,
         slices: Vec<Option<SliceData>>,
+        executor: ExecutorKind,
     ) -> Result<Specialization, RuntimeError> {
-        let state = SpecState::new(&self.shared, prog.clone(), slices);
+        let state = SpecState::new(&self.shared, prog.clone(), slices, executor);
         let inputs = prog.blocks[prog.entry].input_types();
         let (code, stats) = state.region.with_module(|module| {
             let unit = module
@@ -543,9 +550,10 @@ impl Runtime {
         prog: Arc<StitchProgram>,
         key: Vec<SVal>,
         slices: Vec<Option<SliceData>>,
+        executor: ExecutorKind,
     ) -> Result<String, RuntimeError> {
         guarded("specializing", || {
-            let state = SpecState::new(&self.shared, prog.clone(), slices);
+            let state = SpecState::new(&self.shared, prog.clone(), slices, executor);
             let inputs = prog.blocks[prog.entry].input_types();
             let mut text = String::new();
             state.region.with_module(|module| {
@@ -580,7 +588,8 @@ impl Runtime {
             .cloned()
             .ok_or_else(|| RuntimeError::Arguments(format!("no function {index}")))?;
         guarded("making an entry", || {
-            let state = SpecState::new(&self.shared, prog.clone(), Vec::new());
+            let executor = self.shared.opts.executor;
+            let state = SpecState::new(&self.shared, prog.clone(), Vec::new(), executor);
             let code = state.region.with_module(|module| {
                 let sig = abi::unit_signature(&prog.param_types);
                 let callee = module
@@ -621,6 +630,8 @@ pub(crate) struct SpecState {
     units: AtomicUsize,
     /// The fault site of failed lazy specializations.
     lazy_fault: u64,
+    /// The executor of this specialization's units.
+    executor: ExecutorKind,
 }
 
 impl SpecState {
@@ -628,6 +639,7 @@ impl SpecState {
         runtime: &Arc<Shared>,
         prog: Arc<StitchProgram>,
         slices: Vec<Option<SliceData>>,
+        executor: ExecutorKind,
     ) -> SpecState {
         let storage = slices
             .iter()
@@ -656,6 +668,7 @@ impl SpecState {
             site_ids: Mutex::new(HashMap::new()),
             units: AtomicUsize::new(0),
             lazy_fault,
+            executor,
         }
     }
 
