@@ -379,16 +379,13 @@ where
     }
 
     fn op(&mut self, op: &TOp, args: &[Self::Value], loc: SrcLoc) -> Option<Self::Value> {
-        let consts: Option<Vec<Const>> = args
-            .iter()
-            .map(|a| match a {
-                FVal::Const(c) => Some(*c),
-                FVal::Dyn { .. } => None,
-            })
-            .collect();
+        let c = |k: usize| match args.get(k) {
+            Some(FVal::Const(c)) => Some(*c),
+            _ => None,
+        };
         Some(match op {
             TOp::Unary(o) => {
-                if let Some(Ok(r)) = consts.as_ref().map(|c| semantics::unary(*o, c[0])) {
+                if let Some(Ok(r)) = c(0).map(|a| semantics::unary(*o, a)) {
                     return Some(FVal::Const(r));
                 }
                 let ty = args[0].ty();
@@ -396,8 +393,10 @@ where
             }
             TOp::Binary(o) => self.binary(*o, args[0], args[1], loc),
             TOp::Cmp(o) => {
-                if let Some(Ok(r)) = consts.as_ref().map(|c| semantics::cmp(*o, c[0], c[1])) {
-                    return Some(FVal::Const(Const::Bool(r)));
+                if let (Some(a), Some(b)) = (c(0), c(1)) {
+                    if let Ok(r) = semantics::cmp(*o, a, b) {
+                        return Some(FVal::Const(Const::Bool(r)));
+                    }
                 }
                 self.dynamic(op, args, Type::BOOL, loc)
             }
@@ -426,8 +425,8 @@ where
                     r
                 }
             },
-            TOp::Cast(to) => match consts {
-                Some(c) => FVal::Const(semantics::cast(*to, c[0])),
+            TOp::Cast(to) => match c(0) {
+                Some(a) => FVal::Const(semantics::cast(*to, a)),
                 None if args[0].ty() == Type::Scalar(*to) => args[0],
                 None => self.dynamic(op, args, Type::Scalar(*to), loc),
             },
