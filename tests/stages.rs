@@ -82,7 +82,12 @@ fn run(path: &Path, src: &str) -> Result<String, String> {
             let budget = dyc_stitcher::ge::Budget::default();
             let r = dyc::residual::run(&m, id, &args, &mut mem, &mut hosts, 1_000_000, budget)
                 .map_err(|e| format!("{e:?}"))?;
-            let spec = r.module.funcs.keys().next_back().expect("the specialization");
+            let spec = r
+                .module
+                .funcs
+                .keys()
+                .next_back()
+                .expect("the specialization");
             let mut out = dyc::ir::printer::print_function(&r.module, spec);
             let result = r.result.map_or("()".to_string(), |v| format_val(v, &mem));
             out.push_str(&format!("=> {result}\n"));

@@ -64,6 +64,9 @@ impl Diagnostic {
     }
 }
 
+/// Lines longer than this many characters are shown as a window around the mark.
+const SNIPPET_CHARS: usize = 120;
+
 /// Maps byte offsets to 1-based lines and columns (columns count characters).
 #[derive(Clone, Debug)]
 pub struct SourceMap<'a> {
@@ -125,11 +128,29 @@ impl<'a> SourceMap<'a> {
             "error: {}\n{pad}--> {}:{line}:{col}\n{pad} |\n",
             d.message, self.name
         );
-        out.push_str(format!("{line} | {text}").trim_end());
+        // A long line is shown as a window around the mark.
+        let chars: Vec<char> = text.chars().collect();
+        let (first, shown_width) = if chars.len() <= SNIPPET_CHARS {
+            (0, width as usize)
+        } else {
+            let w = (width as usize).min(SNIPPET_CHARS / 2);
+            ((col as usize - 1).saturating_sub(SNIPPET_CHARS / 4), w)
+        };
+        let last = chars.len().min(first + SNIPPET_CHARS);
+        let mut shown: String = chars[first..last].iter().collect();
+        let mut skip = col as usize - 1 - first;
+        if first > 0 {
+            shown.insert_str(0, "...");
+            skip += 3;
+        }
+        if last < chars.len() {
+            shown.push_str("...");
+        }
+        out.push_str(format!("{line} | {shown}").trim_end());
         out.push('\n');
-        let lead: String = text
+        let lead: String = shown
             .chars()
-            .take(col as usize - 1)
+            .take(skip)
             .map(|c| if c == '\t' { '\t' } else { ' ' })
             .collect();
         let label = if d.label.is_empty() {
@@ -139,7 +160,7 @@ impl<'a> SourceMap<'a> {
         };
         out.push_str(&format!(
             "{pad} | {lead}{}{label}\n",
-            "^".repeat(width as usize)
+            "^".repeat(shown_width)
         ));
         for n in &d.notes {
             out.push_str(&format!("{pad} = note: {n}\n"));

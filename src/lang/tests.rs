@@ -246,6 +246,8 @@ fn deep_nesting_is_a_located_error() {
                     && text.contains("deep.dyc:1:"),
                 "{what}: {text}"
             );
+            // The snippet of a 100,000-character line is a window around the mark.
+            assert!(text.len() < 600, "{what}: {} characters", text.len());
         }
         // Within the limit: 200 nested parentheses, and 200 nested `if`, compile and run.
         let parens = format!(
