@@ -72,7 +72,8 @@ fn residual_code_agrees_with_the_interpreter_on_every_test_program() {
                     outcome(Ok(run.result), &mem2)
                 }
                 Err(ResidualError::Runtime(e)) => outcome(Err(e), &mem2),
-                Err(ResidualError::Spec(e)) => format!("specialization failed: {e}"),
+                Err(e @ ResidualError::Internal(_)) => panic!("{}: {call}: {e}", path.display()),
+                Err(e) => format!("specialization failed: {e}"),
             };
             compared += 1;
             if got != expected {

@@ -184,7 +184,7 @@ fn run(args: &[String]) -> Result<(), Failure> {
                 Err(dyc::residual::ResidualError::Runtime(e)) => {
                     return Err(Failure::Error(format!("runtime error: {e}")))
                 }
-                Err(dyc::residual::ResidualError::Spec(e)) => return Err(Failure::Error(e)),
+                Err(e) => return Err(Failure::Error(e.to_string())),
             }
         }
         "run" => {

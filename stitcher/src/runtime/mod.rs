@@ -496,8 +496,25 @@ impl Runtime {
         executor: ExecutorKind,
     ) -> Result<Specialization, RuntimeError> {
         guarded("specializing", || {
-            self.specialize_unguarded(prog, key, slices, executor)
+            self.specialize_unguarded(prog, key, slices, executor, None)
         })
+    }
+
+    /// The Cranelift IR of the entry unit of a specialization (arguments as for
+    /// [`Runtime::specialize`]), as the stitcher builds it, before Cranelift optimizes it:
+    /// what the stitch-time optimizations left. For tests and tuning; nothing is kept.
+    pub fn entry_unit_ir(
+        &self,
+        prog: Arc<StitchProgram>,
+        key: Vec<SVal>,
+        slices: Vec<Option<SliceData>>,
+        executor: ExecutorKind,
+    ) -> Result<String, RuntimeError> {
+        let mut text = String::new();
+        guarded("specializing", || {
+            self.specialize_unguarded(prog, key, slices, executor, Some(&mut text))
+        })?;
+        Ok(text)
     }
 
     fn specialize_unguarded(
@@ -506,6 +523,7 @@ impl Runtime {
         key: Vec<SVal>,
         slices: Vec<Option<SliceData>>,
         executor: ExecutorKind,
+        ir_text: Option<&mut String>,
     ) -> Result<Specialization, RuntimeError> {
         let state = SpecState::new(&self.shared, prog.clone(), slices, executor);
         let inputs = prog.blocks[prog.entry].input_types();
@@ -521,7 +539,7 @@ impl Runtime {
                 static_ptrs: state.static_ptrs(),
                 callees: Callees::Imported,
                 spec: Some(&state),
-                ir_text: None,
+                ir_text,
             };
             let mut stats = self
                 .shared
@@ -539,42 +557,6 @@ impl Runtime {
             ret: prog.ret,
             name: prog.name.clone(),
             stats,
-        })
-    }
-
-    /// The Cranelift IR of the entry unit of a specialization (arguments as for
-    /// [`Runtime::specialize`]), as the stitcher builds it, before Cranelift optimizes it:
-    /// what the stitch-time optimizations left. For tests and tuning; nothing is kept.
-    pub fn entry_unit_ir(
-        &self,
-        prog: Arc<StitchProgram>,
-        key: Vec<SVal>,
-        slices: Vec<Option<SliceData>>,
-        executor: ExecutorKind,
-    ) -> Result<String, RuntimeError> {
-        guarded("specializing", || {
-            let state = SpecState::new(&self.shared, prog.clone(), slices, executor);
-            let inputs = prog.blocks[prog.entry].input_types();
-            let mut text = String::new();
-            state.region.with_module(|module| {
-                let unit = module
-                    .declare_anonymous_function(&abi::unit_signature(&inputs))
-                    .map_err(jit_err)?;
-                let input = UnitInput {
-                    prog: &prog,
-                    start: prog.entry,
-                    key: &key,
-                    slices: &state.slices,
-                    static_ptrs: state.static_ptrs(),
-                    callees: Callees::Imported,
-                    spec: Some(&state),
-                    ir_text: Some(&mut text),
-                };
-                self.shared
-                    .compile_unit(&state.region, module, input, unit)
-                    .map(|_| ())
-            })?;
-            Ok(text)
         })
     }
 
