@@ -42,6 +42,7 @@ use crate::ir::{
     BinaryOp, Block, Callee, Const, FuncId, Function, Inst, InstData, Module, Type, UnaryOp, Value,
     ValueDef,
 };
+use cranelift_entity::SecondaryMap;
 
 /// One violated invariant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -222,6 +223,13 @@ impl Verifier<'_> {
         }
         let cfg = ControlFlowGraph::compute(f);
         let domtree = DominatorTree::compute(&cfg);
+        // Each instruction's position in its block, for same-block uses (O(1) each).
+        let mut positions: SecondaryMap<Inst, u32> = SecondaryMap::with_capacity(f.insts.len());
+        for &b in f.layout.blocks() {
+            for (k, &i) in f.layout.block_insts(b).iter().enumerate() {
+                positions[i] = k as u32;
+            }
+        }
         let mut defined_results: HashSet<Value> = HashSet::new();
         for &b in f.layout.blocks() {
             for (n, &p) in f.block_params(b).iter().enumerate() {
@@ -244,7 +252,7 @@ impl Verifier<'_> {
             }
             for (pos, &i) in f.layout.block_insts(b).iter().enumerate() {
                 self.check_results(i, &mut defined_results);
-                self.check_operands(i, b, pos, &domtree);
+                self.check_operands(i, b, pos, &domtree, &positions);
                 self.check_types(i);
             }
         }
@@ -362,7 +370,14 @@ impl Verifier<'_> {
         }
     }
 
-    fn check_operands(&mut self, i: Inst, b: Block, pos: usize, domtree: &DominatorTree) {
+    fn check_operands(
+        &mut self,
+        i: Inst,
+        b: Block,
+        pos: usize,
+        domtree: &DominatorTree,
+        positions: &SecondaryMap<Inst, u32>,
+    ) {
         let f = self.f;
         let reachable = domtree.is_reachable(b);
         let mut operands = f.insts[i].operands();
@@ -398,8 +413,7 @@ impl Verifier<'_> {
                     }
                     Some(db) => {
                         if db == b && reachable {
-                            let dpos = f.layout.block_insts(b).iter().position(|&x| x == di);
-                            if dpos.is_none_or(|dp| dp >= pos) {
+                            if positions[di] as usize >= pos {
                                 self.error(
                                     At::Inst(i),
                                     format!("use of {v} before its definition"),

@@ -11,7 +11,7 @@
 //!   in when the block is sealed.
 //!
 //! Instead of removing trivial φs during construction, [`remove_trivial_params`] does it
-//! afterwards to a fixed point: a parameter whose incoming arguments are all one value `v`
+//! afterwards to a fixed point, in linear time with a work list: a parameter whose incoming arguments are all one value `v`
 //! (or the parameter itself) is replaced by `v`. Unreachable blocks are removed first
 //! ([`remove_unreachable_blocks`]), so their arguments do not keep parameters alive. The
 //! result is minimal SSA on reducible CFGs, and correct (if not always minimal) on
@@ -27,7 +27,7 @@ use cranelift_entity::SecondaryMap;
 
 use crate::analysis::cfg::ControlFlowGraph;
 use crate::analysis::order::DfsOrder;
-use crate::ir::{Block, Function, Type, Value, ValueDef, Var};
+use crate::ir::{Block, Function, Inst, Type, Value, ValueDef, Var};
 
 /// The identity of a declared variable (declarations with one name are distinct).
 pub type VarId = usize;
@@ -170,85 +170,127 @@ pub fn remove_unreachable_blocks(f: &mut Function) {
 
 /// Replaces every block parameter whose incoming arguments are a single other value by
 /// that value, to a fixed point, and rewrites all uses.
+///
+/// Cost: linear in the size of the function (up to the near-constant factor of the alias
+/// resolution). The incoming edges of every block are indexed once; a work list holds the
+/// parameters to examine; when a parameter is replaced, only the parameters that receive it
+/// as an argument are examined again. Removed parameters and their arguments are deleted
+/// in one pass at the end.
 pub fn remove_trivial_params(f: &mut Function) {
-    let mut alias: HashMap<Value, Value> = HashMap::new();
-    let resolve = |alias: &HashMap<Value, Value>, mut v: Value| {
-        while let Some(&w) = alias.get(&v) {
-            v = w;
-        }
-        v
-    };
     let entry = f.entry_block();
-    loop {
-        // Incoming argument lists per block.
-        let mut incoming: SecondaryMap<Block, Vec<Vec<Value>>> = SecondaryMap::new();
-        for &b in f.layout.blocks() {
-            if let Some(t) = f.terminator(b) {
-                for call in f.insts[t].branch_targets() {
-                    incoming[call.block].push(call.args.clone());
-                }
+    let blocks = f.layout.blocks().to_vec();
+    // The branches into each block: (terminator, index among its targets).
+    let mut incoming: SecondaryMap<Block, Vec<(Inst, usize)>> = SecondaryMap::new();
+    for &b in &blocks {
+        if let Some(t) = f.terminator(b) {
+            for (n, call) in f.insts[t].branch_targets().into_iter().enumerate() {
+                incoming[call.block].push((t, n));
             }
         }
-        let mut removed = Vec::new();
-        for &b in f.layout.blocks() {
-            if Some(b) == entry {
+    }
+    // The arguments of each edge, read once: args[(t, n)].
+    let edge_args = |f: &Function, t: Inst, n: usize| -> Vec<Value> {
+        f.insts[t].branch_targets()[n].args.clone()
+    };
+    let mut args_of: HashMap<(Inst, usize), Vec<Value>> = HashMap::new();
+    // The parameters (block, index) that receive each value as an argument.
+    let mut users: HashMap<Value, Vec<(Block, usize)>> = HashMap::new();
+    for &b in &blocks {
+        for &(t, n) in &incoming[b] {
+            let args = edge_args(f, t, n);
+            for (k, &a) in args.iter().enumerate() {
+                users.entry(a).or_default().push((b, k));
+            }
+            args_of.insert((t, n), args);
+        }
+    }
+    let mut alias: HashMap<Value, Value> = HashMap::new();
+    let mut removed: SecondaryMap<Block, Vec<bool>> = SecondaryMap::new();
+    let mut work: Vec<(Block, usize)> = Vec::new();
+    for &b in &blocks {
+        if Some(b) != entry {
+            let n = f.block_params(b).len();
+            removed[b] = vec![false; n];
+            work.extend((0..n).rev().map(|k| (b, k)));
+        }
+    }
+    while let Some((b, k)) = work.pop() {
+        if removed[b][k] || incoming[b].is_empty() {
+            continue;
+        }
+        let p = f.block_params(b)[k];
+        let mut same: Option<Value> = None;
+        let mut trivial = true;
+        for e in &incoming[b] {
+            let v = resolve(&mut alias, args_of[e][k]);
+            if v == p || Some(v) == same {
                 continue;
             }
-            for (k, &p) in f.block_params(b).iter().enumerate() {
-                let mut same: Option<Value> = None;
-                let mut trivial = !incoming[b].is_empty();
-                for args in &incoming[b] {
-                    let v = resolve(&alias, args[k]);
-                    if v == p || Some(v) == same {
-                        continue;
-                    }
-                    if same.is_some() {
-                        trivial = false;
-                        break;
-                    }
-                    same = Some(v);
-                }
-                // (A value that resolves back to `p` would make an alias cycle.)
-                if let (true, Some(v)) = (trivial, same.filter(|&v| resolve(&alias, v) != p)) {
-                    alias.insert(p, v);
-                    removed.push((b, k));
-                }
+            if same.is_some() {
+                trivial = false;
+                break;
             }
+            same = Some(v);
         }
-        if removed.is_empty() {
-            break;
-        }
-        // Remove from the highest index down so the lower indices stay valid.
-        removed.sort_by_key(|&(_, k)| std::cmp::Reverse(k));
-        for (b, k) in removed {
-            remove_block_param(f, b, k);
+        let Some(v) = same.filter(|_| trivial) else {
+            continue;
+        };
+        alias.insert(p, v);
+        removed[b][k] = true;
+        // Parameters that received `p` now receive `v`: look at them again.
+        if let Some(us) = users.remove(&p) {
+            work.extend(us.iter().copied());
+            users.entry(v).or_default().extend(us);
         }
     }
     if alias.is_empty() {
         return;
     }
-    let blocks = f.layout.blocks().to_vec();
-    for b in blocks {
+    for &b in &blocks {
+        if !removed[b].contains(&true) {
+            continue;
+        }
+        let keep: Vec<bool> = removed[b].iter().map(|&r| !r).collect();
+        let params = std::mem::take(&mut f.blocks[b].params);
+        let mut kept = Vec::new();
+        for (&p, &k) in params.iter().zip(&keep) {
+            if k {
+                f.values[p].def = ValueDef::Param(b, kept.len());
+                kept.push(p);
+            } else {
+                f.values[p].def = ValueDef::Unused;
+            }
+        }
+        f.blocks[b].params = kept;
+        for &(t, n) in &incoming[b] {
+            let call = &mut f.insts[t].branch_targets_mut()[n];
+            let mut k = 0;
+            call.args.retain(|_| {
+                k += 1;
+                keep[k - 1]
+            });
+        }
+    }
+    for &b in &blocks {
         for i in f.layout.block_insts(b).to_vec() {
-            f.insts[i].visit_operands_mut(|v| *v = resolve(&alias, *v));
+            f.insts[i].visit_operands_mut(|v| *v = resolve(&mut alias, *v));
         }
     }
 }
 
-/// Removes parameter `k` of `b` and the matching argument of every branch to `b`.
-fn remove_block_param(f: &mut Function, b: Block, k: usize) {
-    let p = f.blocks[b].params.remove(k);
-    f.values[p].def = ValueDef::Unused;
-    for (n, &q) in f.blocks[b].params.iter().enumerate().skip(k) {
-        f.values[q].def = ValueDef::Param(b, n);
+/// The value `v` stands for, shortening the alias chain it walked.
+fn resolve(alias: &mut HashMap<Value, Value>, v: Value) -> Value {
+    let mut root = v;
+    while let Some(&w) = alias.get(&root) {
+        root = w;
     }
-    for &x in f.layout.blocks() {
-        if let Some(t) = f.terminator(x) {
-            for call in f.insts[t].branch_targets_mut() {
-                if call.block == b {
-                    call.args.remove(k);
-                }
-            }
+    let mut x = v;
+    while let Some(&w) = alias.get(&x) {
+        if w == root {
+            break;
         }
+        alias.insert(x, root);
+        x = w;
     }
+    root
 }
