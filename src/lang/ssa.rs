@@ -237,8 +237,10 @@ pub fn remove_trivial_params(f: &mut Function) {
         };
         alias.insert(p, v);
         removed[b][k] = true;
-        // Parameters that received `p` now receive `v`: look at them again.
-        if let Some(us) = users.remove(&p) {
+        // Parameters that received `p` now receive `v`: look at them again (those already
+        // removed need nothing more, and are dropped from the lists, which stay short).
+        if let Some(mut us) = users.remove(&p) {
+            us.retain(|&(ub, uk)| !removed[ub][uk]);
             work.extend(us.iter().copied());
             users.entry(v).or_default().extend(us);
         }
