@@ -138,3 +138,56 @@ fn the_native_stack_is_bounded_whatever_max_depth_says() {
         .join()
         .expect("no overflow");
 }
+
+/// A flat chain of 100,000 terms compiles, specializes and runs on a thread with a 2 MiB
+/// stack (Rust's default for spawned threads), with the dynamic operand first or last and
+/// with a static operand that makes the chain fold; 200 nested parentheses compile too.
+#[test]
+fn long_flat_chains_compile_on_a_small_stack() {
+    let run = || {
+        let terms = 100_000;
+        let chains = [
+            format!("x{}", " + 1".repeat(terms - 1)),
+            format!("{}x", "1 + ".repeat(terms - 1)),
+            format!("x{}", " + k".repeat(terms - 1)),
+            format!("{}x{}", "(".repeat(200), ")".repeat(200)),
+        ];
+        let expect = [
+            terms as i64 + 4,
+            terms as i64 + 4,
+            5 + 3 * (terms as i64 - 1),
+            5,
+        ];
+        for (chain, want) in chains.iter().zip(expect) {
+            let src = format!(
+                "fn f(k: i64, x: i64) -> i64 {{\n    make_static(k);\n    return {chain};\n}}\n"
+            );
+            // Cranelift's own verifier and optimizer on 100,000 instructions would dominate
+            // the test's time; they are not what it is about.
+            let opts = RuntimeOptions {
+                jit: dyc_stitcher::jit::JitOptions {
+                    optimize: false,
+                    verify: false,
+                },
+                ..RuntimeOptions::default()
+            };
+            let p = Program::compile_with("chain.dyc", &src, opts).expect("compiles");
+            let f = p.region("f").expect("region");
+            let r = f
+                .call(&mut [Arg::from(3i64), Arg::from(5i64)])
+                .expect("runs");
+            assert_eq!(r.and_then(|c| c.as_i64()), Some(want), "{}", &chain[..20]);
+            let g = f.generic().expect("generic code");
+            let r = g
+                .call(&mut [Arg::from(3i64), Arg::from(5i64)])
+                .expect("runs");
+            assert_eq!(r.and_then(|c| c.as_i64()), Some(want));
+        }
+    };
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(run)
+        .expect("thread")
+        .join()
+        .expect("no overflow");
+}

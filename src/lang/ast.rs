@@ -203,6 +203,18 @@ pub enum ExprKind {
     AndAlso(Box<Expr>, Box<Expr>),
     /// Short-circuit `||`.
     OrElse(Box<Expr>, Box<Expr>),
+    /// `first op1 e1 op2 e2 ...`: three or more operands of one precedence level, which
+    /// associate to the left. Kept flat so that a long chain does not make the tree deep
+    /// (every pass over the tree may recurse on its depth, which nesting bounds).
+    Chain {
+        first: Box<Expr>,
+        rest: Vec<(BinOp, Expr)>,
+    },
+    /// `e1 && e2 && ...` (`and`) or `e1 || e2 || ...`: three or more operands, flat.
+    Logic {
+        and: bool,
+        operands: Vec<Expr>,
+    },
     Cast(Box<Expr>, TypeExpr),
     /// `f(args)`, or the static call `@f(args)`.
     Call {
@@ -231,6 +243,12 @@ impl Expr {
             ExprKind::Int(_) | ExprKind::Float(_) => true,
             ExprKind::Unary(_, e) => e.is_literal(),
             ExprKind::Binary(op, a, b) => !op.is_comparison() && a.is_literal() && b.is_literal(),
+            ExprKind::Chain { first, rest } => {
+                first.is_literal()
+                    && rest
+                        .iter()
+                        .all(|(op, e)| !op.is_comparison() && e.is_literal())
+            }
             _ => false,
         }
     }

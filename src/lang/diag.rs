@@ -73,24 +73,39 @@ pub struct SourceMap<'a> {
     pub name: &'a str,
     pub src: &'a str,
     line_starts: Vec<usize>,
+    /// Whether each line is ASCII (its columns are byte offsets).
+    ascii: Vec<bool>,
 }
 
 impl<'a> SourceMap<'a> {
     pub fn new(name: &'a str, src: &'a str) -> SourceMap<'a> {
         let mut line_starts = vec![0];
         line_starts.extend(src.match_indices('\n').map(|(i, _)| i + 1));
+        let ascii = line_starts
+            .iter()
+            .enumerate()
+            .map(|(k, &start)| {
+                let end = line_starts.get(k + 1).copied().unwrap_or(src.len());
+                src.as_bytes()[start..end].is_ascii()
+            })
+            .collect();
         SourceMap {
             name,
             src,
             line_starts,
+            ascii,
         }
     }
 
-    /// 1-based (line, column) of byte offset `pos`.
+    /// 1-based (line, column) of byte offset `pos`: a binary search over line starts, and
+    /// on ASCII lines no scan at all (so a long line costs no more per position).
     pub fn line_col(&self, pos: u32) -> (u32, u32) {
         let pos = (pos as usize).min(self.src.len());
         let line = self.line_starts.partition_point(|&s| s <= pos) - 1;
         let start = self.line_starts[line];
+        if self.ascii[line] {
+            return (line as u32 + 1, (pos - start) as u32 + 1);
+        }
         let col = self
             .src
             .get(start..pos)

@@ -924,7 +924,11 @@ impl<'a> FnLowerer<'a> {
                 };
                 (self.val(InstData::Unary { op, arg: v }), t)
             }
-            ExprKind::Binary(op, a, b) => self.binary(*op, a, b, hint, e.span)?,
+            ExprKind::Binary(op, a, b) => self.chain(a, &[(*op, &**b)], hint)?,
+            ExprKind::Chain { first, rest } => {
+                let rest: Vec<(BinOp, &Expr)> = rest.iter().map(|(op, e)| (*op, e)).collect();
+                self.chain(first, &rest, hint)?
+            }
             ExprKind::MinMax { max, args } => {
                 let op = if *max { BinOp::Gt } else { BinOp::Lt };
                 let ((av, at), (bv, _)) = self.operands(&args.0, &args.1, hint, e.span, op)?;
@@ -942,35 +946,14 @@ impl<'a> FnLowerer<'a> {
             ExprKind::AndAlso(a, b) | ExprKind::OrElse(a, b) => {
                 let is_and = matches!(e.kind, ExprKind::AndAlso(..));
                 let av = self.condition(a)?;
-                let (rhs, join) = (self.new_block(), self.new_block());
-                let param = self.f.append_block_param(join, Type::BOOL, None);
-                let (then_dest, else_dest) = if is_and {
-                    (BlockCall::new(rhs, vec![]), BlockCall::new(join, vec![av]))
-                } else {
-                    (BlockCall::new(join, vec![av]), BlockCall::new(rhs, vec![]))
-                };
-                self.branch(InstData::Brif {
-                    cond: av,
-                    then_dest,
-                    else_dest,
-                });
-                self.seal(rhs);
-                self.cur = Some(rhs);
-                let bv = self.condition(b);
-                let bv = match bv {
-                    Ok(v) => v,
-                    Err(r) => {
-                        self.seal(join);
-                        self.cur = Some(join);
-                        return Err(r);
-                    }
-                };
-                self.branch(InstData::Jump {
-                    dest: BlockCall::new(join, vec![bv]),
-                });
-                self.seal(join);
-                self.cur = Some(join);
-                (param, Type::BOOL)
+                (self.short_circuit(is_and, av, b)?, Type::BOOL)
+            }
+            ExprKind::Logic { and, operands } => {
+                let mut av = self.condition(&operands[0])?;
+                for b in &operands[1..] {
+                    av = self.short_circuit(*and, av, b)?;
+                }
+                (av, Type::BOOL)
             }
             ExprKind::Cast(inner, to) => {
                 let (v, t) = self.value(inner, None)?;
@@ -1097,15 +1080,108 @@ impl<'a> FnLowerer<'a> {
         Ok((x, y))
     }
 
-    fn binary(
+    /// `av && b` (`and`) or `av || b`, where `av` is the left operand's value: `b` is
+    /// evaluated only when it decides.
+    fn short_circuit(&mut self, and: bool, av: Value, b: &Expr) -> LResult<Value> {
+        let (rhs, join) = (self.new_block(), self.new_block());
+        let param = self.f.append_block_param(join, Type::BOOL, None);
+        let (then_dest, else_dest) = if and {
+            (BlockCall::new(rhs, vec![]), BlockCall::new(join, vec![av]))
+        } else {
+            (BlockCall::new(join, vec![av]), BlockCall::new(rhs, vec![]))
+        };
+        self.branch(InstData::Brif {
+            cond: av,
+            then_dest,
+            else_dest,
+        });
+        self.seal(rhs);
+        self.cur = Some(rhs);
+        let bv = self.condition(b);
+        let bv = match bv {
+            Ok(v) => v,
+            Err(r) => {
+                self.seal(join);
+                self.cur = Some(join);
+                return Err(r);
+            }
+        };
+        self.branch(InstData::Jump {
+            dest: BlockCall::new(join, vec![bv]),
+        });
+        self.seal(join);
+        self.cur = Some(join);
+        Ok(param)
+    }
+
+    /// Lowers `first op1 e1 op2 e2 ...`, left-associative, without recursing on its length:
+    /// the same code, types and errors as the nested binary operations it stands for.
+    ///
+    /// The nested form lowers node `i` (`partial(i-1) op_i e_i`) by lowering its left
+    /// operand first with the node's hint (none below a comparison), then its right
+    /// operand with the left's type; except that a literal-only left operand facing a
+    /// non-literal right one takes the right's type, so the right one goes first. That
+    /// can only happen at the first non-literal operand of a literal prefix.
+    fn chain(
         &mut self,
-        op: BinOp,
-        a: &Expr,
-        b: &Expr,
+        first: &Expr,
+        rest: &[(BinOp, &Expr)],
         hint: Option<Type>,
-        span: Span,
     ) -> LResult<Typed> {
-        let ((av, t), (bv, _)) = self.operands(a, b, hint, span, op)?;
+        let n = rest.len();
+        // The hint each node passes to its operands, from the top down.
+        let mut hints = vec![None; n];
+        let mut h = hint;
+        for i in (0..n).rev() {
+            if rest[i].0.is_comparison() {
+                h = None;
+            }
+            hints[i] = h;
+        }
+        let span_of = |i: usize| first.span.to(rest[i].1.span);
+        // Node j is the literal-first case when operands 0..j are literal and joined by
+        // non-comparisons (so its left operand is literal) and operand j is not.
+        let mut start = 0;
+        let mut x = None;
+        if first.is_literal() {
+            for (j, &(op, b)) in rest.iter().enumerate() {
+                if !b.is_literal() {
+                    let y = self.value(b, hints[j])?;
+                    let mut acc = self.value(first, Some(y.1))?;
+                    for (i, &(op_i, e_i)) in rest[..j].iter().enumerate() {
+                        let yi = self.value(e_i, Some(acc.1))?;
+                        acc = self.binary_op(op_i, acc, yi, span_of(i))?;
+                    }
+                    x = Some(self.binary_op(op, acc, y, span_of(j))?);
+                    start = j + 1;
+                    break;
+                }
+                if op.is_comparison() {
+                    break;
+                }
+            }
+        }
+        let mut acc = match x {
+            Some(acc) => acc,
+            None => self.value(first, hints[0])?,
+        };
+        for (i, &(op, b)) in rest.iter().enumerate().skip(start) {
+            let y = self.value(b, Some(acc.1))?;
+            acc = self.binary_op(op, acc, y, span_of(i))?;
+        }
+        Ok(acc)
+    }
+
+    /// `x op y` on lowered operands, which must have one type.
+    fn binary_op(&mut self, op: BinOp, x: Typed, y: Typed, span: Span) -> LResult<Typed> {
+        if x.1 != y.1 {
+            return Err(self.err(
+                span,
+                format!("mismatched types: `{}` {} `{}`", x.1, op.symbol(), y.1),
+                "both operands must have the same type",
+            ));
+        }
+        let ((av, t), (bv, _)) = (x, y);
         self.set_loc(span);
         if op.is_comparison() {
             if t.is_slice() {

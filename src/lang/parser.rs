@@ -657,34 +657,69 @@ impl Parser {
         if level == LEVELS.len() {
             return self.cast();
         }
-        let mut lhs = self.binary(level + 1)?;
-        loop {
-            let Some(&(sym, op)) = LEVELS[level].iter().find(|(p, _)| self.is(p)) else {
-                return Ok(lhs);
-            };
+        let first = self.binary(level + 1)?;
+        // The operands of this level, kept flat (see `ExprKind::Chain`).
+        let mut rest: Vec<(&str, Option<BinOp>, Expr)> = Vec::new();
+        while let Some(&(sym, op)) = LEVELS[level].iter().find(|(p, _)| self.is(p)) {
             self.bump();
             let rhs = self.binary(level + 1)?;
-            let span = lhs.span.to(rhs.span);
-            let kind = match (sym, op) {
-                ("||", _) => ExprKind::OrElse(Box::new(lhs), Box::new(rhs)),
-                ("&&", _) => ExprKind::AndAlso(Box::new(lhs), Box::new(rhs)),
-                (_, Some(op)) => ExprKind::Binary(op, Box::new(lhs), Box::new(rhs)),
-                _ => unreachable!("every level but the first two has an operator"),
-            };
-            lhs = Expr { kind, span };
+            rest.push((sym, op, rhs));
         }
+        let Some(last) = rest.last() else {
+            return Ok(first);
+        };
+        let span = first.span.to(last.2.span);
+        let kind = if rest.len() == 1 {
+            let (sym, op, rhs) = rest.pop().expect("one");
+            let (lhs, rhs) = (Box::new(first), Box::new(rhs));
+            match (sym, op) {
+                ("||", _) => ExprKind::OrElse(lhs, rhs),
+                ("&&", _) => ExprKind::AndAlso(lhs, rhs),
+                (_, Some(op)) => ExprKind::Binary(op, lhs, rhs),
+                _ => unreachable!("every level but the first two has an operator"),
+            }
+        } else if level < 2 {
+            let mut operands = vec![first];
+            operands.extend(rest.into_iter().map(|(_, _, e)| e));
+            ExprKind::Logic {
+                and: level == 1,
+                operands,
+            }
+        } else {
+            ExprKind::Chain {
+                first: Box::new(first),
+                rest: rest
+                    .into_iter()
+                    .map(|(_, op, e)| (op.expect("an operator"), e))
+                    .collect(),
+            }
+        };
+        Ok(Expr { kind, span })
     }
 
     fn cast(&mut self) -> PResult<Expr> {
         let mut e = self.unary()?;
+        let depth = self.depth;
         while self.eat_kw("as") {
-            let ty = self.ty()?;
+            // Each cast nests the expression one level deeper.
+            if let Err(r) = self.nest() {
+                self.depth = depth;
+                return Err(r);
+            }
+            let ty = match self.ty() {
+                Ok(t) => t,
+                Err(r) => {
+                    self.depth = depth;
+                    return Err(r);
+                }
+            };
             let span = e.span.to(ty.span);
             e = Expr {
                 kind: ExprKind::Cast(Box::new(e), ty),
                 span,
             };
         }
+        self.depth = depth;
         Ok(e)
     }
 
@@ -711,13 +746,22 @@ impl Parser {
     }
 
     fn postfix(&mut self) -> PResult<Expr> {
-        let mut e = self.primary()?;
+        let e = self.primary()?;
+        let depth = self.depth;
+        let r = self.postfix_chain(e);
+        self.depth = depth;
+        r
+    }
+
+    /// The indexing operations after `e`, each one nesting level deeper.
+    fn postfix_chain(&mut self, mut e: Expr) -> PResult<Expr> {
         loop {
             let is_static = self.is("@") && *self.peek_at(1) == Tok::Punct("[");
             if is_static {
                 self.bump();
             }
             if self.eat("[") {
+                self.nest()?;
                 let index = self.expr()?;
                 self.expect("]")?;
                 let span = e.span.to(self.prev_span());

@@ -206,8 +206,11 @@ pub fn remove_trivial_params(f: &mut Function) {
     }
     let mut alias: HashMap<Value, Value> = HashMap::new();
     let mut removed: SecondaryMap<Block, Vec<bool>> = SecondaryMap::new();
+    // Examined in layout order (the work list pops from its end), so that a parameter is
+    // usually examined after those it receives: aliases then point at their final value
+    // directly and few parameters need a second look.
     let mut work: Vec<(Block, usize)> = Vec::new();
-    for &b in &blocks {
+    for &b in blocks.iter().rev() {
         if Some(b) != entry {
             let n = f.block_params(b).len();
             removed[b] = vec![false; n];

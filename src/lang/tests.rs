@@ -279,3 +279,73 @@ fn deep_nesting_is_a_located_error() {
         .join()
         .expect("no panic, no overflow");
 }
+
+/// A flat chain of operators (kept flat in the syntax tree) lowers exactly like the same
+/// chain with explicit parentheses (nested nodes): same IR, or the same errors. Random
+/// chains mix literals and variables of several types, so literal typing, comparisons and
+/// type errors all occur.
+#[test]
+fn flat_chains_lower_like_nested_operations() {
+    // Operators of one precedence level each.
+    let levels: [&[&str]; 6] = [
+        &["||"],
+        &["&&"],
+        &["==", "!="],
+        &["<", ">="],
+        &["+", "-"],
+        &["*", "/", "%"],
+    ];
+    let operands = ["1", "2", "x", "y", "b", "7", "c"];
+    let strip = |m: &crate::ir::Module| -> String {
+        crate::ir::printer::print_module(m)
+            .lines()
+            .map(|l| match l.trim_start().strip_prefix('@') {
+                Some(rest) => rest.split_once(' ').map_or("", |(_, r)| r).to_string(),
+                None => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let messages = |d: &super::Diagnostics| -> Vec<String> {
+        d.errors.iter().map(|e| e.message.clone()).collect()
+    };
+    let (mut same_ok, mut same_err) = (0, 0);
+    for seed in 0..cases(300) {
+        let mut rng = Rng::new(seed);
+        let ops = levels[rng.below(levels.len())];
+        let n = 3 + rng.below(4);
+        let terms: Vec<&str> = (0..n)
+            .map(|_| operands[rng.below(operands.len())])
+            .collect();
+        let syms: Vec<&str> = (1..n).map(|_| ops[rng.below(ops.len())]).collect();
+        let mut flat = terms[0].to_string();
+        let mut nested = terms[0].to_string();
+        for (t, o) in terms[1..].iter().zip(&syms) {
+            flat = format!("{flat} {o} {t}");
+            nested = format!("({nested} {o} {t})");
+        }
+        let src = |e: &str| {
+            format!(
+                "fn f(x: u8, y: i64, b: bool, c: f64) -> bool {{\n    let r = {e};\n    return true;\n}}\n"
+            )
+        };
+        match (
+            compile("t.dyc", &src(&flat)),
+            compile("t.dyc", &src(&nested)),
+        ) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(strip(&a), strip(&b), "seed {seed}: {flat}");
+                same_ok += 1;
+            }
+            (Err(a), Err(b)) => {
+                assert_eq!(messages(&a), messages(&b), "seed {seed}: {flat}");
+                same_err += 1;
+            }
+            (a, b) => panic!("seed {seed}: {flat}: {:?} vs {:?}", a.is_ok(), b.is_ok()),
+        }
+    }
+    assert!(
+        same_ok > 10 && same_err > 10,
+        "{same_ok} compiled, {same_err} errors"
+    );
+}
