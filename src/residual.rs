@@ -90,7 +90,7 @@ impl Backend for ResidualEmitter<'_> {
         b
     }
 
-    fn block_params(&self, b: Block) -> Vec<Value> {
+    fn block_params(&self, b: Block, _types: &[Type]) -> Vec<Value> {
         self.func.block_params(b).to_vec()
     }
 

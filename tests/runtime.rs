@@ -21,6 +21,17 @@ fn scale(k: i64, x: i64) -> i64 {
 }
 ";
 
+/// Runs `f` on a thread with a 2 MiB stack, Rust's default for spawned threads (where a
+/// service compiles and calls), and fails if it panics or overflows.
+fn on_small_stack(f: impl FnOnce() + Send + 'static) {
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(f)
+        .expect("thread")
+        .join()
+        .expect("no panic, no overflow");
+}
+
 #[test]
 fn handles_share_one_cache_and_a_loop_of_calls_specializes_once() {
     let p = Program::compile(DOT).expect("compiles");
@@ -131,12 +142,7 @@ fn the_native_stack_is_bounded_whatever_max_depth_says() {
             other => panic!("expected a call-depth fault, got {other:?}"),
         }
     };
-    std::thread::Builder::new()
-        .stack_size(2 << 20)
-        .spawn(run)
-        .expect("thread")
-        .join()
-        .expect("no overflow");
+    on_small_stack(run);
 }
 
 /// A flat chain of 100,000 terms compiles, specializes and runs on a thread with a 2 MiB
@@ -184,10 +190,5 @@ fn long_flat_chains_compile_on_a_small_stack() {
             assert_eq!(r.and_then(|c| c.as_i64()), Some(want));
         }
     };
-    std::thread::Builder::new()
-        .stack_size(2 << 20)
-        .spawn(run)
-        .expect("thread")
-        .join()
-        .expect("no overflow");
+    on_small_stack(run);
 }

@@ -1,4 +1,4 @@
-//! Cranelift set-up for the runtime: the host ISA and JIT modules.
+//! Cranelift set-up for the runtime: the host ISA with the flags units need.
 //!
 //! Facts of Cranelift 0.135 this relies on:
 //! - units are functions in the `tail` calling convention linked by `return_call`; that
@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
-use cranelift_jit::{JITBuilder, JITModule};
 
 /// Code-generation options of a JIT module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,20 +68,21 @@ pub fn host_isa(opts: JitOptions) -> Result<Arc<dyn TargetIsa>, JitError> {
         .map_err(|e| JitError(e.to_string()))
 }
 
-/// A new JIT module for the host.
-pub fn new_module(opts: JitOptions) -> Result<JITModule, JitError> {
-    let isa = host_isa(opts)?;
-    let builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
-    Ok(JITModule::new(builder))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use cranelift_codegen::ir::{types, AbiParam, InstBuilder, UserFuncName};
     use cranelift_codegen::isa::CallConv;
     use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+    use cranelift_jit::{JITBuilder, JITModule};
     use cranelift_module::{Linkage, Module};
+
+    /// A new JIT module for the host.
+    fn new_module(opts: JitOptions) -> Result<JITModule, JitError> {
+        let isa = host_isa(opts)?;
+        let builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+        Ok(JITModule::new(builder))
+    }
 
     /// A `tail`-convention function reached through a system-ABI wrapper, compiled with
     /// the runtime's flags, runs and returns the right value.

@@ -107,8 +107,6 @@ pub struct ClifEmitter<'a, 'h> {
     inputs: Vec<CVal>,
     /// Blocks already started (fuel is counted once, at the top).
     started: EntitySet<ir::Block>,
-    /// Parameter types of each created block, to rebuild slices.
-    block_types: std::collections::HashMap<ir::Block, Vec<Type>>,
     /// Static slices: key parameter -> (pointer, length, element).
     static_slices: Vec<Option<(u64, u64, Scalar)>>,
     host_ref: Option<FuncRef>,
@@ -147,7 +145,6 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
             body,
             inputs,
             started,
-            block_types: Default::default(),
             static_slices,
             host_ref: None,
             promote_ref: None,
@@ -517,13 +514,11 @@ impl Backend for ClifEmitter<'_, '_> {
         for t in abi_types(params) {
             self.b.append_block_param(blk, t);
         }
-        self.block_types.insert(blk, params.to_vec());
         blk
     }
 
-    fn block_params(&self, blk: ir::Block) -> Vec<CVal> {
-        let tys = self.block_types.get(&blk).cloned().unwrap_or_default();
-        Self::group(self.b.block_params(blk), &tys)
+    fn block_params(&self, blk: ir::Block, types: &[Type]) -> Vec<CVal> {
+        Self::group(self.b.block_params(blk), types)
     }
 
     fn switch_to_block(&mut self, blk: ir::Block) {

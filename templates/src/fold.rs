@@ -46,7 +46,9 @@ pub trait Backend {
     type Block: Copy + Eq + std::fmt::Debug;
 
     fn create_block(&mut self, params: &[Type]) -> Self::Block;
-    fn block_params(&self, b: Self::Block) -> Vec<Self::Value>;
+    /// The parameters of `b`, created with parameter types `types` (the fold layer keeps
+    /// the types, so that backends need not).
+    fn block_params(&self, b: Self::Block, types: &[Type]) -> Vec<Self::Value>;
     fn switch_to_block(&mut self, b: Self::Block);
     /// See [`Emitter::note_copy`].
     fn note_copy(&mut self, b: Self::Block, template: u32, context: &[(u8, u64)]) {
@@ -356,7 +358,8 @@ where
     }
 
     fn block_params(&self, b: B::Block) -> Vec<Self::Value> {
-        Self::wrap(self.backend.block_params(b), self.types_of(b))
+        let types = self.types_of(b);
+        Self::wrap(self.backend.block_params(b, types), types)
     }
 
     fn switch_to_block(&mut self, b: B::Block) {

@@ -108,6 +108,20 @@ fn edge_text(e: &Edge) -> String {
     }
 }
 
+/// `switch ARG [k => target, ...] default target`, for both forms.
+fn switch_text<T>(
+    arg: &str,
+    cases: &[(u64, T)],
+    default: &T,
+    text: impl Fn(&T) -> String,
+) -> String {
+    let cs: Vec<String> = cases
+        .iter()
+        .map(|(k, t)| format!("{k} => {}", text(t)))
+        .collect();
+    format!("switch {arg} [{}] default {}", cs.join(", "), text(default))
+}
+
 fn tables(
     s: &mut String,
     hosts: &PrimaryMap<HostId, HostDecl>,
@@ -218,17 +232,7 @@ pub fn print_cfg(p: &StitchProgram) -> String {
                 arg,
                 cases,
                 default,
-            } => {
-                let cs: Vec<String> = cases
-                    .iter()
-                    .map(|(k, e)| format!("{k} => {}", edge_text(e)))
-                    .collect();
-                format!(
-                    "switch {arg} [{}] default {}",
-                    cs.join(", "),
-                    edge_text(default)
-                )
-            }
+            } => switch_text(&arg.to_string(), cases, default, edge_text),
             Term::Return(Some(v)) => format!("return {v}"),
             Term::Return(None) => "return".into(),
             Term::Trap(l) => format!("trap{}", loc(*l)),
@@ -336,17 +340,7 @@ fn dirs(s: &mut String, ds: &[Dir], depth: usize) {
                 arg,
                 cases,
                 default,
-            } => {
-                let cs: Vec<String> = cases
-                    .iter()
-                    .map(|(k, t)| format!("{k} => {}", target_text(t)))
-                    .collect();
-                format!(
-                    "switch d {arg} [{}] default {}",
-                    cs.join(", "),
-                    target_text(default)
-                )
-            }
+            } => switch_text(&format!("d {arg}"), cases, default, target_text),
             Dir::Return(Some(v)) => format!("return {v}"),
             Dir::Return(None) => "return".into(),
             Dir::Trap(l) => format!("trap{}", loc(*l)),
