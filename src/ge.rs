@@ -25,7 +25,7 @@ use dyc_templates::template::TOp;
 use crate::analysis::cfg::ControlFlowGraph;
 use crate::analysis::liveness::Liveness;
 use crate::bta::{self, Bta, BtaError, Mode};
-use crate::ir::{Block, BlockCall, Callee, FuncId, Function, InstData, Module, Value};
+use crate::ir::{Block, BlockCall, Callee, FuncId, Function, Inst, InstData, Module, Value};
 
 /// The generating extension of a function, with the analysis it came from.
 #[derive(Clone, Debug)]
@@ -315,21 +315,17 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
     })
 }
 
-/// Splits blocks so that every promotion point is the first instruction of its block.
+/// Splits blocks so that every promotion point is the first instruction of its block, in
+/// one pass over the layout.
 fn split_at_promotions(f: &mut Function, bta: &Bta) {
+    let mut at: Vec<(Inst, Block)> = Vec::new();
     for &i in &bta.promotions {
         let b = f.layout.inst_block(i).expect("in layout");
-        let insts = f.layout.block_insts(b).to_vec();
-        let pos = insts.iter().position(|&x| x == i).expect("in its block");
-        if pos == 0 {
-            continue;
+        if f.layout.block_insts(b).first() != Some(&i) {
+            at.push((i, f.create_block()));
         }
-        let nb = f.create_block();
-        f.layout.insert_block_after(nb, b);
-        for &x in &insts[pos..] {
-            f.layout.remove_inst(x);
-            f.layout.append_inst(x, nb);
-        }
+    }
+    for (b, nb) in f.layout.split_blocks(&at) {
         f.append_inst(
             b,
             InstData::Jump {

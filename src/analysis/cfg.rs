@@ -28,8 +28,11 @@ impl Graph {
             succs: vec![Vec::new(); n],
             preds: vec![Vec::new(); n],
         };
+        let mut seen = rustc_hash::FxHashSet::default();
         for (a, b) in edges {
-            g.add_edge(a, b);
+            if seen.insert((a, b)) {
+                g.add_edge(a, b);
+            }
         }
         g
     }
@@ -48,11 +51,11 @@ impl Graph {
         self.succs.len() - 1
     }
 
+    /// Adds the edge `a -> b`, which must not be in the graph yet (a repeated edge would be
+    /// kept twice); constant time.
     pub fn add_edge(&mut self, a: usize, b: usize) {
-        if !self.succs[a].contains(&b) {
-            self.succs[a].push(b);
-            self.preds[b].push(a);
-        }
+        self.succs[a].push(b);
+        self.preds[b].push(a);
     }
 
     /// The same nodes with every edge reversed.
@@ -115,11 +118,18 @@ pub struct ControlFlowGraph {
 impl ControlFlowGraph {
     pub fn compute(f: &Function) -> ControlFlowGraph {
         let numbering = BlockNumbering::new(f.layout.blocks());
-        let mut graph = Graph::from_edges(numbering.blocks.len(), []);
+        let n = numbering.blocks.len();
+        let mut graph = Graph::from_edges(n, []);
+        // The last node each node was entered from, so that a repeated edge (a switch with
+        // many cases to one block) is dropped in constant time.
+        let mut entered_from = vec![usize::MAX; n];
         for (i, &b) in numbering.blocks.iter().enumerate() {
             for s in f.successors(b) {
                 if let Some(j) = numbering.node(s) {
-                    graph.add_edge(i, j);
+                    if entered_from[j] != i {
+                        entered_from[j] = i;
+                        graph.add_edge(i, j);
+                    }
                 }
             }
         }

@@ -95,11 +95,58 @@ impl Layout {
 
     /// Removes `b` and its instructions from the layout (their definitions stay).
     pub fn remove_block(&mut self, b: Block) {
-        self.blocks.retain(|&x| x != b);
-        self.block_inserted[b] = false;
-        for i in std::mem::take(&mut self.insts[b]) {
-            self.inst_block[i] = None.into();
+        self.retain_blocks(|x| x != b);
+    }
+
+    /// Removes every block for which `keep` is false, with its instructions, in one pass.
+    pub fn retain_blocks(&mut self, mut keep: impl FnMut(Block) -> bool) {
+        let mut blocks = std::mem::take(&mut self.blocks);
+        blocks.retain(|&b| {
+            if keep(b) {
+                return true;
+            }
+            self.block_inserted[b] = false;
+            for i in std::mem::take(&mut self.insts[b]) {
+                self.inst_block[i] = None.into();
+            }
+            false
+        });
+        self.blocks = blocks;
+    }
+
+    /// Splits blocks before the given instructions, in one pass over the layout: for each
+    /// `(inst, new)`, the instructions from `inst` to the end of its block move to the
+    /// empty block `new` (not in the layout yet), placed right after. An instruction
+    /// first in its block, or not in the layout, is left alone. Returns the `(block,
+    /// new)` pairs made, in layout order; `block` is left without a terminator.
+    pub fn split_blocks(&mut self, at: &[(Inst, Block)]) -> Vec<(Block, Block)> {
+        let mut new_at: SecondaryMap<Inst, PackedOption<Block>> = SecondaryMap::new();
+        for &(i, nb) in at {
+            new_at[i] = nb.into();
         }
+        let mut order = Vec::with_capacity(self.blocks.len() + at.len());
+        let mut made = Vec::new();
+        for b in std::mem::take(&mut self.blocks) {
+            order.push(b);
+            let insts = std::mem::take(&mut self.insts[b]);
+            let mut cur = b;
+            let mut segment = Vec::new();
+            for (pos, i) in insts.into_iter().enumerate() {
+                if let Some(nb) = new_at[i].expand().filter(|_| pos > 0) {
+                    assert!(!self.block_inserted[nb], "{nb} is already in the layout");
+                    self.insts[cur] = std::mem::take(&mut segment);
+                    made.push((cur, nb));
+                    order.push(nb);
+                    self.block_inserted[nb] = true;
+                    cur = nb;
+                }
+                self.inst_block[i] = cur.into();
+                segment.push(i);
+            }
+            self.insts[cur] = segment;
+        }
+        self.blocks = order;
+        made
     }
 
     /// Instructions of `b` in order.
@@ -291,16 +338,10 @@ impl Function {
 
     /// Successor blocks of `b` in branch order (with repetitions, e.g. both arms of a
     /// `brif` to one block).
-    pub fn successors(&self, b: Block) -> Vec<Block> {
+    pub fn successors(&self, b: Block) -> impl Iterator<Item = Block> + '_ {
         self.terminator(b)
-            .map(|i| {
-                self.insts[i]
-                    .branch_targets()
-                    .iter()
-                    .map(|c| c.block)
-                    .collect()
-            })
-            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|i| self.insts[i].branch_targets().map(|c| c.block))
     }
 }
 

@@ -168,39 +168,72 @@ impl InstData {
     }
 
     /// The branch targets of a terminator, in order (then before else, cases before
-    /// default). Empty for non-branches.
-    pub fn branch_targets(&self) -> Vec<&BlockCall> {
-        match self {
-            InstData::Jump { dest } => vec![dest],
+    /// default). Empty for non-branches. Allocates nothing.
+    pub fn branch_targets(&self) -> impl Iterator<Item = &BlockCall> + '_ {
+        let (first, second, cases): (_, _, &[_]) = match self {
+            InstData::Jump { dest } => (Some(dest), None, &[]),
             InstData::Brif {
                 then_dest,
                 else_dest,
                 ..
-            } => vec![then_dest, else_dest],
-            InstData::Switch { cases, default, .. } => {
-                let mut v: Vec<&BlockCall> = cases.iter().map(|(_, c)| c).collect();
-                v.push(default);
-                v
-            }
-            _ => Vec::new(),
-        }
+            } => (Some(then_dest), Some(else_dest), &[]),
+            InstData::Switch { cases, default, .. } => (None, Some(default), cases),
+            _ => (None, None, &[]),
+        };
+        first
+            .into_iter()
+            .chain(cases.iter().map(|(_, c)| c))
+            .chain(second)
     }
 
     /// Mutable access to the branch targets, in the order of [`InstData::branch_targets`].
-    pub fn branch_targets_mut(&mut self) -> Vec<&mut BlockCall> {
-        match self {
-            InstData::Jump { dest } => vec![dest],
+    pub fn branch_targets_mut(&mut self) -> impl Iterator<Item = &mut BlockCall> + '_ {
+        let (first, second, cases): (_, _, &mut [_]) = match self {
+            InstData::Jump { dest } => (Some(dest), None, &mut []),
             InstData::Brif {
                 then_dest,
                 else_dest,
                 ..
-            } => vec![then_dest, else_dest],
+            } => (Some(then_dest), Some(else_dest), &mut []),
+            InstData::Switch { cases, default, .. } => (None, Some(default), cases),
+            _ => (None, None, &mut []),
+        };
+        first
+            .into_iter()
+            .chain(cases.iter_mut().map(|(_, c)| c))
+            .chain(second)
+    }
+
+    /// Branch target number `n` (in the order of [`InstData::branch_targets`]), in constant
+    /// time.
+    pub fn branch_target(&self, n: usize) -> Option<&BlockCall> {
+        match self {
+            InstData::Jump { dest } if n == 0 => Some(dest),
+            InstData::Brif { then_dest, .. } if n == 0 => Some(then_dest),
+            InstData::Brif { else_dest, .. } if n == 1 => Some(else_dest),
+            InstData::Switch { cases, default, .. } => match cases.get(n) {
+                Some((_, c)) => Some(c),
+                None => (n == cases.len()).then_some(default),
+            },
+            _ => None,
+        }
+    }
+
+    /// Mutable access to branch target number `n`, in constant time.
+    pub fn branch_target_mut(&mut self, n: usize) -> Option<&mut BlockCall> {
+        match self {
+            InstData::Jump { dest } if n == 0 => Some(dest),
+            InstData::Brif { then_dest, .. } if n == 0 => Some(then_dest),
+            InstData::Brif { else_dest, .. } if n == 1 => Some(else_dest),
             InstData::Switch { cases, default, .. } => {
-                let mut v: Vec<&mut BlockCall> = cases.iter_mut().map(|(_, c)| c).collect();
-                v.push(default);
-                v
+                let k = cases.len();
+                match n.cmp(&k) {
+                    std::cmp::Ordering::Less => Some(&mut cases[n].1),
+                    std::cmp::Ordering::Equal => Some(default),
+                    std::cmp::Ordering::Greater => None,
+                }
             }
-            _ => Vec::new(),
+            _ => None,
         }
     }
 

@@ -75,6 +75,9 @@ pub struct SourceMap<'a> {
     line_starts: Vec<usize>,
     /// Whether each line is ASCII (its columns are byte offsets).
     ascii: Vec<bool>,
+    /// The line of the last lookup: positions are mostly asked for in source order, so the
+    /// next is usually on that line or the one after.
+    last_line: std::cell::Cell<usize>,
 }
 
 impl<'a> SourceMap<'a> {
@@ -94,14 +97,26 @@ impl<'a> SourceMap<'a> {
             src,
             line_starts,
             ascii,
+            last_line: std::cell::Cell::new(0),
         }
     }
 
-    /// 1-based (line, column) of byte offset `pos`: a binary search over line starts, and
-    /// on ASCII lines no scan at all (so a long line costs no more per position).
+    /// 1-based (line, column) of byte offset `pos`: the line of the last lookup or the next
+    /// one, else a binary search over line starts; on ASCII lines no scan at all (so a long
+    /// line costs no more per position).
     pub fn line_col(&self, pos: u32) -> (u32, u32) {
         let pos = (pos as usize).min(self.src.len());
-        let line = self.line_starts.partition_point(|&s| s <= pos) - 1;
+        let starts = &self.line_starts;
+        let on = |l: usize| starts[l] <= pos && starts.get(l + 1).is_none_or(|&e| pos < e);
+        let hint = self.last_line.get();
+        let line = if on(hint) {
+            hint
+        } else if hint + 1 < starts.len() && on(hint + 1) {
+            hint + 1
+        } else {
+            starts.partition_point(|&s| s <= pos) - 1
+        };
+        self.last_line.set(line);
         let start = self.line_starts[line];
         if self.ascii[line] {
             return (line as u32 + 1, (pos - start) as u32 + 1);

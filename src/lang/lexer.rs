@@ -5,12 +5,16 @@
 //! comments and `/* */` block comments. Every token carries its span. Lexical errors
 //! (an unknown character, a malformed number, an unterminated comment) are reported and
 //! lexing goes on, so one run reports them all.
+//!
+//! Cost: one pass over the bytes. Tokens are `Copy` and allocate nothing: an identifier's
+//! text is its span in the source, punctuation is recognized by a `match` on bytes.
 
 use super::diag::{Diagnostic, Span};
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Tok {
-    Ident(String),
+    /// An identifier or keyword; its text is the token's span in the source.
+    Ident,
     Int(u128),
     Float(f64),
     /// Punctuation or operator, e.g. `(`, `<=`, `&&`, `->`.
@@ -21,7 +25,7 @@ pub enum Tok {
 impl std::fmt::Display for Tok {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Tok::Ident(s) => write!(f, "`{s}`"),
+            Tok::Ident => write!(f, "identifier"),
             Tok::Int(x) => write!(f, "`{x}`"),
             Tok::Float(x) => write!(f, "`{x:?}`"),
             Tok::Punct(p) => write!(f, "`{p}`"),
@@ -30,19 +34,62 @@ impl std::fmt::Display for Tok {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Token {
     pub tok: Tok,
     pub span: Span,
 }
 
-/// Longest first, so that `<=` wins over `<`.
-const PUNCTS: [&str; 35] = [
-    "<<=", ">>=", "->", "==", "!=", "<=", ">=", "&&", "||", "<<", ">>", "+=", "-=", "*=", "/=",
-    "(", ")", "{", "}", "[", "]", ",", ";", ":", "=", "<", ">", "+", "-", "*", "/", "%", "!", "@",
-    "&",
-];
-const PUNCTS2: [&str; 3] = ["|", "^", "."];
+/// The punctuation at the start of `b` (longest match first, so `<=` wins over `<`).
+fn punct(b: &[u8]) -> Option<&'static str> {
+    let two = |second: u8, long: &'static str, short: Option<&'static str>| {
+        if b.get(1) == Some(&second) {
+            Some(long)
+        } else {
+            short
+        }
+    };
+    match b[0] {
+        b'<' if b.starts_with(b"<<=") => Some("<<="),
+        b'>' if b.starts_with(b">>=") => Some(">>="),
+        b'<' => match b.get(1) {
+            Some(b'=') => Some("<="),
+            Some(b'<') => Some("<<"),
+            _ => Some("<"),
+        },
+        b'>' => match b.get(1) {
+            Some(b'=') => Some(">="),
+            Some(b'>') => Some(">>"),
+            _ => Some(">"),
+        },
+        b'-' => match b.get(1) {
+            Some(b'>') => Some("->"),
+            Some(b'=') => Some("-="),
+            _ => Some("-"),
+        },
+        b'=' => two(b'=', "==", Some("=")),
+        b'!' => two(b'=', "!=", Some("!")),
+        b'&' => two(b'&', "&&", Some("&")),
+        b'|' => two(b'|', "||", Some("|")),
+        b'+' => two(b'=', "+=", Some("+")),
+        b'*' => two(b'=', "*=", Some("*")),
+        b'/' => two(b'=', "/=", Some("/")),
+        b'(' => Some("("),
+        b')' => Some(")"),
+        b'{' => Some("{"),
+        b'}' => Some("}"),
+        b'[' => Some("["),
+        b']' => Some("]"),
+        b',' => Some(","),
+        b';' => Some(";"),
+        b':' => Some(":"),
+        b'%' => Some("%"),
+        b'@' => Some("@"),
+        b'^' => Some("^"),
+        b'.' => Some("."),
+        _ => None,
+    }
+}
 
 pub fn lex(src: &str) -> (Vec<Token>, Vec<Diagnostic>) {
     let bytes = src.as_bytes();
@@ -55,13 +102,13 @@ pub fn lex(src: &str) -> (Vec<Token>, Vec<Diagnostic>) {
             i += 1;
             continue;
         }
-        if src[i..].starts_with("//") {
+        if c == b'/' && bytes.get(i + 1) == Some(&b'/') {
             while i < bytes.len() && bytes[i] != b'\n' {
                 i += 1;
             }
             continue;
         }
-        if src[i..].starts_with("/*") {
+        if c == b'/' && bytes.get(i + 1) == Some(&b'*') {
             let start = i;
             match src[i + 2..].find("*/") {
                 Some(k) => i += k + 4,
@@ -82,7 +129,7 @@ pub fn lex(src: &str) -> (Vec<Token>, Vec<Diagnostic>) {
                 i += 1;
             }
             toks.push(Token {
-                tok: Tok::Ident(src[start..i].to_string()),
+                tok: Tok::Ident,
                 span: Span::new(start, i),
             });
             continue;
@@ -111,8 +158,20 @@ pub fn lex(src: &str) -> (Vec<Token>, Vec<Diagnostic>) {
                     i += 1;
                 }
             }
-            let text: String = src[start..i].chars().filter(|&c| c != '_').collect();
             let span = Span::new(start, i);
+            let digits = &bytes[start..i];
+            // Up to 38 decimal digits cannot overflow a u128.
+            if !is_float && digits.len() <= 38 && digits.iter().all(u8::is_ascii_digit) {
+                let x = digits
+                    .iter()
+                    .fold(0u128, |x, &d| x * 10 + u128::from(d - b'0'));
+                toks.push(Token {
+                    tok: Tok::Int(x),
+                    span,
+                });
+                continue;
+            }
+            let text: String = src[start..i].chars().filter(|&c| c != '_').collect();
             let tok = if is_float || (!hex && (text.contains('e') || text.contains('E'))) {
                 text.parse::<f64>().ok().map(Tok::Float)
             } else if let Some(h) = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
@@ -138,11 +197,7 @@ pub fn lex(src: &str) -> (Vec<Token>, Vec<Diagnostic>) {
             }
             continue;
         }
-        match PUNCTS
-            .iter()
-            .chain(PUNCTS2.iter())
-            .find(|p| src[i..].starts_with(**p))
-        {
+        match punct(&bytes[i..]) {
             Some(p) => {
                 i += p.len();
                 toks.push(Token {

@@ -18,14 +18,14 @@
 //! Afterwards unreachable blocks are removed, trivial block parameters are replaced, and
 //! the function is verified (a failure there is an internal error, reported as such).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use super::ast::*;
 use super::diag::{Diagnostic, SourceMap, Span};
 use super::ssa::{remove_trivial_params, remove_unreachable_blocks, SsaBuilder, VarId, VarInfo};
 use crate::ir::{
     BinaryOp, Block, BlockCall, Callee, CmpOp, Const, ExternFunc, FuncId, Function, Inst, InstData,
-    Module, Policies, Policy, Scalar, Signature, SrcLoc, Type, UnaryOp, Value,
+    Module, Policies, Policy, Scalar, Signature, SrcLoc, Type, UnaryOp, Value, Var, VarData,
 };
 use crate::semantics;
 
@@ -37,7 +37,7 @@ type LResult<T> = Result<T, Reported>;
 pub fn lower(prog: &Program, map: &SourceMap) -> Result<Module, Vec<Diagnostic>> {
     let mut errors = Vec::new();
     let mut m = Module::default();
-    let mut first: HashMap<String, Span> = HashMap::new();
+    let mut first: HashMap<String, Span> = HashMap::default();
     let mut fns: Vec<(FuncId, &FnDecl)> = Vec::new();
     for item in &prog.items {
         let (name, params, ret) = match item {
@@ -155,6 +155,8 @@ struct FnLowerer<'a> {
     vars: Vec<VarInfo>,
     decls: Vec<VarDecl>,
     scopes: Vec<HashMap<String, VarId>>,
+    /// The IR variable of each source name (one per name, shared by its declarations).
+    ir_vars: HashMap<String, Var>,
     cur: Option<Block>,
     loops: Vec<LoopCtx>,
     labels: HashMap<String, Label>,
@@ -179,10 +181,11 @@ impl<'a> FnLowerer<'a> {
             ssa: SsaBuilder::new(entry),
             vars: Vec::new(),
             decls: Vec::new(),
-            scopes: vec![HashMap::new()],
+            scopes: vec![HashMap::default()],
+            ir_vars: HashMap::default(),
             cur: Some(entry),
             loops: Vec::new(),
-            labels: HashMap::new(),
+            labels: HashMap::default(),
             loc: SrcLoc::default(),
             errors: Vec::new(),
         }
@@ -240,8 +243,11 @@ impl<'a> FnLowerer<'a> {
     /// Ends the current block with a branch.
     fn branch(&mut self, data: InstData) {
         let from = self.block();
-        let targets: Vec<Block> = data.branch_targets().iter().map(|c| c.block).collect();
+        let mut targets: Vec<Block> = data.branch_targets().map(|c| c.block).collect();
         self.inst(data, None);
+        // One edge per target block (a switch may name a block many times).
+        targets.sort_unstable();
+        targets.dedup();
         for t in targets {
             self.ssa.add_pred(t, from);
         }
@@ -284,7 +290,7 @@ impl<'a> FnLowerer<'a> {
             return Err(Reported);
         }
         let id = self.vars.len();
-        let ir_var = self.f.var(&name.name);
+        let ir_var = self.ir_var(&name.name);
         self.vars.push(VarInfo { ty, ir_var });
         self.decls.push(VarDecl {
             name: name.name.clone(),
@@ -297,6 +303,17 @@ impl<'a> FnLowerer<'a> {
             .expect("a scope")
             .insert(name.name.clone(), id);
         Ok(id)
+    }
+
+    fn ir_var(&mut self, name: &str) -> Var {
+        if let Some(&v) = self.ir_vars.get(name) {
+            return v;
+        }
+        let v = self.f.vars.push(VarData {
+            name: name.to_string(),
+        });
+        self.ir_vars.insert(name.to_string(), v);
+        v
     }
 
     fn lookup(&mut self, name: &str, span: Span) -> LResult<VarId> {
@@ -324,7 +341,7 @@ impl<'a> FnLowerer<'a> {
     fn run(&mut self, decl: &FnDecl) {
         let entry = self.block();
         for p in &decl.params {
-            let ir_var = self.f.var(&p.name.name);
+            let ir_var = self.ir_var(&p.name.name);
             let v = self.f.append_block_param(entry, p.ty.ty, Some(ir_var));
             if let Ok(id) = self.declare(&p.name, p.ty.ty, true) {
                 self.ssa.write(id, entry, v);
@@ -382,7 +399,7 @@ impl<'a> FnLowerer<'a> {
     }
 
     fn block_stmts(&mut self, b: &super::ast::Block) {
-        self.scopes.push(HashMap::new());
+        self.scopes.push(HashMap::default());
         self.stmt_list(&b.stmts);
         self.scopes.pop();
     }
@@ -761,7 +778,7 @@ impl<'a> FnLowerer<'a> {
             ));
         };
         let join = self.new_block();
-        let mut seen: HashMap<u64, Span> = HashMap::new();
+        let mut seen: HashMap<u64, Span> = HashMap::default();
         let mut arms = Vec::new();
         let mut bodies = Vec::new();
         let mut ok = true;
@@ -812,7 +829,7 @@ impl<'a> FnLowerer<'a> {
         for (b, c) in bodies.iter().zip(cases) {
             self.seal(*b);
             self.cur = Some(*b);
-            self.scopes.push(HashMap::new());
+            self.scopes.push(HashMap::default());
             self.stmt_list(&c.body);
             self.scopes.pop();
             if self.cur.is_some() {
@@ -822,7 +839,7 @@ impl<'a> FnLowerer<'a> {
         if let Some(d) = default {
             self.seal(default_block);
             self.cur = Some(default_block);
-            self.scopes.push(HashMap::new());
+            self.scopes.push(HashMap::default());
             self.stmt_list(d);
             self.scopes.pop();
             if self.cur.is_some() {

@@ -23,7 +23,7 @@ pub fn compile(file: &str, src: &str) -> Result<Module, Diagnostics> {
         errors,
     };
     let (toks, mut errors) = lexer::lex(src);
-    let (prog, parse_errors) = parser::parse(toks);
+    let (prog, parse_errors) = parser::parse(src, toks);
     errors.extend(parse_errors);
     if !errors.is_empty() {
         return Err(fail(errors));

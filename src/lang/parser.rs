@@ -50,8 +50,42 @@ pub const KEYWORDS: [&str; 26] = [
     "mut",
 ];
 
-pub fn parse(toks: Vec<Token>) -> (Program, Vec<Diagnostic>) {
+/// Whether `s` is one of [`KEYWORDS`].
+pub fn is_keyword(s: &str) -> bool {
+    matches!(
+        s,
+        "fn" | "extern"
+            | "pure"
+            | "let"
+            | "var"
+            | "if"
+            | "else"
+            | "while"
+            | "loop"
+            | "break"
+            | "continue"
+            | "return"
+            | "switch"
+            | "case"
+            | "default"
+            | "goto"
+            | "trap"
+            | "make_static"
+            | "make_dynamic"
+            | "true"
+            | "false"
+            | "len"
+            | "min"
+            | "max"
+            | "as"
+            | "mut"
+    )
+}
+
+/// Parses the tokens of `src` (from [`super::lexer::lex`]).
+pub fn parse(src: &str, toks: Vec<Token>) -> (Program, Vec<Diagnostic>) {
     let mut p = Parser {
+        src,
         toks,
         pos: 0,
         errors: Vec::new(),
@@ -62,7 +96,8 @@ pub fn parse(toks: Vec<Token>) -> (Program, Vec<Diagnostic>) {
     (prog, p.errors)
 }
 
-struct Parser {
+struct Parser<'s> {
+    src: &'s str,
     toks: Vec<Token>,
     pos: usize,
     errors: Vec<Diagnostic>,
@@ -77,13 +112,27 @@ struct Reported;
 
 type PResult<T> = Result<T, Reported>;
 
-impl Parser {
-    fn peek(&self) -> &Tok {
-        &self.toks[self.pos].tok
+impl<'s> Parser<'s> {
+    fn peek(&self) -> Tok {
+        self.toks[self.pos].tok
     }
 
-    fn peek_at(&self, k: usize) -> &Tok {
-        &self.toks[(self.pos + k).min(self.toks.len() - 1)].tok
+    fn peek_at(&self, k: usize) -> Tok {
+        self.toks[(self.pos + k).min(self.toks.len() - 1)].tok
+    }
+
+    /// The text of the current token.
+    fn text(&self) -> &'s str {
+        let span = self.toks[self.pos].span;
+        &self.src[span.start as usize..span.end as usize]
+    }
+
+    /// The current token for a message: an identifier's text, or the token.
+    fn found(&self) -> String {
+        match self.peek() {
+            Tok::Ident => format!("`{}`", self.text()),
+            t => t.to_string(),
+        }
     }
 
     fn span(&self) -> Span {
@@ -95,7 +144,7 @@ impl Parser {
     }
 
     fn bump(&mut self) -> Token {
-        let t = self.toks[self.pos].clone();
+        let t = self.toks[self.pos];
         if t.tok != Tok::Eof {
             self.pos += 1;
         }
@@ -103,11 +152,11 @@ impl Parser {
     }
 
     fn is(&self, p: &str) -> bool {
-        matches!(self.peek(), Tok::Punct(q) if *q == p)
+        matches!(self.peek(), Tok::Punct(q) if q == p)
     }
 
     fn is_kw(&self, k: &str) -> bool {
-        matches!(self.peek(), Tok::Ident(s) if s == k)
+        self.peek() == Tok::Ident && self.text() == k
     }
 
     fn eat(&mut self, p: &str) -> bool {
@@ -159,7 +208,7 @@ impl Parser {
     }
 
     fn expected<T>(&mut self, what: &str) -> PResult<T> {
-        let found = self.peek().to_string();
+        let found = self.found();
         let span = self.span();
         self.error(
             span,
@@ -177,12 +226,14 @@ impl Parser {
     }
 
     fn ident(&mut self, what: &str) -> PResult<Ident> {
-        match self.peek().clone() {
-            Tok::Ident(name) if !KEYWORDS.contains(&name.as_str()) => {
+        match self.peek() {
+            Tok::Ident if !is_keyword(self.text()) => {
+                let name = self.text().to_string();
                 let span = self.bump().span;
                 Ok(Ident { name, span })
             }
-            Tok::Ident(name) => {
+            Tok::Ident => {
+                let name = self.text();
                 let span = self.span();
                 self.error(
                     span,
@@ -196,7 +247,7 @@ impl Parser {
 
     fn program(&mut self) -> Program {
         let mut prog = Program::default();
-        while *self.peek() != Tok::Eof && self.errors.len() < MAX_ERRORS {
+        while self.peek() != Tok::Eof && self.errors.len() < MAX_ERRORS {
             let item = if self.is_kw("extern") {
                 self.extern_decl().map(Item::Extern)
             } else if self.is_kw("fn") {
@@ -215,7 +266,7 @@ impl Parser {
     /// Skips to the next `fn` or `extern` at the start of an item.
     fn recover_item(&mut self) {
         self.bump();
-        while *self.peek() != Tok::Eof && !self.is_kw("fn") && !self.is_kw("extern") {
+        while self.peek() != Tok::Eof && !self.is_kw("fn") && !self.is_kw("extern") {
             self.bump();
         }
     }
@@ -239,8 +290,8 @@ impl Parser {
     }
 
     fn scalar(&mut self) -> PResult<Scalar> {
-        match self.peek().clone() {
-            Tok::Ident(name) => match Scalar::from_name(&name) {
+        match self.peek() {
+            Tok::Ident => match Scalar::from_name(self.text()) {
                 Some(s) => {
                     self.bump();
                     Ok(s)
@@ -249,7 +300,7 @@ impl Parser {
                     let span = self.span();
                     self.error(
                         span,
-                        format!("unknown type `{name}`"),
+                        format!("unknown type `{}`", self.text()),
                         "expected i8, i16, i32, i64, u8, u16, u32, u64, f64, bool or a slice",
                     )
                 }
@@ -328,7 +379,7 @@ impl Parser {
         let mut stmts = Vec::new();
         loop {
             let at_end = ends.iter().any(|e| self.is(e) || self.is_kw(e));
-            if at_end || *self.peek() == Tok::Eof || self.errors.len() >= MAX_ERRORS {
+            if at_end || self.peek() == Tok::Eof || self.errors.len() >= MAX_ERRORS {
                 return stmts;
             }
             let before = self.pos;
@@ -363,7 +414,7 @@ impl Parser {
 
     fn stmt(&mut self) -> PResult<Stmt> {
         let start = self.span();
-        let kind = match self.peek().clone() {
+        let kind = match self.peek() {
             Tok::Punct(";") => {
                 self.bump();
                 StmtKind::Block(Block {
@@ -372,8 +423,8 @@ impl Parser {
                 })
             }
             Tok::Punct("{") => StmtKind::Block(self.block()?),
-            Tok::Ident(k) => match k.as_str() {
-                "let" | "var" => {
+            Tok::Ident => match self.text() {
+                k @ ("let" | "var") => {
                     self.bump();
                     let name = self.ident("a variable name")?;
                     let ty = if self.eat(":") {
@@ -404,9 +455,9 @@ impl Parser {
                         body: self.block()?,
                     }
                 }
-                "break" | "continue" => {
+                k @ ("break" | "continue") => {
                     self.bump();
-                    let label = if matches!(self.peek(), Tok::Ident(_)) {
+                    let label = if self.peek() == Tok::Ident {
                         Some(self.ident("a label")?)
                     } else {
                         None
@@ -440,7 +491,7 @@ impl Parser {
                     self.expect(";")?;
                     StmtKind::Trap
                 }
-                "make_static" | "make_dynamic" => {
+                k @ ("make_static" | "make_dynamic") => {
                     self.bump();
                     self.expect("(")?;
                     let mut vars = vec![self.ident("a variable name")?];
@@ -450,8 +501,9 @@ impl Parser {
                     let mut policies = Vec::new();
                     if k == "make_static" && self.eat(":") {
                         loop {
-                            match self.peek().clone() {
-                                Tok::Ident(name) => {
+                            match self.peek() {
+                                Tok::Ident => {
+                                    let name = self.text().to_string();
                                     let span = self.bump().span;
                                     policies.push(Ident { name, span });
                                 }
@@ -470,7 +522,7 @@ impl Parser {
                         StmtKind::MakeDynamic { vars }
                     }
                 }
-                _ if !KEYWORDS.contains(&k.as_str()) && *self.peek_at(1) == Tok::Punct(":") => {
+                k if !is_keyword(k) && self.peek_at(1) == Tok::Punct(":") => {
                     let label = self.ident("a label")?;
                     self.bump(); // :
                     let stmt = Box::new(self.stmt()?);
@@ -524,7 +576,7 @@ impl Parser {
                 loop {
                     let start = self.span();
                     let neg = self.eat("-");
-                    match self.peek().clone() {
+                    match self.peek() {
                         Tok::Int(x) if x <= i128::MAX as u128 => {
                             self.bump();
                             let v = if neg { -(x as i128) } else { x as i128 };
@@ -632,42 +684,57 @@ impl Parser {
         self.nested(|p| p.binary(0))
     }
 
-    fn binary(&mut self, level: usize) -> PResult<Expr> {
-        const LEVELS: [&[(&str, Option<BinOp>)]; 10] = [
-            &[("||", None)],
-            &[("&&", None)],
-            &[("|", Some(BinOp::Or))],
-            &[("^", Some(BinOp::Xor))],
-            &[("&", Some(BinOp::And))],
-            &[("==", Some(BinOp::Eq)), ("!=", Some(BinOp::Ne))],
-            &[
-                ("<", Some(BinOp::Lt)),
-                ("<=", Some(BinOp::Le)),
-                (">", Some(BinOp::Gt)),
-                (">=", Some(BinOp::Ge)),
-            ],
-            &[("<<", Some(BinOp::Shl)), (">>", Some(BinOp::Shr))],
-            &[("+", Some(BinOp::Add)), ("-", Some(BinOp::Sub))],
-            &[
-                ("*", Some(BinOp::Mul)),
-                ("/", Some(BinOp::Div)),
-                ("%", Some(BinOp::Rem)),
-            ],
-        ];
-        if level == LEVELS.len() {
-            return self.cast();
-        }
-        let first = self.binary(level + 1)?;
-        // The operands of this level, kept flat (see `ExprKind::Chain`).
-        let mut rest: Vec<(&str, Option<BinOp>, Expr)> = Vec::new();
-        while let Some(&(sym, op)) = LEVELS[level].iter().find(|(p, _)| self.is(p)) {
-            self.bump();
-            let rhs = self.binary(level + 1)?;
-            rest.push((sym, op, rhs));
-        }
-        let Some(last) = rest.last() else {
-            return Ok(first);
+    /// The binary operator of the current token: its precedence level (0 is `||`, 9 is
+    /// `*`), its text and its operation (`None` for `||` and `&&`, which branch).
+    fn binary_op(&self) -> Option<(usize, &'static str, Option<BinOp>)> {
+        let Tok::Punct(p) = self.peek() else {
+            return None;
         };
+        let (level, op) = match p {
+            "||" => (0, None),
+            "&&" => (1, None),
+            "|" => (2, Some(BinOp::Or)),
+            "^" => (3, Some(BinOp::Xor)),
+            "&" => (4, Some(BinOp::And)),
+            "==" => (5, Some(BinOp::Eq)),
+            "!=" => (5, Some(BinOp::Ne)),
+            "<" => (6, Some(BinOp::Lt)),
+            "<=" => (6, Some(BinOp::Le)),
+            ">" => (6, Some(BinOp::Gt)),
+            ">=" => (6, Some(BinOp::Ge)),
+            "<<" => (7, Some(BinOp::Shl)),
+            ">>" => (7, Some(BinOp::Shr)),
+            "+" => (8, Some(BinOp::Add)),
+            "-" => (8, Some(BinOp::Sub)),
+            "*" => (9, Some(BinOp::Mul)),
+            "/" => (9, Some(BinOp::Div)),
+            "%" => (9, Some(BinOp::Rem)),
+            _ => return None,
+        };
+        Some((level, p, op))
+    }
+
+    /// An expression whose operators all have precedence `min` or higher, by precedence
+    /// climbing: the operands of one level are collected flat (see `ExprKind::Chain`), each
+    /// parsed at the next level up, so the recursion depth is bounded by the number of
+    /// levels, not by the length of a chain.
+    fn binary(&mut self, min: usize) -> PResult<Expr> {
+        let mut first = self.cast()?;
+        while let Some((level, _, _)) = self.binary_op().filter(|&(l, _, _)| l >= min) {
+            let mut rest: Vec<(&str, Option<BinOp>, Expr)> = Vec::new();
+            while let Some((_, sym, op)) = self.binary_op().filter(|&(l, _, _)| l == level) {
+                self.bump();
+                let rhs = self.binary(level + 1)?;
+                rest.push((sym, op, rhs));
+            }
+            first = Self::chain(level, first, rest);
+        }
+        Ok(first)
+    }
+
+    /// The expression `first op1 e1 op2 e2 ...` of operators of one `level`.
+    fn chain(level: usize, first: Expr, mut rest: Vec<(&str, Option<BinOp>, Expr)>) -> Expr {
+        let last = rest.last().expect("at least one operator");
         let span = first.span.to(last.2.span);
         let kind = if rest.len() == 1 {
             let (sym, op, rhs) = rest.pop().expect("one");
@@ -694,7 +761,7 @@ impl Parser {
                     .collect(),
             }
         };
-        Ok(Expr { kind, span })
+        Expr { kind, span }
     }
 
     fn cast(&mut self) -> PResult<Expr> {
@@ -756,7 +823,7 @@ impl Parser {
     /// The indexing operations after `e`, each one nesting level deeper.
     fn postfix_chain(&mut self, mut e: Expr) -> PResult<Expr> {
         loop {
-            let is_static = self.is("@") && *self.peek_at(1) == Tok::Punct("[");
+            let is_static = self.is("@") && self.peek_at(1) == Tok::Punct("[");
             if is_static {
                 self.bump();
             }
@@ -794,7 +861,7 @@ impl Parser {
 
     fn primary(&mut self) -> PResult<Expr> {
         let start = self.span();
-        let kind = match self.peek().clone() {
+        let kind = match self.peek() {
             Tok::Int(x) => {
                 self.bump();
                 ExprKind::Int(x)
@@ -822,12 +889,12 @@ impl Parser {
                     is_static: true,
                 }
             }
-            Tok::Ident(k) => match k.as_str() {
-                "true" | "false" => {
+            Tok::Ident => match self.text() {
+                k @ ("true" | "false") => {
                     self.bump();
                     ExprKind::Bool(k == "true")
                 }
-                "len" | "min" | "max" => {
+                k @ ("len" | "min" | "max") => {
                     let kw = self.bump().span;
                     let mut args = self.args()?;
                     let want = if k == "len" { 1 } else { 2 };
@@ -849,7 +916,7 @@ impl Parser {
                         }
                     }
                 }
-                _ if *self.peek_at(1) == Tok::Punct("(") => {
+                _ if self.peek_at(1) == Tok::Punct("(") => {
                     let name = self.ident("a function name")?;
                     let args = self.args()?;
                     ExprKind::Call {

@@ -21,8 +21,9 @@
 //! variable's declaration: the builder records it in [`SsaBuilder::uninitialized`] and the
 //! front end reports it.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
+use cranelift_entity::packed_option::PackedOption;
 use cranelift_entity::SecondaryMap;
 
 use crate::analysis::cfg::ControlFlowGraph;
@@ -60,12 +61,10 @@ impl SsaBuilder {
         b
     }
 
-    /// Records an edge `from -> to` (call once per edge; repeated edges are kept once).
+    /// Records an edge `from -> to`; the caller records each edge once.
     pub fn add_pred(&mut self, to: Block, from: Block) {
         debug_assert!(!self.sealed[to], "edge into sealed {to}");
-        if !self.preds[to].contains(&from) {
-            self.preds[to].push(from);
-        }
+        self.preds[to].push(from);
     }
 
     /// Whether some edge into `b` has been recorded.
@@ -81,10 +80,33 @@ impl SsaBuilder {
         self.defs.insert((var, block), value);
     }
 
+    /// The value of `var` at the end of `block`.
+    ///
+    /// Iterative: the predecessors of every merge met on the way are visited from an
+    /// explicit stack, so a variable read after a long chain of merges costs no native
+    /// stack.
     pub fn read(&mut self, f: &mut Function, vars: &[VarInfo], var: VarId, block: Block) -> Value {
-        // Walk single-predecessor chains iteratively; remember the blocks passed.
+        let (value, merge) = self.walk(f, vars, var, block);
+        if let Some((b, p)) = merge {
+            self.fill_args(f, vars, var, b, p);
+        }
+        value
+    }
+
+    /// Follows single-predecessor chains from `block` to a definition of `var`, or to a
+    /// merge, where it adds a parameter and returns it with its block: its arguments are
+    /// still to be passed ([`SsaBuilder::fill_args`]).
+    fn walk(
+        &mut self,
+        f: &mut Function,
+        vars: &[VarInfo],
+        var: VarId,
+        block: Block,
+    ) -> (Value, Option<(Block, Value)>) {
+        // Remember the blocks passed, to record the definition in each.
         let mut chain = Vec::new();
         let mut b = block;
+        let mut merge = None;
         let value = loop {
             if let Some(&v) = self.defs.get(&(var, b)) {
                 break v;
@@ -111,8 +133,7 @@ impl SsaBuilder {
                 }
                 _ => {
                     let p = f.append_block_param(b, vars[var].ty, Some(vars[var].ir_var));
-                    self.defs.insert((var, b), p);
-                    self.fill_args(f, vars, var, b, p);
+                    merge = Some((b, p));
                     break p;
                 }
             }
@@ -121,18 +142,26 @@ impl SsaBuilder {
         for c in chain {
             self.defs.insert((var, c), value);
         }
-        value
+        (value, merge)
     }
 
-    /// Passes `var` from every predecessor of `b` to its new parameter `p`.
+    /// Passes `var` from every predecessor of `b` to its new parameter `p`, and so on for
+    /// the parameters this adds at other merges, depth first from an explicit stack.
     fn fill_args(&mut self, f: &mut Function, vars: &[VarInfo], var: VarId, b: Block, p: Value) {
-        let index = f
-            .block_params(b)
-            .iter()
-            .position(|&x| x == p)
-            .expect("parameter of b");
-        for pred in self.preds[b].clone() {
-            let v = self.read(f, vars, var, pred);
+        // (merge block, its parameter, the next predecessor to visit)
+        let mut stack = vec![(b, p, 0usize)];
+        while let Some(top) = stack.last_mut() {
+            let (b, p, next) = *top;
+            let Some(&pred) = self.preds[b].get(next) else {
+                stack.pop();
+                continue;
+            };
+            top.2 += 1;
+            let (v, merge) = self.walk(f, vars, var, pred);
+            let index = match f.values[p].def {
+                ValueDef::Param(_, n) => n,
+                _ => unreachable!("a block parameter"),
+            };
             let term = f
                 .terminator(pred)
                 .expect("a predecessor ends with its branch");
@@ -141,6 +170,9 @@ impl SsaBuilder {
                     debug_assert_eq!(call.args.len(), index, "arguments in parameter order");
                     call.args.push(v);
                 }
+            }
+            if let Some((mb, mp)) = merge {
+                stack.push((mb, mp, 0));
             }
         }
     }
@@ -161,11 +193,8 @@ impl SsaBuilder {
 pub fn remove_unreachable_blocks(f: &mut Function) {
     let cfg = ControlFlowGraph::compute(f);
     let dfs = DfsOrder::compute(cfg.graph(), 0);
-    for n in 0..cfg.num_blocks() {
-        if !dfs.is_reachable(n) {
-            f.layout.remove_block(cfg.block(n));
-        }
-    }
+    f.layout
+        .retain_blocks(|b| cfg.node(b).is_some_and(|n| dfs.is_reachable(n)));
 }
 
 /// Replaces every block parameter whose incoming arguments are a single other value by
@@ -183,28 +212,26 @@ pub fn remove_trivial_params(f: &mut Function) {
     let mut incoming: SecondaryMap<Block, Vec<(Inst, usize)>> = SecondaryMap::new();
     for &b in &blocks {
         if let Some(t) = f.terminator(b) {
-            for (n, call) in f.insts[t].branch_targets().into_iter().enumerate() {
+            for (n, call) in f.insts[t].branch_targets().enumerate() {
                 incoming[call.block].push((t, n));
             }
         }
     }
-    // The arguments of each edge, read once: args[(t, n)].
-    let edge_args = |f: &Function, t: Inst, n: usize| -> Vec<Value> {
-        f.insts[t].branch_targets()[n].args.clone()
+    let edge_arg = |f: &Function, (t, n): (Inst, usize), k: usize| -> Value {
+        f.insts[t].branch_target(n).expect("an edge").args[k]
     };
-    let mut args_of: HashMap<(Inst, usize), Vec<Value>> = HashMap::new();
     // The parameters (block, index) that receive each value as an argument.
-    let mut users: HashMap<Value, Vec<(Block, usize)>> = HashMap::new();
+    let mut users: SecondaryMap<Value, Vec<(Block, usize)>> = SecondaryMap::new();
     for &b in &blocks {
         for &(t, n) in &incoming[b] {
-            let args = edge_args(f, t, n);
-            for (k, &a) in args.iter().enumerate() {
-                users.entry(a).or_default().push((b, k));
+            let call = f.insts[t].branch_target(n).expect("an edge");
+            for (k, &a) in call.args.iter().enumerate() {
+                users[a].push((b, k));
             }
-            args_of.insert((t, n), args);
         }
     }
-    let mut alias: HashMap<Value, Value> = HashMap::new();
+    let mut alias: SecondaryMap<Value, PackedOption<Value>> = SecondaryMap::new();
+    let mut any_removed = false;
     let mut removed: SecondaryMap<Block, Vec<bool>> = SecondaryMap::new();
     // Examined in layout order (the work list pops from its end), so that a parameter is
     // usually examined after those it receives: aliases then point at their final value
@@ -224,8 +251,8 @@ pub fn remove_trivial_params(f: &mut Function) {
         let p = f.block_params(b)[k];
         let mut same: Option<Value> = None;
         let mut trivial = true;
-        for e in &incoming[b] {
-            let v = resolve(&mut alias, args_of[e][k]);
+        for &e in &incoming[b] {
+            let v = resolve(&mut alias, edge_arg(f, e, k));
             if v == p || Some(v) == same {
                 continue;
             }
@@ -238,17 +265,17 @@ pub fn remove_trivial_params(f: &mut Function) {
         let Some(v) = same.filter(|_| trivial) else {
             continue;
         };
-        alias.insert(p, v);
+        alias[p] = v.into();
+        any_removed = true;
         removed[b][k] = true;
         // Parameters that received `p` now receive `v`: look at them again (those already
         // removed need nothing more, and are dropped from the lists, which stay short).
-        if let Some(mut us) = users.remove(&p) {
-            us.retain(|&(ub, uk)| !removed[ub][uk]);
-            work.extend(us.iter().copied());
-            users.entry(v).or_default().extend(us);
-        }
+        let mut us = std::mem::take(&mut users[p]);
+        us.retain(|&(ub, uk)| !removed[ub][uk]);
+        work.extend(us.iter().copied());
+        users[v].extend(us);
     }
-    if alias.is_empty() {
+    if !any_removed {
         return;
     }
     for &b in &blocks {
@@ -268,7 +295,7 @@ pub fn remove_trivial_params(f: &mut Function) {
         }
         f.blocks[b].params = kept;
         for &(t, n) in &incoming[b] {
-            let call = &mut f.insts[t].branch_targets_mut()[n];
+            let call = f.insts[t].branch_target_mut(n).expect("an edge");
             let mut k = 0;
             call.args.retain(|_| {
                 k += 1;
@@ -277,24 +304,24 @@ pub fn remove_trivial_params(f: &mut Function) {
         }
     }
     for &b in &blocks {
-        for i in f.layout.block_insts(b).to_vec() {
+        for &i in f.layout.block_insts(b) {
             f.insts[i].visit_operands_mut(|v| *v = resolve(&mut alias, *v));
         }
     }
 }
 
 /// The value `v` stands for, shortening the alias chain it walked.
-fn resolve(alias: &mut HashMap<Value, Value>, v: Value) -> Value {
+fn resolve(alias: &mut SecondaryMap<Value, PackedOption<Value>>, v: Value) -> Value {
     let mut root = v;
-    while let Some(&w) = alias.get(&root) {
+    while let Some(w) = alias[root].expand() {
         root = w;
     }
     let mut x = v;
-    while let Some(&w) = alias.get(&x) {
+    while let Some(w) = alias[x].expand() {
         if w == root {
             break;
         }
-        alias.insert(x, root);
+        alias[x] = root.into();
         x = w;
     }
     root
