@@ -336,10 +336,8 @@ pub fn analyze(m: &Module, f: &Function, mode: Mode) -> Bta {
                             let term = f.terminator(pred).expect("verified");
                             f.insts[term]
                                 .branch_targets()
-                                .into_iter()
                                 .filter(|c| c.block == b)
                                 .map(|c| c.args[k])
-                                .collect::<Vec<_>>()
                         })
                         .collect();
                     incoming.sort();
