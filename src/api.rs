@@ -271,7 +271,7 @@ impl Program {
     /// Compiles region source named `file` (in diagnostics) with runtime options.
     pub fn compile_with(file: &str, source: &str, opts: RuntimeOptions) -> Result<Program, Error> {
         let module = lang::compile(file, source).map_err(Error::Compile)?;
-        Program::from_module(module, opts)
+        Program::from_verified(module, opts)
     }
 
     /// A program from a module, which is verified first (a module that does not verify is
@@ -279,6 +279,10 @@ impl Program {
     pub fn from_module(module: Module, opts: RuntimeOptions) -> Result<Program, Error> {
         crate::verifier::verify_module(&module)
             .map_err(|e| Error::Arguments(format!("the module does not verify:\n{e}")))?;
+        Program::from_verified(module, opts)
+    }
+
+    fn from_verified(module: Module, opts: RuntimeOptions) -> Result<Program, Error> {
         let mut generic = Vec::new();
         for (id, f) in module.funcs.iter() {
             let g = ge::build(&module, id, Mode::Generic).map_err(|e| Error::from_ge(e, f))?;

@@ -105,6 +105,8 @@ pub struct Bta {
     /// Blocks with a static parameter whose incoming values may differ.
     pub spec_points: Vec<Block>,
     pub errors: Vec<BtaError>,
+    is_promotion: SecondaryMap<Inst, bool>,
+    is_spec_point: SecondaryMap<Block, bool>,
 }
 
 impl Bta {
@@ -116,9 +118,17 @@ impl Bta {
     /// static operands are copies).
     pub fn inst_is_static(&self, f: &Function, i: Inst) -> bool {
         let results = f.inst_results(i);
-        !results.is_empty()
-            && results.iter().all(|&r| self.is_static(r))
-            && !self.promotions.contains(&i)
+        !results.is_empty() && results.iter().all(|&r| self.is_static(r)) && !self.is_promotion(i)
+    }
+
+    /// Whether `i` is one of [`Bta::promotions`] (constant time).
+    pub fn is_promotion(&self, i: Inst) -> bool {
+        self.is_promotion[i]
+    }
+
+    /// Whether `b` is one of [`Bta::spec_points`] (constant time).
+    pub fn is_spec_point(&self, b: Block) -> bool {
+        self.is_spec_point[b]
     }
 
     /// Whether the terminator of `b` branches on a static condition.
@@ -129,20 +139,6 @@ impl Bta {
             _ => false,
         }
     }
-}
-
-/// The policy of `group` that the `make_static` annotations of `var` ask for, if any.
-fn var_policy(f: &Function, var: Var, group: PolicyGroup) -> Option<Policy> {
-    f.layout
-        .blocks()
-        .iter()
-        .flat_map(|&b| f.layout.block_insts(b))
-        .find_map(|&i| match &f.insts[i] {
-            InstData::MakeStatic { args, policies } if args.iter().any(|&(_, v)| v == var) => {
-                policies.get(group)
-            }
-            _ => None,
-        })
 }
 
 /// Runs the analysis on `f`, a function of `m`.
@@ -175,125 +171,188 @@ pub fn analyze(m: &Module, f: &Function, mode: Mode) -> Bta {
         };
     }
     let cfg = ControlFlowGraph::compute(f);
-    // Loop entries and, per loop, the blocks that branch.
     let forest = LoopForest::compute(&cfg);
-    let loop_branches: Vec<Vec<Block>> = forest
-        .loops
-        .iter()
-        .map(|l| {
-            l.blocks
-                .iter()
-                .copied()
-                .filter(|&b| cfg.succs(b).nth(1).is_some())
-                .collect()
-        })
-        .collect();
-    let annotated: Vec<Var> = f
-        .layout
-        .blocks()
-        .iter()
-        .flat_map(|&b| f.layout.block_insts(b))
-        .filter_map(|&i| match &f.insts[i] {
-            InstData::MakeStatic { args, .. } => {
-                Some(args.iter().map(|&(_, v)| v).collect::<Vec<_>>())
-            }
-            _ => None,
-        })
-        .flatten()
-        .collect();
     let rpo: Vec<Block> = DfsOrder::compute(cfg.graph(), 0)
         .rpo()
         .into_iter()
         .map(|n| cfg.block(n))
         .collect();
-    let ty_join = |bt: &SecondaryMap<Value, BindingTime>, vs: &[Value]| {
-        vs.iter().fold(Bottom, |a, &v| a.join(bt[v]))
-    };
-    let mut changed = true;
-    while changed {
-        changed = false;
-        let mut set = |bt: &mut SecondaryMap<Value, BindingTime>, v: Value, t: BindingTime| {
-            let t = if mode == Mode::Generic { Dynamic } else { t };
-            let new = bt[v].join(t);
-            if new != bt[v] {
-                bt[v] = new;
-                changed = true;
-            }
-        };
-        for &b in &rpo {
-            if b != entry {
-                // Block parameters: join of the incoming arguments.
-                for (k, &p) in f.block_params(b).iter().enumerate() {
-                    let mut t = Bottom;
-                    let mut incoming: Vec<Value> = Vec::new();
-                    for pred in cfg.preds(b) {
-                        let term = f.terminator(pred).expect("verified");
-                        for call in f.insts[term].branch_targets() {
-                            if call.block == b {
-                                t = t.join(bt[call.args[k]]);
-                                incoming.push(call.args[k]);
-                            }
-                        }
+    // What the annotations ask for, per variable, in one scan: whether it is annotated,
+    // and the specialization policy of its first annotation that names one.
+    let mut annotated: SecondaryMap<Var, bool> = SecondaryMap::new();
+    let mut policy: SecondaryMap<Var, Option<Policy>> = SecondaryMap::new();
+    for &b in f.layout.blocks() {
+        for &i in f.layout.block_insts(b) {
+            if let InstData::MakeStatic { args, policies } = &f.insts[i] {
+                for &(_, v) in args {
+                    annotated[v] = true;
+                    if policy[v].is_none() {
+                        policy[v] = policies.get(PolicyGroup::Specialization);
                     }
-                    incoming.sort();
-                    incoming.dedup();
-                    if t == Static && incoming.len() > 1 {
-                        let var = f.values[p].var;
-                        let mono = var.and_then(|v| var_policy(f, v, PolicyGroup::Specialization));
-                        if mono == Some(Policy::MonoSpecialize) {
-                            t = Dynamic;
-                        }
-                        let user = var.is_some_and(|v| annotated.contains(&v));
-                        let entered: Vec<usize> = (0..forest.loops.len())
-                            .filter(|&l| forest.loops[l].entries.contains(&b))
-                            .collect();
-                        let dynamic_control = entered.iter().any(|&l| {
-                            loop_branches[l].iter().any(|&x| {
-                                match f.terminator(x).map(|t| &f.insts[t]) {
-                                    Some(InstData::Brif { cond, .. }) => bt[*cond] == Dynamic,
-                                    Some(InstData::Switch { arg, .. }) => bt[*arg] == Dynamic,
-                                    _ => false,
-                                }
-                            })
-                        });
-                        if !user && dynamic_control {
-                            t = Dynamic;
-                        }
-                    }
-                    set(&mut bt, p, t);
-                }
-            }
-            for &i in f.layout.block_insts(b) {
-                let data = &f.insts[i];
-                let ops = data.operands();
-                let t = match data {
-                    InstData::Const(_) => Static,
-                    InstData::Unary { .. }
-                    | InstData::Binary { .. }
-                    | InstData::Cmp { .. }
-                    | InstData::Select { .. }
-                    | InstData::Cast { .. }
-                    | InstData::Len { .. }
-                    | InstData::StaticLoad { .. } => ty_join(&bt, &ops),
-                    InstData::Call {
-                        callee, is_static, ..
-                    } => {
-                        if *is_static && matches!(callee, Callee::Extern(_)) && m.is_pure(*callee) {
-                            ty_join(&bt, &ops).join(Static)
-                        } else {
-                            Dynamic
-                        }
-                    }
-                    InstData::Load { .. } | InstData::MakeDynamic { .. } => Dynamic,
-                    InstData::MakeStatic { .. } => Static,
-                    _ => continue,
-                };
-                for &r in f.inst_results(i) {
-                    set(&mut bt, r, t);
                 }
             }
         }
     }
+    // Def-use: the instructions using each value, and the parameters (with their
+    // incoming arguments) it is passed to.
+    let mut inst_users: SecondaryMap<Value, Vec<Inst>> = SecondaryMap::new();
+    let mut param_users: SecondaryMap<Value, Vec<Value>> = SecondaryMap::new();
+    let mut incoming: SecondaryMap<Value, Vec<Value>> = SecondaryMap::new();
+    for &b in &rpo {
+        for &i in f.layout.block_insts(b) {
+            if !f.insts[i].is_terminator() {
+                f.insts[i].visit_operands(|&v| inst_users[v].push(i));
+            }
+        }
+        if b == entry {
+            continue;
+        }
+        for pred in cfg.preds(b) {
+            let term = f.terminator(pred).expect("verified");
+            for call in f.insts[term].branch_targets().filter(|c| c.block == b) {
+                for (&p, &a) in f.block_params(b).iter().zip(&call.args) {
+                    incoming[p].push(a);
+                    param_users[a].push(p);
+                }
+            }
+        }
+    }
+    // Whether the incoming arguments of each parameter may differ (fixed by the IR).
+    let mut merges: SecondaryMap<Value, bool> = SecondaryMap::new();
+    for &b in rpo.iter().filter(|&&b| b != entry) {
+        for &p in f.block_params(b) {
+            let ins = &mut incoming[p];
+            ins.sort_unstable();
+            ins.dedup();
+            merges[p] = ins.len() > 1;
+        }
+    }
+    // Loops: the loops each block enters, and the loops of each branch condition (the
+    // innermost loop of its block; enclosing loops follow through `parent`).
+    let mut entered: SecondaryMap<Block, Vec<usize>> = SecondaryMap::new();
+    for (l, lp) in forest.loops.iter().enumerate() {
+        for &e in &lp.entries {
+            entered[e].push(l);
+        }
+    }
+    let mut cond_loops: SecondaryMap<Value, Vec<usize>> = SecondaryMap::new();
+    for &b in &rpo {
+        let cond = match f.terminator(b).map(|t| &f.insts[t]) {
+            Some(InstData::Brif { cond, .. }) => *cond,
+            Some(InstData::Switch { arg, .. }) => *arg,
+            _ => continue,
+        };
+        if let Some(l) = forest
+            .innermost(b)
+            .filter(|_| cfg.succs(b).nth(1).is_some())
+        {
+            cond_loops[cond].push(l);
+        }
+    }
+    // A loop is under dynamic control once one of its branches (its nested loops'
+    // included) is dynamic.
+    let mut dynamic_loop = vec![false; forest.loops.len()];
+
+    let mut state = Solver {
+        bt,
+        // The entry parameters are set: their users are examined like any change.
+        work: params.to_vec(),
+        generic: mode == Mode::Generic,
+    };
+    // The join of the incoming arguments of each parameter, kept up to date as they
+    // change (so a merge of many edges costs one step per change, not per edge).
+    let mut joined: SecondaryMap<Value, BindingTime> = SecondaryMap::new();
+    // The transfer function of a block parameter: the join of its incoming arguments;
+    // `Dynamic` instead of a static merge under `mono_specialize`, or at the entry of a
+    // loop under dynamic control unless its variable is annotated.
+    let param = |st: &mut Solver, dynamic_loop: &[bool], p: Value, joined: BindingTime| {
+        let mut t = joined;
+        if t == Static && merges[p] {
+            let var = f.values[p].var;
+            if var.is_some_and(|v| policy[v] == Some(Policy::MonoSpecialize)) {
+                t = Dynamic;
+            }
+            let user = var.is_some_and(|v| annotated[v]);
+            let b = match f.values[p].def {
+                crate::ir::ValueDef::Param(b, _) => b,
+                _ => unreachable!("a block parameter"),
+            };
+            if !user && entered[b].iter().any(|&l| dynamic_loop[l]) {
+                t = Dynamic;
+            }
+        }
+        st.set(p, t);
+    };
+    let inst = |st: &mut Solver, i: Inst| {
+        let data = &f.insts[i];
+        let operands = || {
+            let mut t = Bottom;
+            data.visit_operands(|&v| t = t.join(st.bt[v]));
+            t
+        };
+        let t = match data {
+            InstData::Const(_) => Static,
+            InstData::Unary { .. }
+            | InstData::Binary { .. }
+            | InstData::Cmp { .. }
+            | InstData::Select { .. }
+            | InstData::Cast { .. }
+            | InstData::Len { .. }
+            | InstData::StaticLoad { .. } => operands(),
+            InstData::Call {
+                callee, is_static, ..
+            } => {
+                if *is_static && matches!(callee, Callee::Extern(_)) && m.is_pure(*callee) {
+                    operands().join(Static)
+                } else {
+                    Dynamic
+                }
+            }
+            InstData::Load { .. } | InstData::MakeDynamic { .. } => Dynamic,
+            InstData::MakeStatic { .. } => Static,
+            _ => return,
+        };
+        for &r in f.inst_results(i) {
+            st.set(r, t);
+        }
+    };
+    // Every definition once, then the users of each value that changes: each value changes
+    // at most twice, so the work is linear in the number of uses.
+    for &b in &rpo {
+        if b != entry {
+            for &p in f.block_params(b) {
+                joined[p] = incoming[p].iter().fold(Bottom, |a, &v| a.join(state.bt[v]));
+                param(&mut state, &dynamic_loop, p, joined[p]);
+            }
+        }
+        for &i in f.layout.block_insts(b) {
+            inst(&mut state, i);
+        }
+    }
+    while let Some(v) = state.work.pop() {
+        for &i in &inst_users[v] {
+            inst(&mut state, i);
+        }
+        for &p in &param_users[v] {
+            joined[p] = joined[p].join(state.bt[v]);
+            param(&mut state, &dynamic_loop, p, joined[p]);
+        }
+        if state.bt[v] == Dynamic {
+            for &inner in &cond_loops[v] {
+                let mut l = Some(inner);
+                while let Some(x) = l.filter(|&x| !dynamic_loop[x]) {
+                    dynamic_loop[x] = true;
+                    for &e in &forest.loops[x].entries {
+                        for &p in f.block_params(e) {
+                            param(&mut state, &dynamic_loop, p, joined[p]);
+                        }
+                    }
+                    l = forest.loops[x].parent;
+                }
+            }
+        }
+    }
+    let bt = state.bt;
     // Promotion points, specialization points and restrictions.
     let mut promotions = Vec::new();
     let mut spec_points = Vec::new();
@@ -325,29 +384,22 @@ pub fn analyze(m: &Module, f: &Function, mode: Mode) -> Bta {
                     promotions.push(i);
                 }
             }
-            if b != entry {
-                for (k, &p) in f.block_params(b).iter().enumerate() {
-                    if bt[p] != Static {
-                        continue;
-                    }
-                    let mut incoming: Vec<Value> = cfg
-                        .preds(b)
-                        .flat_map(|pred| {
-                            let term = f.terminator(pred).expect("verified");
-                            f.insts[term]
-                                .branch_targets()
-                                .filter(|c| c.block == b)
-                                .map(|c| c.args[k])
-                        })
-                        .collect();
-                    incoming.sort();
-                    incoming.dedup();
-                    if incoming.len() > 1 && !spec_points.contains(&b) {
-                        spec_points.push(b);
-                    }
-                }
+            if b != entry
+                && f.block_params(b)
+                    .iter()
+                    .any(|&p| bt[p] == Static && merges[p])
+            {
+                spec_points.push(b);
             }
         }
+    }
+    let mut is_promotion = SecondaryMap::new();
+    for &i in &promotions {
+        is_promotion[i] = true;
+    }
+    let mut is_spec_point = SecondaryMap::new();
+    for &b in &spec_points {
+        is_spec_point[b] = true;
     }
     Bta {
         value: bt,
@@ -355,6 +407,31 @@ pub fn analyze(m: &Module, f: &Function, mode: Mode) -> Bta {
         promotions,
         spec_points,
         errors,
+        is_promotion,
+        is_spec_point,
+    }
+}
+
+/// The binding times being solved and the values whose binding time changed.
+struct Solver {
+    bt: SecondaryMap<Value, BindingTime>,
+    work: Vec<Value>,
+    generic: bool,
+}
+
+impl Solver {
+    /// Raises `v` to at least `t` (everything is dynamic in the generic mode).
+    fn set(&mut self, v: Value, t: BindingTime) {
+        let t = if self.generic {
+            BindingTime::Dynamic
+        } else {
+            t
+        };
+        let new = self.bt[v].join(t);
+        if new != self.bt[v] {
+            self.bt[v] = new;
+            self.work.push(v);
+        }
     }
 }
 
@@ -371,7 +448,7 @@ pub fn explain(m: &Module, f: &Function, bta: &Bta) -> String {
                 .iter()
                 .map(|&p| format!("{p}:{}", mark_of(bta.value[p])))
                 .collect();
-            if bta.spec_points.contains(&b) {
+            if bta.is_spec_point(b) {
                 parts.push("specialization point".into());
             }
             (!parts.is_empty()).then(|| parts.join(" "))
@@ -379,7 +456,7 @@ pub fn explain(m: &Module, f: &Function, bta: &Bta) -> String {
         fn inst(&self, i: Inst) -> Option<String> {
             let (f, bta) = (self.0, self.1);
             let data = &f.insts[i];
-            Some(if bta.promotions.contains(&i) {
+            Some(if bta.is_promotion(i) {
                 "promotion point".to_string()
             } else if data.is_terminator() {
                 let b = f.layout.inst_block(i).expect("in layout");

@@ -131,7 +131,7 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
         let mut ops = Vec::new();
         let mut first = 0;
         if let Some(&i0) = insts.first() {
-            if bta.promotions.contains(&i0) {
+            if bta.is_promotion(i0) {
                 let InstData::MakeStatic { args, .. } = &f.insts[i0] else {
                     unreachable!("promotions are make_static")
                 };

@@ -572,3 +572,187 @@ fn binding_times_are_congruent_on_random_programs() {
     }
     assert!(checked > 0, "no static branch in any program");
 }
+
+/// The binding times of the plain round-robin fixed point (every block in reverse
+/// post-order until nothing changes, each transfer function read from the whole function):
+/// the oracle for the work-list analysis of [`crate::bta::analyze`].
+fn round_robin_binding_times(
+    m: &Module,
+    f: &crate::ir::Function,
+    key_params: &[usize],
+) -> cranelift_entity::SecondaryMap<crate::ir::Value, crate::bta::BindingTime> {
+    use crate::analysis::loops::LoopForest;
+    use crate::bta::BindingTime::{self, *};
+    use crate::bta::Mode;
+    use crate::ir::{Block, Callee, InstData, Policy, PolicyGroup, Value, Var};
+    use cranelift_entity::SecondaryMap;
+    let mode = Mode::Specialize;
+    let mut bt: SecondaryMap<Value, BindingTime> = SecondaryMap::new();
+    let entry = f.entry_block().expect("an entry");
+    for (k, &p) in f.block_params(entry).iter().enumerate() {
+        bt[p] = if key_params.contains(&k) {
+            Static
+        } else {
+            Dynamic
+        };
+    }
+    let cfg = ControlFlowGraph::compute(f);
+    // Loop entries and, per loop, the blocks that branch.
+    let forest = LoopForest::compute(&cfg);
+    let loop_branches: Vec<Vec<Block>> = forest
+        .loops
+        .iter()
+        .map(|l| {
+            l.blocks
+                .iter()
+                .copied()
+                .filter(|&b| cfg.succs(b).nth(1).is_some())
+                .collect()
+        })
+        .collect();
+    let annotated: Vec<Var> = f
+        .layout
+        .blocks()
+        .iter()
+        .flat_map(|&b| f.layout.block_insts(b))
+        .filter_map(|&i| match &f.insts[i] {
+            InstData::MakeStatic { args, .. } => {
+                Some(args.iter().map(|&(_, v)| v).collect::<Vec<_>>())
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let rpo: Vec<Block> = DfsOrder::compute(cfg.graph(), 0)
+        .rpo()
+        .into_iter()
+        .map(|n| cfg.block(n))
+        .collect();
+    let ty_join = |bt: &SecondaryMap<Value, BindingTime>, vs: &[Value]| {
+        vs.iter().fold(Bottom, |a, &v| a.join(bt[v]))
+    };
+    let mut changed = true;
+    while changed {
+        changed = false;
+        let mut set = |bt: &mut SecondaryMap<Value, BindingTime>, v: Value, t: BindingTime| {
+            let t = if mode == Mode::Generic { Dynamic } else { t };
+            let new = bt[v].join(t);
+            if new != bt[v] {
+                bt[v] = new;
+                changed = true;
+            }
+        };
+        for &b in &rpo {
+            if b != entry {
+                // Block parameters: join of the incoming arguments.
+                for (k, &p) in f.block_params(b).iter().enumerate() {
+                    let mut t = Bottom;
+                    let mut incoming: Vec<Value> = Vec::new();
+                    for pred in cfg.preds(b) {
+                        let term = f.terminator(pred).expect("verified");
+                        for call in f.insts[term].branch_targets() {
+                            if call.block == b {
+                                t = t.join(bt[call.args[k]]);
+                                incoming.push(call.args[k]);
+                            }
+                        }
+                    }
+                    incoming.sort();
+                    incoming.dedup();
+                    if t == Static && incoming.len() > 1 {
+                        let var = f.values[p].var;
+                        let mono = var.and_then(|v| var_policy(f, v, PolicyGroup::Specialization));
+                        if mono == Some(Policy::MonoSpecialize) {
+                            t = Dynamic;
+                        }
+                        let user = var.is_some_and(|v| annotated.contains(&v));
+                        let entered: Vec<usize> = (0..forest.loops.len())
+                            .filter(|&l| forest.loops[l].entries.contains(&b))
+                            .collect();
+                        let dynamic_control = entered.iter().any(|&l| {
+                            loop_branches[l].iter().any(|&x| {
+                                match f.terminator(x).map(|t| &f.insts[t]) {
+                                    Some(InstData::Brif { cond, .. }) => bt[*cond] == Dynamic,
+                                    Some(InstData::Switch { arg, .. }) => bt[*arg] == Dynamic,
+                                    _ => false,
+                                }
+                            })
+                        });
+                        if !user && dynamic_control {
+                            t = Dynamic;
+                        }
+                    }
+                    set(&mut bt, p, t);
+                }
+            }
+            for &i in f.layout.block_insts(b) {
+                let data = &f.insts[i];
+                let ops = data.operands();
+                let t = match data {
+                    InstData::Const(_) => Static,
+                    InstData::Unary { .. }
+                    | InstData::Binary { .. }
+                    | InstData::Cmp { .. }
+                    | InstData::Select { .. }
+                    | InstData::Cast { .. }
+                    | InstData::Len { .. }
+                    | InstData::StaticLoad { .. } => ty_join(&bt, &ops),
+                    InstData::Call {
+                        callee, is_static, ..
+                    } => {
+                        if *is_static && matches!(callee, Callee::Extern(_)) && m.is_pure(*callee) {
+                            ty_join(&bt, &ops).join(Static)
+                        } else {
+                            Dynamic
+                        }
+                    }
+                    InstData::Load { .. } | InstData::MakeDynamic { .. } => Dynamic,
+                    InstData::MakeStatic { .. } => Static,
+                    _ => continue,
+                };
+                for &r in f.inst_results(i) {
+                    set(&mut bt, r, t);
+                }
+            }
+        }
+    }
+    bt
+}
+
+fn var_policy(
+    f: &crate::ir::Function,
+    var: crate::ir::Var,
+    group: crate::ir::PolicyGroup,
+) -> Option<crate::ir::Policy> {
+    f.layout
+        .blocks()
+        .iter()
+        .flat_map(|&b| f.layout.block_insts(b))
+        .find_map(|&i| match &f.insts[i] {
+            crate::ir::InstData::MakeStatic { args, policies }
+                if args.iter().any(|&(_, v)| v == var) =>
+            {
+                policies.get(group)
+            }
+            _ => None,
+        })
+}
+
+#[test]
+fn work_list_binding_times_equal_the_round_robin_fixed_point() {
+    use crate::bta::{analyze, Mode};
+    let mut compared = 0;
+    for seed in 0..cases(DEFAULT_CASES) {
+        let m = func::module(&mut Rng::new(seed), &func::Config::default());
+        for (_, f) in m.funcs.iter() {
+            let bta = analyze(&m, f, Mode::Specialize);
+            let reference = round_robin_binding_times(&m, f, &bta.key_params);
+            for v in f.values.keys() {
+                let why = || crate::bta::explain(&m, f, &bta);
+                assert_eq!(bta.value[v], reference[v], "seed {seed}: {v}\n{}", why());
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared > 0);
+}

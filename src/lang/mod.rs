@@ -29,7 +29,15 @@ pub fn compile(file: &str, src: &str) -> Result<Module, Diagnostics> {
         return Err(fail(errors));
     }
     let map = SourceMap::new(file, src);
-    lower::lower(&prog, &map).map_err(fail)
+    let m = lower::lower(&prog, &map).map_err(fail)?;
+    if let Err(e) = crate::verifier::verify_module(&m) {
+        return Err(fail(vec![Diagnostic::new(
+            Span::default(),
+            format!("internal error: the front end produced invalid IR:\n{e}"),
+            "",
+        )]));
+    }
+    Ok(m)
 }
 
 #[cfg(test)]

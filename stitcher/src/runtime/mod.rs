@@ -330,12 +330,22 @@ impl Shared {
                 Some(s) => s.site_id(site),
                 None => 0,
             };
+            // Generic code has no static context: every block is copied once, so its size
+            // is the program's, and the budget (which bounds specialization) does not apply.
+            let budget = match input.spec {
+                Some(_) => self.opts.budget,
+                None => Budget {
+                    max_blocks: usize::MAX,
+                    max_ops: usize::MAX,
+                    ..self.opts.budget
+                },
+            };
             let cx = Context {
                 prog,
                 slices: input.slices,
                 hosts: &self.hosts,
                 mode: PromotionMode::Units(&resolve),
-                budget: self.opts.budget,
+                budget,
             };
             let executor = input.spec.map_or(self.opts.executor, |s| s.executor);
             let unit = executor
