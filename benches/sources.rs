@@ -76,15 +76,15 @@ pub fn loop_nest(n: usize) -> String {
     function(&body)
 }
 
-/// `n` small functions `g0` .. `g{n-1}`, each with a branch and a loop, each calling the
-/// one before; `f` calls the last.
+/// `n` small functions `g0` .. `g{n-1}`, each with a branch and a loop; `g{i}` calls
+/// `g{(i-1)/2}` (so calls nest `log2 n` deep), and `f` calls the last.
 pub fn many_functions(n: usize) -> String {
     let mut src = String::new();
     for i in 0..n {
         let call = if i == 0 {
             "y".to_string()
         } else {
-            format!("g{}(y)", i - 1)
+            format!("g{}(y)", (i - 1) / 2)
         };
         let _ = writeln!(
             src,

@@ -43,8 +43,24 @@ impl std::fmt::Display for JitError {
 
 impl std::error::Error for JitError {}
 
+/// Units with more blocks than this are register-allocated by Cranelift's single-pass
+/// allocator, whose cost is linear: the default backtracking allocator grows
+/// super-linearly on long branchy functions (24,000 blocks of if/else took seconds), while
+/// below this size it compiles quickly and gives better code.
+pub const LARGE_UNIT_BLOCKS: usize = 4096;
+
 /// The ISA of the host CPU with the flags the runtime needs.
 pub fn host_isa(opts: JitOptions) -> Result<Arc<dyn TargetIsa>, JitError> {
+    isa_with(opts, "backtracking")
+}
+
+/// [`host_isa`] with the single-pass register allocator, for units larger than
+/// [`LARGE_UNIT_BLOCKS`].
+pub fn large_unit_isa(opts: JitOptions) -> Result<Arc<dyn TargetIsa>, JitError> {
+    isa_with(opts, "single_pass")
+}
+
+fn isa_with(opts: JitOptions, regalloc: &str) -> Result<Arc<dyn TargetIsa>, JitError> {
     let mut flags = settings::builder();
     let set = |f: &mut settings::Builder, k: &str, v: &str| {
         f.set(k, v)
@@ -60,6 +76,7 @@ pub fn host_isa(opts: JitOptions) -> Result<Arc<dyn TargetIsa>, JitError> {
         "enable_verifier",
         if opts.verify { "true" } else { "false" },
     )?;
+    set(&mut flags, "regalloc_algorithm", regalloc)?;
     set(&mut flags, "preserve_frame_pointers", "true")?;
     set(&mut flags, "is_pic", "false")?;
     let builder = cranelift_native::builder().map_err(|e| JitError(e.to_string()))?;

@@ -45,11 +45,11 @@ use std::sync::Arc;
 
 use cranelift_codegen::entity::PrimaryMap;
 use cranelift_codegen::ir::{self, types, UserFuncName};
-use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::Context as ClifContext;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::JITModule;
-use cranelift_module::{FuncId, Linkage, Module};
+use cranelift_module::{FuncId, Linkage, Module, ModuleReloc};
 use parking_lot::{Mutex, RwLock};
 
 use dyc_templates::abi::{self, CallCtx};
@@ -63,7 +63,7 @@ use crate::ge::{
     Block, Budget, BudgetKind, CalleeDecl, CalleeId, HostDecl, HostId, SVal, Site, SliceData,
     SpecError, StitchProgram,
 };
-use crate::jit::{host_isa, JitOptions};
+use crate::jit::{host_isa, large_unit_isa, JitOptions, LARGE_UNIT_BLOCKS};
 
 pub use faults::RunError;
 pub use hosts::{const_to_word, word_to_const, HostFn};
@@ -155,6 +155,8 @@ pub struct UnitStats {
 pub(crate) struct Shared {
     opts: RuntimeOptions,
     isa: OwnedTargetIsa,
+    /// The same target with the linear-time register allocator, for large units.
+    large_isa: OwnedTargetIsa,
     pub(crate) hosts: HostTable,
     generic: Vec<Arc<StitchProgram>>,
     /// Symbols code regions import: the helpers, and `dyc_generic_{i}` for the generic
@@ -178,13 +180,34 @@ fn generic_symbol(i: u32) -> String {
 }
 
 /// Defines function `id` from `cctx` in `module` (of `region`), counting its code bytes.
+/// With `large_isa`, a unit of more than [`LARGE_UNIT_BLOCKS`] blocks is compiled with it
+/// (the same target, the linear-time register allocator) and defined from its bytes, as
+/// `JITModule::define_function` does with the module's own ISA.
 pub(crate) fn define_function(
     region: &CodeRegion,
     module: &mut JITModule,
     id: FuncId,
     cctx: &mut ClifContext,
+    large_isa: Option<&dyn TargetIsa>,
 ) -> Result<(), RuntimeError> {
-    module.define_function(id, cctx).map_err(jit_err)?;
+    match large_isa.filter(|_| cctx.func.dfg.num_blocks() > LARGE_UNIT_BLOCKS) {
+        Some(isa) => {
+            cctx.compile(isa, &mut Default::default())
+                .map_err(|e| RuntimeError::Jit(format!("{:?}", e.inner)))?;
+            let code = cctx.compiled_code().expect("just compiled");
+            let alignment = u64::from(code.buffer.alignment);
+            let relocs: Vec<ModuleReloc> = code
+                .buffer
+                .relocs()
+                .iter()
+                .map(|r| ModuleReloc::from_mach_reloc(r, &cctx.func, id))
+                .collect();
+            module
+                .define_function_bytes(id, alignment, code.code_buffer(), &relocs)
+                .map_err(jit_err)?;
+        }
+        None => module.define_function(id, cctx).map_err(jit_err)?,
+    }
     let bytes = cctx
         .compiled_code()
         .map_or(0, |c| c.code_info().total_size as usize);
@@ -365,7 +388,7 @@ impl Shared {
             *out = cctx.func.display().to_string();
         }
         let t1 = std::time::Instant::now();
-        define_function(region, module, id, &mut cctx)?;
+        define_function(region, module, id, &mut cctx, Some(&*self.large_isa))?;
         stats.compile_ns = t1.elapsed().as_nanos() as u64;
         Ok(stats)
     }
@@ -405,6 +428,7 @@ impl Runtime {
 
     fn build(generic: Vec<StitchProgram>, opts: RuntimeOptions) -> Result<Runtime, RuntimeError> {
         let isa = host_isa(opts.jit).map_err(|e| RuntimeError::Jit(e.to_string()))?;
+        let large_isa = large_unit_isa(opts.jit).map_err(|e| RuntimeError::Jit(e.to_string()))?;
         let hosts = HostTable::new(generic.first().map(|p| p.hosts.clone()).unwrap_or_default());
         let mut symbols: HashMap<String, usize> = HashMap::new();
         symbols.insert(
@@ -424,6 +448,7 @@ impl Runtime {
         let mut shared = Shared {
             opts,
             isa,
+            large_isa,
             hosts,
             generic: generic.clone(),
             symbols: Arc::new(HashMap::new()),

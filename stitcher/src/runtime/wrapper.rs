@@ -69,6 +69,6 @@ pub(crate) fn define(
         b.seal_all_blocks();
         b.finalize(frontend);
     }
-    super::define_function(region, module, id, &mut cctx)?;
+    super::define_function(region, module, id, &mut cctx, None)?;
     Ok(id)
 }
