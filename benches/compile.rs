@@ -8,7 +8,8 @@
 //! the size (2.0 is linear). Criterion's usual arguments apply (a filter such as
 //! `cargo bench --bench compile -- if-chain` runs one shape).
 //!
-//! Phases: `lex`, `parse`, `lower` (names, types, SSA construction, trivial-parameter
+//! Phases: `lex` (the lexer alone), `parse` (lexing and parsing, which pulls its tokens
+//! from the lexer), `lower` (names, types, SSA construction, trivial-parameter
 //! removal), `verify`, `bta` (binding-time analysis of every function), `ge` (the
 //! generating extension of every function, BTA included), `generic` (the generic stitch
 //! programs of every function), and `total`: `Program::compile_with` then a region for
@@ -47,7 +48,6 @@ const BENCHED: [(&str, sources::Generator, [usize; 3]); 4] = [
 struct Input {
     name: String,
     src: String,
-    toks: Vec<lexer::Token>,
     ast: ast::Program,
     module: Module,
     insts: usize,
@@ -55,9 +55,7 @@ struct Input {
 
 impl Input {
     fn new(src: String) -> Input {
-        let (toks, errors) = lexer::lex(&src);
-        assert!(errors.is_empty(), "the generated source lexes");
-        let (ast, errors) = parser::parse(&src, toks.clone());
+        let (ast, errors) = parser::parse(&src);
         assert!(errors.is_empty(), "the generated source parses");
         let module = dyc::lang::compile("bench.dyc", &src).expect("the generated source compiles");
         let insts = module
@@ -74,7 +72,6 @@ impl Input {
         Input {
             name: "bench.dyc".into(),
             src,
-            toks,
             ast,
             module,
             insts,
@@ -97,10 +94,7 @@ fn timed<T>(f: impl FnOnce() -> T) -> (Duration, T) {
 
 const PHASES: [(&str, Phase); 8] = [
     ("lex", |i| timed(|| lexer::lex(&i.src)).0),
-    ("parse", |i| {
-        let toks = i.toks.clone();
-        timed(|| parser::parse(&i.src, toks)).0
-    }),
+    ("parse", |i| timed(|| parser::parse(&i.src)).0),
     ("lower", |i| {
         let map = SourceMap::new(&i.name, &i.src);
         timed(|| lower::lower(&i.ast, &map).expect("lowers")).0

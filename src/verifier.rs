@@ -230,7 +230,9 @@ impl Verifier<'_> {
                 positions[i] = k as u32;
             }
         }
-        let mut defined_results: HashSet<Value> = HashSet::new();
+        let mut defined_results: SecondaryMap<Value, bool> =
+            SecondaryMap::with_capacity(f.values.len());
+        let mut operands = Vec::new();
         for &b in f.layout.blocks() {
             for (n, &p) in f.block_params(b).iter().enumerate() {
                 match f.values.get(p) {
@@ -252,7 +254,7 @@ impl Verifier<'_> {
             }
             for (pos, &i) in f.layout.block_insts(b).iter().enumerate() {
                 self.check_results(i, &mut defined_results);
-                self.check_operands(i, b, pos, &domtree, &positions);
+                self.check_operands(i, b, pos, &domtree, &positions, &mut operands);
                 self.check_types(i);
             }
         }
@@ -328,7 +330,7 @@ impl Verifier<'_> {
             .map(|d| d.ty)
     }
 
-    fn check_results(&mut self, i: Inst, seen: &mut HashSet<Value>) {
+    fn check_results(&mut self, i: Inst, seen: &mut SecondaryMap<Value, bool>) {
         let f = self.f;
         let callee_ret = match &f.insts[i] {
             InstData::Call { callee, .. } if self.callee_valid(*callee) => {
@@ -364,7 +366,7 @@ impl Verifier<'_> {
                     format!("result {r} is not recorded as result {n} of {i}"),
                 ),
             }
-            if !seen.insert(r) {
+            if std::mem::replace(&mut seen[r], true) {
                 self.error(At::Inst(i), format!("{r} is defined twice"));
             }
         }
@@ -377,13 +379,16 @@ impl Verifier<'_> {
         pos: usize,
         domtree: &DominatorTree,
         positions: &SecondaryMap<Inst, u32>,
+        operands: &mut Vec<Value>,
     ) {
         let f = self.f;
         let reachable = domtree.is_reachable(b);
-        let mut operands = f.insts[i].operands();
-        operands.sort();
+        // Each operand once (a buffer reused across instructions).
+        operands.clear();
+        f.insts[i].visit_operands(|&v| operands.push(v));
+        operands.sort_unstable();
         operands.dedup();
-        for v in operands {
+        for &v in operands.iter() {
             let Some(d) = f.values.get(v) else {
                 self.error(At::Inst(i), format!("use of {v}, which does not exist"));
                 continue;

@@ -7,6 +7,7 @@
 
 use cranelift_entity::packed_option::PackedOption;
 use cranelift_entity::{PrimaryMap, SecondaryMap};
+use smallvec::{smallvec, SmallVec};
 
 use super::entities::{Block, ExternId, FuncId, Inst, Value, Var};
 use super::inst::{Callee, Const, InstData, FALLBACK_TYPE};
@@ -177,6 +178,12 @@ impl Layout {
     }
 }
 
+/// The results of an instruction (inline up to four: no allocation per instruction).
+pub type Results = SmallVec<[Value; 4]>;
+
+/// The result types of an instruction, as [`Function::result_types`] computes them.
+pub type ResultTypes = SmallVec<[Type; 4]>;
+
 /// A function: its signature, its definitions and its layout.
 #[derive(Clone, Debug, Default)]
 pub struct Function {
@@ -184,7 +191,7 @@ pub struct Function {
     pub sig: Signature,
     pub values: PrimaryMap<Value, ValueData>,
     pub insts: PrimaryMap<Inst, InstData>,
-    pub results: SecondaryMap<Inst, Vec<Value>>,
+    pub results: SecondaryMap<Inst, Results>,
     pub blocks: PrimaryMap<Block, BlockData>,
     pub vars: PrimaryMap<Var, VarData>,
     pub srclocs: SecondaryMap<Inst, SrcLoc>,
@@ -262,18 +269,18 @@ impl Function {
     /// The result types `data` produces, given the return type of a called function.
     ///
     /// Ill-typed operands give `i64` results; the verifier reports them.
-    pub fn result_types(&self, data: &InstData, callee_ret: Option<Type>) -> Vec<Type> {
+    pub fn result_types(&self, data: &InstData, callee_ret: Option<Type>) -> ResultTypes {
         let ty = |v: crate::ir::Value| self.values.get(v).map(|d| d.ty).unwrap_or(FALLBACK_TYPE);
         match data {
-            InstData::Const(c) => vec![Type::Scalar(c.ty())],
-            InstData::Unary { arg, .. } => vec![ty(*arg)],
-            InstData::Binary { args, .. } => vec![ty(args[0])],
-            InstData::Cmp { .. } => vec![Type::BOOL],
-            InstData::Select { args, .. } => vec![ty(args[0])],
-            InstData::Cast { to, .. } => vec![Type::Scalar(*to)],
-            InstData::Len { .. } => vec![Type::I64],
+            InstData::Const(c) => smallvec![Type::Scalar(c.ty())],
+            InstData::Unary { arg, .. } => smallvec![ty(*arg)],
+            InstData::Binary { args, .. } => smallvec![ty(args[0])],
+            InstData::Cmp { .. } => smallvec![Type::BOOL],
+            InstData::Select { args, .. } => smallvec![ty(args[0])],
+            InstData::Cast { to, .. } => smallvec![Type::Scalar(*to)],
+            InstData::Len { .. } => smallvec![Type::I64],
             InstData::Load { slice, .. } | InstData::StaticLoad { slice, .. } => {
-                vec![ty(*slice).elem().map(Type::Scalar).unwrap_or(FALLBACK_TYPE)]
+                smallvec![ty(*slice).elem().map(Type::Scalar).unwrap_or(FALLBACK_TYPE)]
             }
             InstData::Call { .. } => callee_ret.into_iter().collect(),
             InstData::MakeStatic { args, .. } | InstData::MakeDynamic { args } => {
@@ -284,7 +291,7 @@ impl Function {
             | InstData::Brif { .. }
             | InstData::Switch { .. }
             | InstData::Return { .. }
-            | InstData::Trap => Vec::new(),
+            | InstData::Trap => ResultTypes::new(),
         }
     }
 

@@ -870,7 +870,7 @@ impl Parser {
         let types = if call_name.is_some() {
             vec![Type::I64; results.len()]
         } else {
-            f.result_types(&data, None)
+            f.result_types(&data, None).to_vec()
         };
         if types.len() != results.len() {
             return Err(ParseError {
@@ -909,7 +909,7 @@ impl Parser {
             )?;
             vals.push(v);
         }
-        self.module.funcs[fid].results[inst] = vals;
+        self.module.funcs[fid].results[inst] = vals.into();
         if let Some((name, (line, col))) = call_name {
             self.pending_calls.push(PendingCall {
                 func: fid,

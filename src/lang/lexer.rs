@@ -91,134 +91,163 @@ fn punct(b: &[u8]) -> Option<&'static str> {
     }
 }
 
+/// All the tokens of `src` (the last is [`Tok::Eof`]) and the lexical errors.
 pub fn lex(src: &str) -> (Vec<Token>, Vec<Diagnostic>) {
-    let bytes = src.as_bytes();
+    let mut lexer = Lexer::new(src);
     let mut toks = Vec::new();
-    let mut errs = Vec::new();
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        if c.is_ascii_whitespace() {
-            i += 1;
-            continue;
+    loop {
+        let t = lexer.next_token();
+        toks.push(t);
+        if t.tok == Tok::Eof {
+            return (toks, lexer.errors);
         }
-        if c == b'/' && bytes.get(i + 1) == Some(&b'/') {
-            while i < bytes.len() && bytes[i] != b'\n' {
+    }
+}
+
+/// A lexer that makes one token at a time, so that a parser pulling from it keeps no
+/// token array (whose size would grow with the source).
+pub struct Lexer<'s> {
+    src: &'s str,
+    /// The next byte to read.
+    pos: usize,
+    /// Lexical errors so far.
+    pub errors: Vec<Diagnostic>,
+}
+
+impl<'s> Lexer<'s> {
+    pub fn new(src: &'s str) -> Lexer<'s> {
+        Lexer {
+            src,
+            pos: 0,
+            errors: Vec::new(),
+        }
+    }
+
+    /// The next token; [`Tok::Eof`] at the end, and again on every later call.
+    pub fn next_token(&mut self) -> Token {
+        let src = self.src;
+        let bytes = src.as_bytes();
+        let mut i = self.pos;
+        let token = |tok, start, end: usize| Token {
+            tok,
+            span: Span::new(start, end),
+        };
+        while i < bytes.len() {
+            let c = bytes[i];
+            if c.is_ascii_whitespace() {
                 i += 1;
+                continue;
             }
-            continue;
-        }
-        if c == b'/' && bytes.get(i + 1) == Some(&b'*') {
-            let start = i;
-            match src[i + 2..].find("*/") {
-                Some(k) => i += k + 4,
-                None => {
-                    errs.push(Diagnostic::new(
-                        Span::new(start, start + 2),
-                        "unterminated block comment",
-                        "this comment never ends",
-                    ));
-                    i = bytes.len();
+            if c == b'/' && bytes.get(i + 1) == Some(&b'/') {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
                 }
+                continue;
             }
-            continue;
-        }
-        let start = i;
-        if c.is_ascii_alphabetic() || c == b'_' {
-            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
-                i += 1;
+            if c == b'/' && bytes.get(i + 1) == Some(&b'*') {
+                let start = i;
+                match src[i + 2..].find("*/") {
+                    Some(k) => i += k + 4,
+                    None => {
+                        self.errors.push(Diagnostic::new(
+                            Span::new(start, start + 2),
+                            "unterminated block comment",
+                            "this comment never ends",
+                        ));
+                        i = bytes.len();
+                    }
+                }
+                continue;
             }
-            toks.push(Token {
-                tok: Tok::Ident,
-                span: Span::new(start, i),
-            });
-            continue;
-        }
-        if c.is_ascii_digit() {
-            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
-                i += 1;
-            }
-            let mut is_float = false;
-            let hex = src[start..i].starts_with("0x") || src[start..i].starts_with("0X");
-            // A fraction: `.` followed by a digit (so that `1..` or `x.1` stay out).
-            if !hex && i + 1 < bytes.len() && bytes[i] == b'.' && bytes[i + 1].is_ascii_digit() {
-                is_float = true;
-                i += 1;
+            let start = i;
+            if c.is_ascii_alphabetic() || c == b'_' {
                 while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
                     i += 1;
                 }
+                self.pos = i;
+                return token(Tok::Ident, start, i);
             }
-            if !hex
-                && i < bytes.len()
-                && (bytes[i] == b'+' || bytes[i] == b'-')
-                && matches!(bytes[i - 1], b'e' | b'E')
-            {
-                i += 1;
-                while i < bytes.len() && bytes[i].is_ascii_digit() {
-                    i += 1;
+            if c.is_ascii_digit() {
+                let tok = self.number(&mut i);
+                self.pos = i;
+                return token(tok, start, i);
+            }
+            match punct(&bytes[i..]) {
+                Some(p) => {
+                    i += p.len();
+                    self.pos = i;
+                    return token(Tok::Punct(p), start, i);
                 }
-            }
-            let span = Span::new(start, i);
-            let digits = &bytes[start..i];
-            // Up to 38 decimal digits cannot overflow a u128.
-            if !is_float && digits.len() <= 38 && digits.iter().all(u8::is_ascii_digit) {
-                let x = digits
-                    .iter()
-                    .fold(0u128, |x, &d| x * 10 + u128::from(d - b'0'));
-                toks.push(Token {
-                    tok: Tok::Int(x),
-                    span,
-                });
-                continue;
-            }
-            let text: String = src[start..i].chars().filter(|&c| c != '_').collect();
-            let tok = if is_float || (!hex && (text.contains('e') || text.contains('E'))) {
-                text.parse::<f64>().ok().map(Tok::Float)
-            } else if let Some(h) = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
-                u128::from_str_radix(h, 16).ok().map(Tok::Int)
-            } else if let Some(b) = text.strip_prefix("0b") {
-                u128::from_str_radix(b, 2).ok().map(Tok::Int)
-            } else {
-                text.parse::<u128>().ok().map(Tok::Int)
-            };
-            match tok {
-                Some(tok) => toks.push(Token { tok, span }),
                 None => {
-                    errs.push(Diagnostic::new(
-                        span,
-                        format!("malformed number `{}`", &src[start..i]),
-                        "not a number",
+                    let ch = src[i..].chars().next().expect("in bounds");
+                    i += ch.len_utf8();
+                    self.errors.push(Diagnostic::new(
+                        Span::new(start, i),
+                        format!("unexpected character `{ch}`"),
+                        "not part of the language",
                     ));
-                    toks.push(Token {
-                        tok: Tok::Int(0),
-                        span,
-                    });
                 }
             }
-            continue;
         }
-        match punct(&bytes[i..]) {
-            Some(p) => {
-                i += p.len();
-                toks.push(Token {
-                    tok: Tok::Punct(p),
-                    span: Span::new(start, i),
-                });
-            }
-            None => {
-                let ch = src[i..].chars().next().expect("in bounds");
-                i += ch.len_utf8();
-                errs.push(Diagnostic::new(
-                    Span::new(start, i),
-                    format!("unexpected character `{ch}`"),
-                    "not part of the language",
-                ));
-            }
-        }
+        self.pos = i;
+        token(Tok::Eof, src.len(), src.len())
     }
-    toks.push(Token {
-        tok: Tok::Eof,
-        span: Span::new(src.len(), src.len()),
-    });
-    (toks, errs)
+
+    /// The number starting at `*i` (a digit), which it passes; a malformed number is
+    /// reported and reads as 0.
+    fn number(&mut self, i: &mut usize) -> Tok {
+        let (src, bytes) = (self.src, self.src.as_bytes());
+        let start = *i;
+        let word = |i: &mut usize| {
+            while *i < bytes.len() && (bytes[*i].is_ascii_alphanumeric() || bytes[*i] == b'_') {
+                *i += 1;
+            }
+        };
+        word(i);
+        let mut is_float = false;
+        let hex = src[start..*i].starts_with("0x") || src[start..*i].starts_with("0X");
+        // A fraction: `.` followed by a digit (so that `1..` or `x.1` stay out).
+        if !hex && *i + 1 < bytes.len() && bytes[*i] == b'.' && bytes[*i + 1].is_ascii_digit() {
+            is_float = true;
+            *i += 1;
+            word(i);
+        }
+        if !hex
+            && *i < bytes.len()
+            && (bytes[*i] == b'+' || bytes[*i] == b'-')
+            && matches!(bytes[*i - 1], b'e' | b'E')
+        {
+            *i += 1;
+            while *i < bytes.len() && bytes[*i].is_ascii_digit() {
+                *i += 1;
+            }
+        }
+        let digits = &bytes[start..*i];
+        // Up to 38 decimal digits cannot overflow a u128.
+        if !is_float && digits.len() <= 38 && digits.iter().all(u8::is_ascii_digit) {
+            return Tok::Int(
+                digits
+                    .iter()
+                    .fold(0u128, |x, &d| x * 10 + u128::from(d - b'0')),
+            );
+        }
+        let text: String = src[start..*i].chars().filter(|&c| c != '_').collect();
+        let tok = if is_float || (!hex && (text.contains('e') || text.contains('E'))) {
+            text.parse::<f64>().ok().map(Tok::Float)
+        } else if let Some(h) = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+            u128::from_str_radix(h, 16).ok().map(Tok::Int)
+        } else if let Some(b) = text.strip_prefix("0b") {
+            u128::from_str_radix(b, 2).ok().map(Tok::Int)
+        } else {
+            text.parse::<u128>().ok().map(Tok::Int)
+        };
+        tok.unwrap_or_else(|| {
+            self.errors.push(Diagnostic::new(
+                Span::new(start, *i),
+                format!("malformed number `{}`", &src[start..*i]),
+                "not a number",
+            ));
+            Tok::Int(0)
+        })
+    }
 }

@@ -22,9 +22,7 @@ pub fn compile(file: &str, src: &str) -> Result<Module, Diagnostics> {
         src: src.to_string(),
         errors,
     };
-    let (toks, mut errors) = lexer::lex(src);
-    let (prog, parse_errors) = parser::parse(src, toks);
-    errors.extend(parse_errors);
+    let (prog, errors) = parser::parse(src);
     if !errors.is_empty() {
         return Err(fail(errors));
     }

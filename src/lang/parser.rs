@@ -8,7 +8,7 @@
 
 use super::ast::*;
 use super::diag::{Diagnostic, Span};
-use super::lexer::{Tok, Token};
+use super::lexer::{Lexer, Tok, Token};
 use crate::ir::{Scalar, Type};
 
 /// Reported errors stop at this many (the rest are usually consequences).
@@ -82,24 +82,40 @@ pub fn is_keyword(s: &str) -> bool {
     )
 }
 
-/// Parses the tokens of `src` (from [`super::lexer::lex`]).
-pub fn parse(src: &str, toks: Vec<Token>) -> (Program, Vec<Diagnostic>) {
+/// Parses `src`, pulling its tokens from a [`Lexer`] as it goes. The diagnostics are the
+/// lexical errors (all of them), then the syntax errors.
+pub fn parse(src: &str) -> (Program, Vec<Diagnostic>) {
+    let mut lexer = Lexer::new(src);
+    let cur = lexer.next_token();
+    let next = lexer.next_token();
     let mut p = Parser {
         src,
-        toks,
-        pos: 0,
+        lexer,
+        cur,
+        next,
+        prev: cur.span,
+        consumed: 0,
         errors: Vec::new(),
         depth: 0,
         stopped: false,
     };
     let prog = p.program();
-    (prog, p.errors)
+    p.skip_to_end();
+    let mut errors = p.lexer.errors;
+    errors.append(&mut p.errors);
+    (prog, errors)
 }
 
 struct Parser<'s> {
     src: &'s str,
-    toks: Vec<Token>,
-    pos: usize,
+    lexer: Lexer<'s>,
+    /// The current token and the one after.
+    cur: Token,
+    next: Token,
+    /// The span of the token before the current one.
+    prev: Span,
+    /// Tokens consumed so far.
+    consumed: usize,
     errors: Vec<Diagnostic>,
     /// Current nesting (see [`MAX_NESTING`]).
     depth: u32,
@@ -114,16 +130,17 @@ type PResult<T> = Result<T, Reported>;
 
 impl<'s> Parser<'s> {
     fn peek(&self) -> Tok {
-        self.toks[self.pos].tok
+        self.cur.tok
     }
 
-    fn peek_at(&self, k: usize) -> Tok {
-        self.toks[(self.pos + k).min(self.toks.len() - 1)].tok
+    /// The token after the current one.
+    fn peek_next(&self) -> Tok {
+        self.next.tok
     }
 
     /// The text of the current token.
     fn text(&self) -> &'s str {
-        let span = self.toks[self.pos].span;
+        let span = self.cur.span;
         &self.src[span.start as usize..span.end as usize]
     }
 
@@ -136,19 +153,30 @@ impl<'s> Parser<'s> {
     }
 
     fn span(&self) -> Span {
-        self.toks[self.pos].span
+        self.cur.span
     }
 
     fn prev_span(&self) -> Span {
-        self.toks[self.pos.saturating_sub(1)].span
+        self.prev
     }
 
+    /// Consumes the current token (not the end of the input) and returns it.
     fn bump(&mut self) -> Token {
-        let t = self.toks[self.pos];
+        let t = self.cur;
         if t.tok != Tok::Eof {
-            self.pos += 1;
+            self.prev = t.span;
+            self.cur = self.next;
+            self.next = self.lexer.next_token();
+            self.consumed += 1;
         }
         t
+    }
+
+    /// Skips the rest of the input (its lexical errors are still collected).
+    fn skip_to_end(&mut self) {
+        while self.cur.tok != Tok::Eof {
+            self.bump();
+        }
     }
 
     fn is(&self, p: &str) -> bool {
@@ -162,7 +190,7 @@ impl<'s> Parser<'s> {
     fn eat(&mut self, p: &str) -> bool {
         let yes = self.is(p);
         if yes {
-            self.pos += 1;
+            self.bump();
         }
         yes
     }
@@ -170,7 +198,7 @@ impl<'s> Parser<'s> {
     fn eat_kw(&mut self, k: &str) -> bool {
         let yes = self.is_kw(k);
         if yes {
-            self.pos += 1;
+            self.bump();
         }
         yes
     }
@@ -195,7 +223,7 @@ impl<'s> Parser<'s> {
             format!("nesting too deep: more than {MAX_NESTING} levels"),
             "nested blocks, parentheses or unary operators stop here",
         );
-        self.pos = self.toks.len() - 1;
+        self.skip_to_end();
         self.stopped = true;
         r
     }
@@ -382,7 +410,7 @@ impl<'s> Parser<'s> {
             if at_end || self.peek() == Tok::Eof || self.errors.len() >= MAX_ERRORS {
                 return stmts;
             }
-            let before = self.pos;
+            let before = self.consumed;
             match self.stmt() {
                 Ok(s) => stmts.push(s),
                 Err(Reported) => self.recover_stmt(before),
@@ -392,7 +420,7 @@ impl<'s> Parser<'s> {
 
     /// Skips past the next `;` or to the next `}` of this nesting level.
     fn recover_stmt(&mut self, start: usize) {
-        if self.pos == start {
+        if self.consumed == start {
             self.bump();
         }
         let mut depth = 0i32;
@@ -522,7 +550,7 @@ impl<'s> Parser<'s> {
                         StmtKind::MakeDynamic { vars }
                     }
                 }
-                k if !is_keyword(k) && self.peek_at(1) == Tok::Punct(":") => {
+                k if !is_keyword(k) && self.peek_next() == Tok::Punct(":") => {
                     let label = self.ident("a label")?;
                     self.bump(); // :
                     let stmt = Box::new(self.stmt()?);
@@ -823,7 +851,7 @@ impl<'s> Parser<'s> {
     /// The indexing operations after `e`, each one nesting level deeper.
     fn postfix_chain(&mut self, mut e: Expr) -> PResult<Expr> {
         loop {
-            let is_static = self.is("@") && self.peek_at(1) == Tok::Punct("[");
+            let is_static = self.is("@") && self.peek_next() == Tok::Punct("[");
             if is_static {
                 self.bump();
             }
@@ -916,7 +944,7 @@ impl<'s> Parser<'s> {
                         }
                     }
                 }
-                _ if self.peek_at(1) == Tok::Punct("(") => {
+                _ if self.peek_next() == Tok::Punct("(") => {
                     let name = self.ident("a function name")?;
                     let args = self.args()?;
                     ExprKind::Call {
