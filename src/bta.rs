@@ -43,6 +43,18 @@
 //! program); otherwise it is dynamic. A loop that does not end at specialization time
 //! exhausts the specializer's budget, which is an error.
 //!
+//! ## Solving
+//!
+//! The least fixed point is found with a work list over def-use chains, the sparse form of
+//! the usual data-flow iteration (as in Wegman and Zadeck's sparse propagation): every
+//! definition is evaluated once in reverse post-order, then each value whose binding time
+//! rises is popped and its users (instructions, the parameters it is passed to, and the
+//! entries of loops one of whose branches it decides) are evaluated again. A value rises
+//! at most twice, a merge keeps the join of its incoming arguments up to date instead of
+//! re-reading them, and a loop under dynamic control marks its enclosing loops once; so
+//! the work is linear in the size of the function. A property test checks the result
+//! against the plain round-robin iteration on random programs.
+//!
 //! ## Restrictions (errors)
 //!
 //! A `[mut T]` slice cannot be a run-time constant (stores into it must reach the caller's
