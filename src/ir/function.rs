@@ -94,12 +94,8 @@ impl Layout {
         self.block_inserted[b] = true;
     }
 
-    /// Removes `b` and its instructions from the layout (their definitions stay).
-    pub fn remove_block(&mut self, b: Block) {
-        self.retain_blocks(|x| x != b);
-    }
-
-    /// Removes every block for which `keep` is false, with its instructions, in one pass.
+    /// Removes every block for which `keep` is false, with its instructions, from the
+    /// layout (their definitions stay), in one pass.
     pub fn retain_blocks(&mut self, mut keep: impl FnMut(Block) -> bool) {
         let mut blocks = std::mem::take(&mut self.blocks);
         blocks.retain(|&b| {

@@ -8,6 +8,17 @@ use crate::gen::{cases, func, Rng};
 use crate::interp::{ErrorKind, Interpreter, Memory, Val};
 use crate::ir::{Const, Scalar, Type};
 
+/// The keyword test the parser uses agrees with the keyword list.
+#[test]
+fn keywords_are_exactly_the_listed_ones() {
+    for k in super::parser::KEYWORDS {
+        assert!(super::parser::is_keyword(k), "{k}");
+    }
+    for name in ["x", "fnx", "If", "lenx", "i64", "_", "make", "statics"] {
+        assert!(!super::parser::is_keyword(name), "{name}");
+    }
+}
+
 /// Tokens random streams are made of: the keywords, and names, numbers and punctuation.
 fn vocabulary() -> Vec<&'static str> {
     let mut v = super::parser::KEYWORDS.to_vec();
