@@ -83,11 +83,11 @@ pub enum StmtKind {
         name: Ident,
         value: Expr,
     },
-    /// `s[i] = e;`
+    /// `s[i] = e;` (boxed: three expressions would make every statement node large).
     Store {
-        slice: Expr,
-        index: Expr,
-        value: Expr,
+        slice: Box<Expr>,
+        index: Box<Expr>,
+        value: Box<Expr>,
     },
     If {
         cond: Expr,

@@ -679,9 +679,9 @@ impl<'s> Parser<'s> {
                     index,
                     is_static: false,
                 } => Ok(StmtKind::Store {
-                    slice: *slice,
-                    index: *index,
-                    value,
+                    slice,
+                    index,
+                    value: Box::new(value),
                 }),
                 ExprKind::Index {
                     is_static: true, ..
