@@ -14,27 +14,75 @@ use cranelift_entity::SecondaryMap;
 
 use crate::ir::{Block, Function};
 
-/// A directed graph over dense node numbers.
+/// Adjacency lists of every node in one array (compressed sparse rows): `adj[n]` is the
+/// list of node `n`, a slice. Two allocations however many nodes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Adjacency {
+    /// `start[n]..start[n + 1]` indexes node `n`'s list in `items`.
+    start: Vec<u32>,
+    items: Vec<usize>,
+}
+
+impl Adjacency {
+    /// The lists of `n` nodes holding, for every pair `(node, item)` of `pairs` in order,
+    /// `item` in `node`'s list (a stable counting sort: each list keeps the pairs' order).
+    fn build(n: usize, pairs: impl Iterator<Item = (usize, usize)> + Clone) -> Adjacency {
+        let mut start = vec![0u32; n + 1];
+        for (node, _) in pairs.clone() {
+            start[node + 1] += 1;
+        }
+        for k in 0..n {
+            start[k + 1] += start[k];
+        }
+        let mut fill = start.clone();
+        let mut items = vec![0; start[n] as usize];
+        for (node, item) in pairs {
+            items[fill[node] as usize] = item;
+            fill[node] += 1;
+        }
+        Adjacency { start, items }
+    }
+
+    /// The number of nodes.
+    pub fn len(&self) -> usize {
+        self.start.len().saturating_sub(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl std::ops::Index<usize> for Adjacency {
+    type Output = [usize];
+
+    fn index(&self, n: usize) -> &[usize] {
+        &self.items[self.start[n] as usize..self.start[n + 1] as usize]
+    }
+}
+
+/// A directed graph over dense node numbers, immutable once built.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Graph {
-    pub succs: Vec<Vec<usize>>,
-    pub preds: Vec<Vec<usize>>,
+    pub succs: Adjacency,
+    pub preds: Adjacency,
 }
 
 impl Graph {
     /// A graph with `n` nodes and the given edges (repeated edges are kept once).
     pub fn from_edges(n: usize, edges: impl IntoIterator<Item = (usize, usize)>) -> Graph {
-        let mut g = Graph {
-            succs: vec![Vec::new(); n],
-            preds: vec![Vec::new(); n],
-        };
         let mut seen = rustc_hash::FxHashSet::default();
-        for (a, b) in edges {
-            if seen.insert((a, b)) {
-                g.add_edge(a, b);
-            }
+        let unique: Vec<(usize, usize)> = edges.into_iter().filter(|&e| seen.insert(e)).collect();
+        Graph::from_unique_edges(n, &unique)
+    }
+
+    /// A graph with `n` nodes and the given edges, none repeated; linear time. Successor
+    /// and predecessor lists keep the order of `edges`.
+    pub fn from_unique_edges(n: usize, edges: &[(usize, usize)]) -> Graph {
+        Graph {
+            succs: Adjacency::build(n, edges.iter().copied()),
+            preds: Adjacency::build(n, edges.iter().map(|&(a, b)| (b, a))),
         }
-        g
     }
 
     pub fn len(&self) -> usize {
@@ -43,19 +91,6 @@ impl Graph {
 
     pub fn is_empty(&self) -> bool {
         self.succs.is_empty()
-    }
-
-    pub fn add_node(&mut self) -> usize {
-        self.succs.push(Vec::new());
-        self.preds.push(Vec::new());
-        self.succs.len() - 1
-    }
-
-    /// Adds the edge `a -> b`, which must not be in the graph yet (a repeated edge would be
-    /// kept twice); constant time.
-    pub fn add_edge(&mut self, a: usize, b: usize) {
-        self.succs[a].push(b);
-        self.preds[b].push(a);
     }
 
     /// The same nodes with every edge reversed.
@@ -68,10 +103,7 @@ impl Graph {
 
     /// All edges, in node order then successor order.
     pub fn edges(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        self.succs
-            .iter()
-            .enumerate()
-            .flat_map(|(a, ss)| ss.iter().map(move |&b| (a, b)))
+        (0..self.len()).flat_map(move |a| self.succs[a].iter().map(move |&b| (a, b)))
     }
 }
 
@@ -119,20 +151,21 @@ impl ControlFlowGraph {
     pub fn compute(f: &Function) -> ControlFlowGraph {
         let numbering = BlockNumbering::new(f.layout.blocks());
         let n = numbering.blocks.len();
-        let mut graph = Graph::from_edges(n, []);
         // The last node each node was entered from, so that a repeated edge (a switch with
         // many cases to one block) is dropped in constant time.
         let mut entered_from = vec![usize::MAX; n];
+        let mut edges = Vec::new();
         for (i, &b) in numbering.blocks.iter().enumerate() {
             for s in f.successors(b) {
                 if let Some(j) = numbering.node(s) {
                     if entered_from[j] != i {
                         entered_from[j] = i;
-                        graph.add_edge(i, j);
+                        edges.push((i, j));
                     }
                 }
             }
         }
+        let graph = Graph::from_unique_edges(n, &edges);
         ControlFlowGraph { numbering, graph }
     }
 

@@ -10,7 +10,7 @@
 //! post-dominates it, and [`PostDominatorTree::reaches_exit`] is false for it. A block whose
 //! immediate post-dominator is the virtual exit has `ipdom == None`.
 
-use super::cfg::{BlockNumbering, ControlFlowGraph};
+use super::cfg::{BlockNumbering, ControlFlowGraph, Graph};
 use super::dominators::{idoms_lengauer_tarjan, DomTree};
 use crate::ir::Block;
 
@@ -23,13 +23,15 @@ pub struct PostDominatorTree {
 
 impl PostDominatorTree {
     pub fn compute(cfg: &ControlFlowGraph) -> PostDominatorTree {
-        let mut g = cfg.graph().reversed();
-        let exit = g.add_node();
-        for n in 0..cfg.num_blocks() {
-            if cfg.graph().succs[n].is_empty() {
-                g.add_edge(exit, n);
-            }
-        }
+        let g = cfg.graph();
+        let exit = g.len();
+        let mut edges: Vec<(usize, usize)> = g.edges().map(|(a, b)| (b, a)).collect();
+        edges.extend(
+            (0..exit)
+                .filter(|&n| g.succs[n].is_empty())
+                .map(|n| (exit, n)),
+        );
+        let g = Graph::from_unique_edges(exit + 1, &edges);
         let idoms = idoms_lengauer_tarjan(&g, exit);
         PostDominatorTree {
             tree: DomTree::from_idoms(idoms, exit),

@@ -82,14 +82,15 @@ impl TopoNumbers {
         let n = g.len();
         let classes = classify_all(g, root);
         let mut live = vec![false; n];
-        let mut dag = Graph::from_edges(n, []);
+        let mut edges = Vec::new();
         for &(a, b, k) in &classes {
             live[a] = true;
             live[b] = true;
             if k != EdgeKind::Back {
-                dag.add_edge(a, b);
+                edges.push((a, b));
             }
         }
+        let dag = Graph::from_unique_edges(n, &edges);
         if root < n {
             live[root] = true;
         }

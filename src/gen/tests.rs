@@ -107,8 +107,10 @@ fn fast_dominators_match_reference_and_definition() {
                 if !reachable[x] || !reachable[d] || d == x || d == 0 {
                     continue;
                 }
-                let mut cut = g.clone();
-                cut.succs[d].clear();
+                let cut = Graph::from_unique_edges(
+                    g.len(),
+                    &g.edges().filter(|&(a, _)| a != d).collect::<Vec<_>>(),
+                );
                 let still = reach(&cut, 0)[x];
                 assert_eq!(
                     tree.dominates(d, x),
@@ -128,13 +130,15 @@ fn post_dominators_match_reference_on_reversed_graph() {
         let f = m.funcs.values().next().expect("one function");
         let cfgraph = ControlFlowGraph::compute(f);
         let pdt = PostDominatorTree::compute(&cfgraph);
-        let mut rev = cfgraph.graph().reversed();
-        let exit = rev.add_node();
-        for n in 0..cfgraph.num_blocks() {
-            if cfgraph.graph().succs[n].is_empty() {
-                rev.add_edge(exit, n);
-            }
-        }
+        let g = cfgraph.graph();
+        let exit = g.len();
+        let mut edges: Vec<(usize, usize)> = g.edges().map(|(a, b)| (b, a)).collect();
+        edges.extend(
+            (0..exit)
+                .filter(|&n| g.succs[n].is_empty())
+                .map(|n| (exit, n)),
+        );
+        let rev = Graph::from_unique_edges(exit + 1, &edges);
         let reference = idoms_reference(&rev, exit);
         let from_exit = reach(&rev, exit);
         for (n, idom) in reference.iter().enumerate().take(cfgraph.num_blocks()) {
@@ -153,12 +157,12 @@ fn topological_predecessor_query_is_reachability_without_back_edges() {
     for seed in 0..total {
         let g = random_graph(seed);
         let topo = TopoNumbers::compute_graph(&g, 0);
-        let mut dag = Graph::from_edges(g.len(), []);
-        for (a, b, k) in classify_all(&g, 0) {
-            if k != EdgeKind::Back {
-                dag.add_edge(a, b);
-            }
-        }
+        let back_free: Vec<(usize, usize)> = classify_all(&g, 0)
+            .into_iter()
+            .filter(|&(_, _, k)| k != EdgeKind::Back)
+            .map(|(a, b, _)| (a, b))
+            .collect();
+        let dag = Graph::from_unique_edges(g.len(), &back_free);
         let reachable = reach(&g, 0);
         for a in 0..g.len() {
             let r = reach(&dag, a);
