@@ -2,6 +2,9 @@
 //! keys that follow the contents of static slices, panics that come back as internal
 //! errors, and native-stack limits that hold whatever `max_depth` says.
 
+mod common;
+
+use common::on_small_stack;
 use dyc::{Arg, Error, Program, RuntimeOptions};
 use dyc_templates::template::FaultKind;
 
@@ -20,17 +23,6 @@ fn scale(k: i64, x: i64) -> i64 {
     return k * x;
 }
 ";
-
-/// Runs `f` on a thread with a 2 MiB stack, Rust's default for spawned threads (where a
-/// service compiles and calls), and fails if it panics or overflows.
-fn on_small_stack(f: impl FnOnce() + Send + 'static) {
-    std::thread::Builder::new()
-        .stack_size(2 << 20)
-        .spawn(f)
-        .expect("thread")
-        .join()
-        .expect("no panic, no overflow");
-}
 
 #[test]
 fn handles_share_one_cache_and_a_loop_of_calls_specializes_once() {

@@ -9,18 +9,12 @@ use dyc::interp::{Interpreter, Memory, Val};
 use dyc::ir::{Const, Scalar};
 use dyc::{Arg, Error, Program, RuntimeOptions};
 
+mod common;
 #[allow(dead_code)]
 #[path = "../benches/sources.rs"]
 mod sources;
 
-fn on_small_stack(f: impl FnOnce() + Send + 'static) {
-    std::thread::Builder::new()
-        .stack_size(2 << 20)
-        .spawn(f)
-        .expect("thread")
-        .join()
-        .expect("no panic, no overflow");
-}
+use common::on_small_stack;
 
 /// Sizes large enough that a recursion on the input would overflow 2 MiB, small enough
 /// for Cranelift (which compiles the generic code) to stay quick.
@@ -70,14 +64,16 @@ fn every_shape_compiles_and_runs_on_a_small_stack() {
                 let generic = f.generic().expect("generic code");
                 let got = generic.call(&mut [Arg::from(x)]).expect("runs");
                 assert_eq!(got.and_then(|c| c.as_i64()), Some(want), "{shape}, x = {x}");
-                // `a` is static in some shapes (a constant changed by constants), so every
-                // merge specializes on its value: a long chain of them may exhaust the
-                // budget, which is a clean error.
+                // In these shapes `a` is static (a constant changed by constants) across
+                // thousands of dynamic merges, each a specialization point on its value:
+                // the specializer's budget ends that with a clean error. Every other shape
+                // must run specialized.
+                let merges_on_static = ["if-chain", "untouched-variable", "gotos"];
                 match f.call(&mut [Arg::from(x)]) {
                     Ok(got) => {
                         assert_eq!(got.and_then(|c| c.as_i64()), Some(want), "{shape}, x = {x}")
                     }
-                    Err(Error::Budget { .. }) => {}
+                    Err(Error::Budget { .. }) if merges_on_static.contains(&shape) => {}
                     Err(e) => panic!("{shape}, x = {x}: {e}"),
                 }
             }

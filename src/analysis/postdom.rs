@@ -21,17 +21,23 @@ pub struct PostDominatorTree {
     exit: usize,
 }
 
+/// `g` reversed, with a virtual exit node (the number returned, one past `g`'s nodes) that
+/// has an edge to every node without successors in `g`: post-dominators are the
+/// dominators of this graph from the exit.
+pub fn reversed_with_exit(g: &Graph) -> (Graph, usize) {
+    let exit = g.len();
+    let mut edges: Vec<(usize, usize)> = g.edges().map(|(a, b)| (b, a)).collect();
+    edges.extend(
+        (0..exit)
+            .filter(|&n| g.succs[n].is_empty())
+            .map(|n| (exit, n)),
+    );
+    (Graph::from_unique_edges(exit + 1, &edges), exit)
+}
+
 impl PostDominatorTree {
     pub fn compute(cfg: &ControlFlowGraph) -> PostDominatorTree {
-        let g = cfg.graph();
-        let exit = g.len();
-        let mut edges: Vec<(usize, usize)> = g.edges().map(|(a, b)| (b, a)).collect();
-        edges.extend(
-            (0..exit)
-                .filter(|&n| g.succs[n].is_empty())
-                .map(|n| (exit, n)),
-        );
-        let g = Graph::from_unique_edges(exit + 1, &edges);
+        let (g, exit) = reversed_with_exit(cfg.graph());
         let idoms = idoms_lengauer_tarjan(&g, exit);
         PostDominatorTree {
             tree: DomTree::from_idoms(idoms, exit),

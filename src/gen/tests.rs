@@ -130,15 +130,7 @@ fn post_dominators_match_reference_on_reversed_graph() {
         let f = m.funcs.values().next().expect("one function");
         let cfgraph = ControlFlowGraph::compute(f);
         let pdt = PostDominatorTree::compute(&cfgraph);
-        let g = cfgraph.graph();
-        let exit = g.len();
-        let mut edges: Vec<(usize, usize)> = g.edges().map(|(a, b)| (b, a)).collect();
-        edges.extend(
-            (0..exit)
-                .filter(|&n| g.succs[n].is_empty())
-                .map(|n| (exit, n)),
-        );
-        let rev = Graph::from_unique_edges(exit + 1, &edges);
+        let (rev, exit) = crate::analysis::postdom::reversed_with_exit(cfgraph.graph());
         let reference = idoms_reference(&rev, exit);
         let from_exit = reach(&rev, exit);
         for (n, idom) in reference.iter().enumerate().take(cfgraph.num_blocks()) {

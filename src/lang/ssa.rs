@@ -148,20 +148,20 @@ impl SsaBuilder {
     /// Passes `var` from every predecessor of `b` to its new parameter `p`, and so on for
     /// the parameters this adds at other merges, depth first from an explicit stack.
     fn fill_args(&mut self, f: &mut Function, vars: &[VarInfo], var: VarId, b: Block, p: Value) {
-        // (merge block, its parameter, the next predecessor to visit)
-        let mut stack = vec![(b, p, 0usize)];
+        let index_of = |f: &Function, p: Value| match f.values[p].def {
+            ValueDef::Param(_, n) => n,
+            _ => unreachable!("a block parameter"),
+        };
+        // (merge block, its parameter's index, the next predecessor to visit)
+        let mut stack = vec![(b, index_of(f, p), 0usize)];
         while let Some(top) = stack.last_mut() {
-            let (b, p, next) = *top;
+            let (b, index, next) = *top;
             let Some(&pred) = self.preds[b].get(next) else {
                 stack.pop();
                 continue;
             };
             top.2 += 1;
             let (v, merge) = self.walk(f, vars, var, pred);
-            let index = match f.values[p].def {
-                ValueDef::Param(_, n) => n,
-                _ => unreachable!("a block parameter"),
-            };
             let term = f
                 .terminator(pred)
                 .expect("a predecessor ends with its branch");
@@ -172,7 +172,7 @@ impl SsaBuilder {
                 }
             }
             if let Some((mb, mp)) = merge {
-                stack.push((mb, mp, 0));
+                stack.push((mb, index_of(f, mp), 0));
             }
         }
     }

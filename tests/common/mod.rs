@@ -1,6 +1,7 @@
 #![allow(dead_code)] // Each test crate uses a part of these helpers.
-//! Shared machinery of the file-test harnesses: expectations as comment lines inside the
-//! test files, and a bless mode (`DYC_BLESS=1`) that rewrites them from the actual output.
+//! Shared machinery of the test crates: for the file-test harnesses, expectations as
+//! comment lines inside the test files and a bless mode (`DYC_BLESS=1`) that rewrites them
+//! from the actual output; for the others, a thread with a small stack.
 
 use std::path::{Path, PathBuf};
 
@@ -184,4 +185,15 @@ pub fn run_lines(m: &dyc::ir::Module, src: &str, comment: &str) -> Result<String
         out.push('\n');
     }
     Ok(out)
+}
+
+/// Runs `f` on a thread with a 2 MiB stack, Rust's default for spawned threads (where a
+/// service compiles and calls), and fails if it panics or overflows.
+pub fn on_small_stack(f: impl FnOnce() + Send + 'static) {
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(f)
+        .expect("thread")
+        .join()
+        .expect("no panic, no overflow");
 }
