@@ -26,7 +26,7 @@ pub struct Adjacency {
 impl Adjacency {
     /// The lists of `n` nodes holding, for every pair `(node, item)` of `pairs` in order,
     /// `item` in `node`'s list (a stable counting sort: each list keeps the pairs' order).
-    fn build(n: usize, pairs: impl Iterator<Item = (usize, usize)> + Clone) -> Adjacency {
+    pub fn build(n: usize, pairs: impl Iterator<Item = (usize, usize)> + Clone) -> Adjacency {
         let mut start = vec![0u32; n + 1];
         for (node, _) in pairs.clone() {
             start[node + 1] += 1;

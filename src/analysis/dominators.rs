@@ -18,7 +18,7 @@
 //! post-dominators are in [`super::postdom`]. Unreachable nodes have no idom, dominate
 //! nothing and are dominated by nothing.
 
-use super::cfg::{BlockNumbering, ControlFlowGraph, Graph};
+use super::cfg::{Adjacency, BlockNumbering, ControlFlowGraph, Graph};
 use super::order::DfsOrder;
 use crate::ir::Block;
 
@@ -43,7 +43,10 @@ pub fn idoms_lengauer_tarjan(g: &Graph, root: usize) -> Vec<Option<usize>> {
     let mut label: Vec<usize> = (0..r).collect();
     let mut ancestor: Vec<Option<usize>> = vec![None; r];
     let mut dom = vec![0usize; r];
-    let mut bucket: Vec<Vec<usize>> = vec![Vec::new(); r];
+    // The bucket of each vertex as a linked list (every vertex is in at most one).
+    const NIL: usize = usize::MAX;
+    let mut bucket = vec![NIL; r];
+    let mut next_in_bucket = vec![NIL; r];
     let mut path = Vec::new();
 
     // eval(v): the vertex of minimum semi on the forest path above v (v itself if a root).
@@ -84,12 +87,14 @@ pub fn idoms_lengauer_tarjan(g: &Graph, root: usize) -> Vec<Option<usize>> {
                 semi[w] = semi[u];
             }
         }
-        bucket[semi[w]].push(w);
+        next_in_bucket[w] = std::mem::replace(&mut bucket[semi[w]], w);
         let pw = parent[w];
         ancestor[w] = Some(pw);
-        for v in std::mem::take(&mut bucket[pw]) {
+        let mut v = std::mem::replace(&mut bucket[pw], NIL);
+        while v != NIL {
             let u = eval(v, &mut ancestor, &mut label, &semi, &mut path);
             dom[v] = if semi[u] < semi[v] { u } else { pw };
+            v = next_in_bucket[v];
         }
     }
     for w in 1..r {
@@ -147,7 +152,7 @@ pub fn idoms_reference(g: &Graph, root: usize) -> Vec<Option<usize>> {
 #[derive(Clone, Debug)]
 pub struct DomTree {
     idom: Vec<Option<usize>>,
-    children: Vec<Vec<usize>>,
+    children: Adjacency,
     /// Preorder and postorder numbers in the tree, `None` when not in the tree.
     enter: Vec<Option<u32>>,
     exit: Vec<u32>,
@@ -158,12 +163,12 @@ impl DomTree {
     /// Builds the tree from immediate dominators (`idom[root] == None`).
     pub fn from_idoms(idom: Vec<Option<usize>>, root: usize) -> DomTree {
         let n = idom.len();
-        let mut children = vec![Vec::new(); n];
-        for (x, d) in idom.iter().enumerate() {
-            if let Some(d) = *d {
-                children[d].push(x);
-            }
-        }
+        let children = Adjacency::build(
+            n,
+            idom.iter()
+                .enumerate()
+                .filter_map(|(x, d)| d.map(|d| (d, x))),
+        );
         let mut enter = vec![None; n];
         let mut exit = vec![0; n];
         if root < n {

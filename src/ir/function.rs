@@ -52,11 +52,14 @@ pub struct VarData {
 
 pub use dyc_templates::types::SrcLoc;
 
+type BlockInsts = SmallVec<[Inst; 4]>;
+
 /// The order of blocks and of the instructions inside them.
 #[derive(Clone, Debug, Default)]
 pub struct Layout {
     blocks: Vec<Block>,
-    insts: SecondaryMap<Block, Vec<Inst>>,
+    /// The instructions of each block (inline up to four: most blocks allocate nothing).
+    insts: SecondaryMap<Block, BlockInsts>,
     inst_block: SecondaryMap<Inst, PackedOption<Block>>,
     block_inserted: SecondaryMap<Block, bool>,
 }
@@ -127,7 +130,7 @@ impl Layout {
             order.push(b);
             let insts = std::mem::take(&mut self.insts[b]);
             let mut cur = b;
-            let mut segment = Vec::new();
+            let mut segment = BlockInsts::new();
             for (pos, i) in insts.into_iter().enumerate() {
                 if let Some(nb) = new_at[i].expand().filter(|_| pos > 0) {
                     assert!(!self.block_inserted[nb], "{nb} is already in the layout");
@@ -168,7 +171,7 @@ impl Layout {
 
     pub fn remove_inst(&mut self, i: Inst) {
         if let Some(b) = self.inst_block(i) {
-            self.insts[b].retain(|&x| x != i);
+            self.insts[b].retain(|x| *x != i);
             self.inst_block[i] = None.into();
         }
     }

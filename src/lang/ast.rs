@@ -5,8 +5,8 @@ use super::diag::Span;
 use crate::ir::Type;
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct Ident {
-    pub name: String,
+pub struct Ident<'s> {
+    pub name: &'s str,
     pub span: Span,
 }
 
@@ -17,116 +17,113 @@ pub struct TypeExpr {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct Param {
-    pub name: Ident,
+pub struct Param<'s> {
+    pub name: Ident<'s>,
     pub ty: TypeExpr,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct ExternDecl {
-    pub name: Ident,
-    pub params: Vec<Param>,
+pub struct ExternDecl<'s> {
+    pub name: Ident<'s>,
+    pub params: Vec<Param<'s>>,
     pub ret: Option<TypeExpr>,
     pub pure: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct FnDecl {
-    pub name: Ident,
-    pub params: Vec<Param>,
+pub struct FnDecl<'s> {
+    pub name: Ident<'s>,
+    pub params: Vec<Param<'s>>,
     pub ret: Option<TypeExpr>,
-    pub body: Block,
+    pub body: Block<'s>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum Item {
-    Extern(ExternDecl),
-    Fn(FnDecl),
+pub enum Item<'s> {
+    Extern(ExternDecl<'s>),
+    Fn(FnDecl<'s>),
 }
 
 #[derive(Clone, Debug, PartialEq, Default)]
-pub struct Program {
-    pub items: Vec<Item>,
+pub struct Program<'s> {
+    pub items: Vec<Item<'s>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct Block {
-    pub stmts: Vec<Stmt>,
+pub struct Block<'s> {
+    pub stmts: Vec<Stmt<'s>>,
     /// The closing brace (where a missing `return` is reported).
     pub close: Span,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct Case {
+pub struct Case<'s> {
     /// The case values with their spans (a value is a possibly negated integer literal).
     pub values: Vec<(i128, Span)>,
-    pub body: Vec<Stmt>,
+    pub body: Vec<Stmt<'s>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct Stmt {
-    pub kind: StmtKind,
+pub struct Stmt<'s> {
+    pub kind: StmtKind<'s>,
     pub span: Span,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum StmtKind {
+pub enum StmtKind<'s> {
     /// `let x: T = e;` (`mutable == false`) or `var x: T = e;`.
     Let {
-        name: Ident,
+        name: Ident<'s>,
         mutable: bool,
         ty: Option<TypeExpr>,
-        init: Expr,
+        init: Expr<'s>,
     },
     /// `x = e;` (compound assignments are desugared to this).
     Assign {
-        name: Ident,
-        value: Expr,
+        name: Ident<'s>,
+        value: Expr<'s>,
     },
     /// `s[i] = e;` (boxed: three expressions would make every statement node large).
     Store {
-        slice: Box<Expr>,
-        index: Box<Expr>,
-        value: Box<Expr>,
+        slice: Box<Expr<'s>>,
+        index: Box<Expr<'s>>,
+        value: Box<Expr<'s>>,
     },
     If {
-        cond: Expr,
-        then: Block,
-        otherwise: Option<Block>,
+        cond: Expr<'s>,
+        then: Block<'s>,
+        /// Boxed: most `if`s have no `else`, and the node stays small.
+        otherwise: Option<Box<Block<'s>>>,
     },
     While {
-        cond: Expr,
-        body: Block,
+        cond: Expr<'s>,
+        body: Block<'s>,
     },
     Loop {
-        body: Block,
+        body: Block<'s>,
     },
-    Break(Option<Ident>),
-    Continue(Option<Ident>),
-    Return(Option<Expr>),
-    Switch {
-        scrutinee: Expr,
-        cases: Vec<Case>,
-        default: Option<Vec<Stmt>>,
-    },
+    Break(Option<Ident<'s>>),
+    Continue(Option<Ident<'s>>),
+    Return(Option<Expr<'s>>),
+    Switch(Box<Switch<'s>>),
     /// `name: stmt`: a goto target, and a name for a loop's `break`/`continue`.
     Labeled {
-        label: Ident,
-        stmt: Box<Stmt>,
+        label: Ident<'s>,
+        stmt: Box<Stmt<'s>>,
     },
-    Goto(Ident),
+    Goto(Ident<'s>),
     Trap,
     /// `make_static(x, y: policy, ...);`
     MakeStatic {
-        vars: Vec<Ident>,
-        policies: Vec<Ident>,
+        vars: Vec<Ident<'s>>,
+        policies: Vec<Ident<'s>>,
     },
     /// `make_dynamic(x, y);`
     MakeDynamic {
-        vars: Vec<Ident>,
+        vars: Vec<Ident<'s>>,
     },
-    Expr(Expr),
-    Block(Block),
+    Expr(Expr<'s>),
+    Block(Block<'s>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,66 +183,81 @@ impl BinOp {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct Expr {
-    pub kind: ExprKind,
+pub struct Expr<'s> {
+    pub kind: ExprKind<'s>,
     pub span: Span,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum ExprKind {
-    Int(u128),
+pub enum ExprKind<'s> {
+    /// An integer literal (a literal beyond 64 bits is a syntax error).
+    Int(u64),
     Float(f64),
     Bool(bool),
-    Var(String),
-    Unary(UnOp, Box<Expr>),
-    Binary(BinOp, Box<Expr>, Box<Expr>),
+    Var(&'s str),
+    Unary(UnOp, Box<Expr<'s>>),
+    Binary(BinOp, Box<Expr<'s>>, Box<Expr<'s>>),
     /// Short-circuit `&&`.
-    AndAlso(Box<Expr>, Box<Expr>),
+    AndAlso(Box<Expr<'s>>, Box<Expr<'s>>),
     /// Short-circuit `||`.
-    OrElse(Box<Expr>, Box<Expr>),
+    OrElse(Box<Expr<'s>>, Box<Expr<'s>>),
     /// `first op1 e1 op2 e2 ...`: three or more operands of one precedence level, which
     /// associate to the left. Kept flat so that a long chain does not make the tree deep
     /// (every pass over the tree may recurse on its depth, which nesting bounds).
-    Chain {
-        first: Box<Expr>,
-        rest: Vec<(BinOp, Expr)>,
-    },
+    Chain(Box<Chain<'s>>),
     /// `e1 && e2 && ...` (`and`) or `e1 || e2 || ...`: three or more operands, flat.
     Logic {
         and: bool,
-        operands: Vec<Expr>,
+        operands: Box<[Expr<'s>]>,
     },
-    Cast(Box<Expr>, TypeExpr),
-    /// `f(args)`, or the static call `@f(args)`.
-    Call {
-        name: Ident,
-        args: Vec<Expr>,
-        is_static: bool,
-    },
+    Cast(Box<Expr<'s>>, TypeExpr),
+    /// `f(args)`, or the static call `@f(args)` (boxed: it would make every node large).
+    Call(Box<Call<'s>>),
     /// `s[i]`, or the static load `s@[i]`.
     Index {
-        slice: Box<Expr>,
-        index: Box<Expr>,
+        slice: Box<Expr<'s>>,
+        index: Box<Expr<'s>>,
         is_static: bool,
     },
-    Len(Box<Expr>),
+    Len(Box<Expr<'s>>),
     /// `min(a, b)` / `max(a, b)`.
     MinMax {
         max: bool,
-        args: Box<(Expr, Expr)>,
+        args: Box<(Expr<'s>, Expr<'s>)>,
     },
 }
 
-impl Expr {
+/// See [`ExprKind::Chain`] (boxed: the rarer large nodes stay out of every node).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chain<'s> {
+    pub first: Expr<'s>,
+    pub rest: Vec<(BinOp, Expr<'s>)>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Switch<'s> {
+    pub scrutinee: Expr<'s>,
+    pub cases: Vec<Case<'s>>,
+    pub default: Option<Vec<Stmt<'s>>>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Call<'s> {
+    pub name: Ident<'s>,
+    pub args: Vec<Expr<'s>>,
+    pub is_static: bool,
+}
+
+impl Expr<'_> {
     /// Whether the expression is made of literals only (its type comes from its context).
     pub fn is_literal(&self) -> bool {
         match &self.kind {
             ExprKind::Int(_) | ExprKind::Float(_) => true,
             ExprKind::Unary(_, e) => e.is_literal(),
             ExprKind::Binary(op, a, b) => !op.is_comparison() && a.is_literal() && b.is_literal(),
-            ExprKind::Chain { first, rest } => {
-                first.is_literal()
-                    && rest
+            ExprKind::Chain(c) => {
+                c.first.is_literal()
+                    && c.rest
                         .iter()
                         .all(|(op, e)| !op.is_comparison() && e.is_literal())
             }

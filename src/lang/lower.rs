@@ -20,6 +20,7 @@
 //! reported as such).
 
 use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
 
 use super::ast::*;
 use super::diag::{Diagnostic, SourceMap, Span};
@@ -35,17 +36,17 @@ struct Reported;
 type LResult<T> = Result<T, Reported>;
 
 /// Lowers a parsed program to a module (not verified yet: see [`super::compile`]).
-pub fn lower(prog: &Program, map: &SourceMap) -> Result<Module, Vec<Diagnostic>> {
+pub fn lower(prog: &Program<'_>, map: &SourceMap) -> Result<Module, Vec<Diagnostic>> {
     let mut errors = Vec::new();
     let mut m = Module::default();
-    let mut first: HashMap<String, Span> = HashMap::default();
-    let mut fns: Vec<(FuncId, &FnDecl)> = Vec::new();
+    let mut first: HashMap<&str, Span> = HashMap::default();
+    let mut fns: Vec<(FuncId, &FnDecl<'_>)> = Vec::new();
     for item in &prog.items {
         let (name, params, ret) = match item {
             Item::Extern(e) => (&e.name, &e.params, &e.ret),
             Item::Fn(f) => (&f.name, &f.params, &f.ret),
         };
-        if let Some(prev) = first.get(&name.name) {
+        if let Some(prev) = first.get(name.name) {
             let (l, c) = map.line_col(prev.start);
             errors.push(
                 Diagnostic::new(
@@ -57,7 +58,7 @@ pub fn lower(prog: &Program, map: &SourceMap) -> Result<Module, Vec<Diagnostic>>
             );
             continue;
         }
-        first.insert(name.name.clone(), name.span);
+        first.insert(name.name, name.span);
         if matches!(item, Item::Extern(_)) {
             // (A function's parameters are declared as variables, which reports repeats.)
             check_params(params, &mut errors);
@@ -78,12 +79,12 @@ pub fn lower(prog: &Program, map: &SourceMap) -> Result<Module, Vec<Diagnostic>>
                     }
                 }
                 m.externs.push(ExternFunc {
-                    name: e.name.name.clone(),
+                    name: e.name.name.to_string(),
                     sig,
                     pure: e.pure,
                 });
             }
-            Item::Fn(f) => fns.push((m.funcs.push(Function::new(f.name.name.clone(), sig)), f)),
+            Item::Fn(f) => fns.push((m.funcs.push(Function::new(f.name.name, sig)), f)),
         }
     }
     let mut built = Vec::new();
@@ -105,7 +106,7 @@ pub fn lower(prog: &Program, map: &SourceMap) -> Result<Module, Vec<Diagnostic>>
     Ok(m)
 }
 
-fn check_params(params: &[Param], errors: &mut Vec<Diagnostic>) {
+fn check_params(params: &[Param<'_>], errors: &mut Vec<Diagnostic>) {
     for (i, p) in params.iter().enumerate() {
         if params[..i].iter().any(|q| q.name.name == p.name.name) {
             errors.push(Diagnostic::new(
@@ -117,8 +118,8 @@ fn check_params(params: &[Param], errors: &mut Vec<Diagnostic>) {
     }
 }
 
-struct VarDecl {
-    name: String,
+struct VarDecl<'a> {
+    name: &'a str,
     mutable: bool,
     span: Span,
     /// Its initializer had an error: uses fail silently instead of cascading.
@@ -134,8 +135,8 @@ struct Label {
     first_goto: Option<Span>,
 }
 
-struct LoopCtx {
-    label: Option<String>,
+struct LoopCtx<'a> {
+    label: Option<&'a str>,
     continue_to: Block,
     break_to: Block,
 }
@@ -147,13 +148,13 @@ struct FnLowerer<'a> {
     f: Function,
     ssa: SsaBuilder,
     vars: Vec<VarInfo>,
-    decls: Vec<VarDecl>,
-    scopes: Vec<HashMap<String, VarId>>,
+    decls: Vec<VarDecl<'a>>,
+    scopes: Vec<HashMap<&'a str, VarId>>,
     /// The IR variable of each source name (one per name, shared by its declarations).
-    ir_vars: HashMap<String, Var>,
+    ir_vars: HashMap<&'a str, Var>,
     cur: Option<Block>,
-    loops: Vec<LoopCtx>,
-    labels: HashMap<String, Label>,
+    loops: Vec<LoopCtx<'a>>,
+    labels: HashMap<&'a str, Label>,
     loc: SrcLoc,
     errors: Vec<Diagnostic>,
 }
@@ -163,9 +164,9 @@ struct FnLowerer<'a> {
 type Typed = (Value, Type);
 
 impl<'a> FnLowerer<'a> {
-    fn new(m: &'a Module, map: &'a SourceMap<'a>, me: FuncId, decl: &FnDecl) -> FnLowerer<'a> {
+    fn new(m: &'a Module, map: &'a SourceMap<'a>, me: FuncId, decl: &FnDecl<'a>) -> FnLowerer<'a> {
         let sig = m.funcs[me].sig.clone();
-        let mut f = Function::new(decl.name.name.clone(), sig);
+        let mut f = Function::new(decl.name.name, sig);
         let entry = f.append_new_block();
         FnLowerer {
             m,
@@ -237,7 +238,7 @@ impl<'a> FnLowerer<'a> {
     /// Ends the current block with a branch.
     fn branch(&mut self, data: InstData) {
         let from = self.block();
-        let mut targets: Vec<Block> = data.branch_targets().map(|c| c.block).collect();
+        let mut targets: SmallVec<[Block; 2]> = data.branch_targets().map(|c| c.block).collect();
         self.inst(data, None);
         // One edge per target block (a switch may name a block many times).
         targets.sort_unstable();
@@ -265,7 +266,7 @@ impl<'a> FnLowerer<'a> {
         self.cur = self.ssa.has_preds(b).then_some(b);
     }
 
-    fn declare(&mut self, name: &Ident, ty: Type, mutable: bool) -> LResult<VarId> {
+    fn declare(&mut self, name: &Ident<'a>, ty: Type, mutable: bool) -> LResult<VarId> {
         if self
             .scopes
             .last()
@@ -284,10 +285,10 @@ impl<'a> FnLowerer<'a> {
             return Err(Reported);
         }
         let id = self.vars.len();
-        let ir_var = self.ir_var(&name.name);
+        let ir_var = self.ir_var(name.name);
         self.vars.push(VarInfo { ty, ir_var });
         self.decls.push(VarDecl {
-            name: name.name.clone(),
+            name: name.name,
             mutable,
             span: name.span,
             poisoned: false,
@@ -295,18 +296,18 @@ impl<'a> FnLowerer<'a> {
         self.scopes
             .last_mut()
             .expect("a scope")
-            .insert(name.name.clone(), id);
+            .insert(name.name, id);
         Ok(id)
     }
 
-    fn ir_var(&mut self, name: &str) -> Var {
+    fn ir_var(&mut self, name: &'a str) -> Var {
         if let Some(&v) = self.ir_vars.get(name) {
             return v;
         }
         let v = self.f.vars.push(VarData {
             name: name.to_string(),
         });
-        self.ir_vars.insert(name.to_string(), v);
+        self.ir_vars.insert(name, v);
         v
     }
 
@@ -332,10 +333,10 @@ impl<'a> FnLowerer<'a> {
         self.ssa.write(var, b, v);
     }
 
-    fn run(&mut self, decl: &FnDecl) {
+    fn run(&mut self, decl: &FnDecl<'a>) {
         let entry = self.block();
         for p in &decl.params {
-            let ir_var = self.ir_var(&p.name.name);
+            let ir_var = self.ir_var(p.name.name);
             let v = self.f.append_block_param(entry, p.ty.ty, Some(ir_var));
             if let Ok(id) = self.declare(&p.name, p.ty.ty, true) {
                 self.ssa.write(id, entry, v);
@@ -359,7 +360,7 @@ impl<'a> FnLowerer<'a> {
                 }
             }
         }
-        let mut labels: Vec<(String, Label)> = self.labels.drain().collect();
+        let mut labels: Vec<(&str, Label)> = self.labels.drain().collect();
         labels.sort_by_key(|(_, l)| l.defined.or(l.first_goto).map(|s| s.start));
         for (name, l) in labels {
             self.seal(l.block);
@@ -392,7 +393,7 @@ impl<'a> FnLowerer<'a> {
         }
     }
 
-    fn block_stmts(&mut self, b: &super::ast::Block) {
+    fn block_stmts(&mut self, b: &super::ast::Block<'a>) {
         self.scopes.push(HashMap::default());
         self.stmt_list(&b.stmts);
         self.scopes.pop();
@@ -401,7 +402,7 @@ impl<'a> FnLowerer<'a> {
     /// Lowers statements, going on after an error. A failed `return`, `break`,
     /// `continue`, `goto` or `trap` still ends its block, so that no spurious "missing
     /// return" follows.
-    fn stmt_list(&mut self, stmts: &[Stmt]) {
+    fn stmt_list(&mut self, stmts: &[Stmt<'a>]) {
         for s in stmts {
             let ends = matches!(
                 s.kind,
@@ -417,7 +418,7 @@ impl<'a> FnLowerer<'a> {
         }
     }
 
-    fn stmt(&mut self, s: &Stmt, label: Option<&Ident>) -> LResult<()> {
+    fn stmt(&mut self, s: &Stmt<'a>, label: Option<&Ident<'a>>) -> LResult<()> {
         self.set_loc(s.span);
         match &s.kind {
             StmtKind::Let {
@@ -445,7 +446,7 @@ impl<'a> FnLowerer<'a> {
                 }
             }
             StmtKind::Assign { name, value } => {
-                let id = self.lookup(&name.name, name.span)?;
+                let id = self.lookup(name.name, name.span)?;
                 if !self.decls[id].mutable {
                     return Err(self.err(
                         name.span,
@@ -573,7 +574,7 @@ impl<'a> FnLowerer<'a> {
                         .loops
                         .iter()
                         .rev()
-                        .find(|c| c.label.as_deref() == Some(l.name.as_str()))
+                        .find(|c| c.label == Some(l.name))
                         .map(|c| if is_break { c.break_to } else { c.continue_to }),
                 };
                 let Some(target) = target else {
@@ -612,13 +613,9 @@ impl<'a> FnLowerer<'a> {
                 self.set_loc(s.span);
                 self.branch(InstData::Return { value: v });
             }
-            StmtKind::Switch {
-                scrutinee,
-                cases,
-                default,
-            } => self.switch(scrutinee, cases, default.as_deref())?,
+            StmtKind::Switch(sw) => self.switch(&sw.scrutinee, &sw.cases, sw.default.as_deref())?,
             StmtKind::Labeled { label: l, stmt } => {
-                let lab = self.label(&l.name);
+                let lab = self.label(l.name);
                 if let Some(prev) = lab.defined {
                     let (line, col) = self.map.line_col(prev.start);
                     self.errors.push(
@@ -640,7 +637,7 @@ impl<'a> FnLowerer<'a> {
                 self.stmt(stmt, Some(l))?;
             }
             StmtKind::Goto(l) => {
-                let lab = self.label(&l.name);
+                let lab = self.label(l.name);
                 lab.first_goto.get_or_insert(l.span);
                 let b = lab.block;
                 self.jump(b);
@@ -649,7 +646,7 @@ impl<'a> FnLowerer<'a> {
             StmtKind::MakeStatic { vars, policies } => {
                 let mut list = Vec::new();
                 for p in policies {
-                    let Some(pol) = Policy::from_name(&p.name) else {
+                    let Some(pol) = Policy::from_name(p.name) else {
                         let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
                         self.errors.push(
                             Diagnostic::new(
@@ -689,7 +686,7 @@ impl<'a> FnLowerer<'a> {
     }
 
     /// The label named `name`, created (with its block) at its first mention.
-    fn label(&mut self, name: &str) -> &mut Label {
+    fn label(&mut self, name: &'a str) -> &mut Label {
         if !self.labels.contains_key(name) {
             let block = self.new_block();
             let label = Label {
@@ -697,20 +694,20 @@ impl<'a> FnLowerer<'a> {
                 defined: None,
                 first_goto: None,
             };
-            self.labels.insert(name.to_string(), label);
+            self.labels.insert(name, label);
         }
         self.labels.get_mut(name).expect("inserted above")
     }
 
     fn loop_body(
         &mut self,
-        body: &super::ast::Block,
-        label: Option<&Ident>,
+        body: &super::ast::Block<'a>,
+        label: Option<&Ident<'a>>,
         header: Block,
         exit: Block,
     ) {
         self.loops.push(LoopCtx {
-            label: label.map(|l| l.name.clone()),
+            label: label.map(|l| l.name),
             continue_to: header,
             break_to: exit,
         });
@@ -723,7 +720,7 @@ impl<'a> FnLowerer<'a> {
 
     fn annotation(
         &mut self,
-        vars: &[Ident],
+        vars: &[Ident<'a>],
         what: &str,
         make: impl FnOnce(Vec<(Value, crate::ir::Var)>) -> InstData,
     ) -> LResult<()> {
@@ -759,9 +756,9 @@ impl<'a> FnLowerer<'a> {
 
     fn switch(
         &mut self,
-        scrutinee: &Expr,
-        cases: &[Case],
-        default: Option<&[Stmt]>,
+        scrutinee: &Expr<'a>,
+        cases: &[Case<'a>],
+        default: Option<&[Stmt<'a>]>,
     ) -> LResult<()> {
         let (v, t) = self.value(scrutinee, None)?;
         let Some(st) = t.scalar().filter(|s| s.is_int()) else {
@@ -856,7 +853,7 @@ impl<'a> FnLowerer<'a> {
         }
     }
 
-    fn condition(&mut self, e: &Expr) -> LResult<Value> {
+    fn condition(&mut self, e: &Expr<'a>) -> LResult<Value> {
         let (v, t) = self.value(e, Some(Type::BOOL))?;
         if t != Type::BOOL {
             return Err(self.err(
@@ -868,7 +865,7 @@ impl<'a> FnLowerer<'a> {
         Ok(v)
     }
 
-    fn index(&mut self, e: &Expr) -> LResult<Value> {
+    fn index(&mut self, e: &Expr<'a>) -> LResult<Value> {
         let (v, t) = self.value(e, Some(Type::I64))?;
         if !t.is_int() {
             return Err(self.err(
@@ -881,22 +878,22 @@ impl<'a> FnLowerer<'a> {
     }
 
     /// An expression that must produce a value.
-    fn value(&mut self, e: &Expr, hint: Option<Type>) -> LResult<Typed> {
+    fn value(&mut self, e: &Expr<'a>, hint: Option<Type>) -> LResult<Typed> {
         match self.expr(e, hint)? {
             Some(tv) => Ok(tv),
             None => Err(self.err(e.span, "this call returns nothing", "used as a value")),
         }
     }
 
-    fn expr(&mut self, e: &Expr, hint: Option<Type>) -> LResult<Option<Typed>> {
+    fn expr(&mut self, e: &Expr<'a>, hint: Option<Type>) -> LResult<Option<Typed>> {
         self.set_loc(e.span);
         let tv = match &e.kind {
-            ExprKind::Int(x) => self.int_literal(*x as i128, false, hint, e.span)?,
+            ExprKind::Int(x) => self.int_literal(i128::from(*x), false, hint, e.span)?,
             ExprKind::Unary(UnOp::Neg, inner) if matches!(inner.kind, ExprKind::Int(_)) => {
                 let ExprKind::Int(x) = inner.kind else {
                     unreachable!()
                 };
-                self.int_literal(x as i128, true, hint, e.span)?
+                self.int_literal(i128::from(x), true, hint, e.span)?
             }
             ExprKind::Float(x) => {
                 if let Some(t) = hint.filter(|t| *t != Type::F64 && t.is_int()) {
@@ -936,9 +933,9 @@ impl<'a> FnLowerer<'a> {
                 (self.val(InstData::Unary { op, arg: v }), t)
             }
             ExprKind::Binary(op, a, b) => self.chain(a, &[(*op, &**b)], hint)?,
-            ExprKind::Chain { first, rest } => {
-                let rest: Vec<(BinOp, &Expr)> = rest.iter().map(|(op, e)| (*op, e)).collect();
-                self.chain(first, &rest, hint)?
+            ExprKind::Chain(c) => {
+                let rest: Vec<(BinOp, &Expr<'a>)> = c.rest.iter().map(|(op, e)| (*op, e)).collect();
+                self.chain(&c.first, &rest, hint)?
             }
             ExprKind::MinMax { max, args } => {
                 let op = if *max { BinOp::Gt } else { BinOp::Lt };
@@ -1023,11 +1020,9 @@ impl<'a> FnLowerer<'a> {
                 };
                 (self.val(data), Type::Scalar(elem))
             }
-            ExprKind::Call {
-                name,
-                args,
-                is_static,
-            } => return self.call(name, args, *is_static, e.span),
+            ExprKind::Call(call) => {
+                return self.call(&call.name, &call.args, call.is_static, e.span)
+            }
         };
         Ok(Some(tv))
     }
@@ -1065,8 +1060,8 @@ impl<'a> FnLowerer<'a> {
     /// of the other.
     fn operands(
         &mut self,
-        a: &Expr,
-        b: &Expr,
+        a: &Expr<'a>,
+        b: &Expr<'a>,
         hint: Option<Type>,
         span: Span,
         op: BinOp,
@@ -1093,7 +1088,7 @@ impl<'a> FnLowerer<'a> {
 
     /// `av && b` (`and`) or `av || b`, where `av` is the left operand's value: `b` is
     /// evaluated only when it decides.
-    fn short_circuit(&mut self, and: bool, av: Value, b: &Expr) -> LResult<Value> {
+    fn short_circuit(&mut self, and: bool, av: Value, b: &Expr<'a>) -> LResult<Value> {
         let (rhs, join) = (self.new_block(), self.new_block());
         let param = self.f.append_block_param(join, Type::BOOL, None);
         let (then_dest, else_dest) = if and {
@@ -1135,20 +1130,20 @@ impl<'a> FnLowerer<'a> {
     /// can only happen at the first non-literal operand of a literal prefix.
     fn chain(
         &mut self,
-        first: &Expr,
-        rest: &[(BinOp, &Expr)],
+        first: &Expr<'a>,
+        rest: &[(BinOp, &Expr<'a>)],
         hint: Option<Type>,
     ) -> LResult<Typed> {
-        let n = rest.len();
-        // The hint each node passes to its operands, from the top down.
-        let mut hints = vec![None; n];
-        let mut h = hint;
-        for i in (0..n).rev() {
-            if rest[i].0.is_comparison() {
-                h = None;
+        // The hint each node passes to its operands, from the top down: none below a
+        // comparison.
+        let last_cmp = rest.iter().rposition(|(op, _)| op.is_comparison());
+        let hints = |i: usize| {
+            if last_cmp.is_some_and(|c| i <= c) {
+                None
+            } else {
+                hint
             }
-            hints[i] = h;
-        }
+        };
         let span_of = |i: usize| first.span.to(rest[i].1.span);
         // Node j is the literal-first case when operands 0..j are literal and joined by
         // non-comparisons (so its left operand is literal) and operand j is not.
@@ -1157,7 +1152,7 @@ impl<'a> FnLowerer<'a> {
         if first.is_literal() {
             for (j, &(op, b)) in rest.iter().enumerate() {
                 if !b.is_literal() {
-                    let y = self.value(b, hints[j])?;
+                    let y = self.value(b, hints(j))?;
                     let mut acc = self.value(first, Some(y.1))?;
                     for (i, &(op_i, e_i)) in rest[..j].iter().enumerate() {
                         let yi = self.value(e_i, Some(acc.1))?;
@@ -1174,7 +1169,7 @@ impl<'a> FnLowerer<'a> {
         }
         let mut acc = match x {
             Some(acc) => acc,
-            None => self.value(first, hints[0])?,
+            None => self.value(first, hints(0))?,
         };
         for (i, &(op, b)) in rest.iter().enumerate().skip(start) {
             let y = self.value(b, Some(acc.1))?;
@@ -1248,14 +1243,14 @@ impl<'a> FnLowerer<'a> {
 
     fn call(
         &mut self,
-        name: &Ident,
-        args: &[Expr],
+        name: &Ident<'a>,
+        args: &[Expr<'a>],
         is_static: bool,
         span: Span,
     ) -> LResult<Option<Typed>> {
-        let callee = if let Some(id) = self.m.func_by_name(&name.name) {
+        let callee = if let Some(id) = self.m.func_by_name(name.name) {
             Callee::Func(id)
-        } else if let Some(id) = self.m.extern_by_name(&name.name) {
+        } else if let Some(id) = self.m.extern_by_name(name.name) {
             Callee::Extern(id)
         } else {
             return Err(self.err(

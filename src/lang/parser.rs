@@ -84,7 +84,7 @@ pub fn is_keyword(s: &str) -> bool {
 
 /// Parses `src`, pulling its tokens from a [`Lexer`] as it goes. The diagnostics are the
 /// lexical errors (all of them), then the syntax errors.
-pub fn parse(src: &str) -> (Program, Vec<Diagnostic>) {
+pub fn parse<'s>(src: &'s str) -> (Program<'s>, Vec<Diagnostic>) {
     let mut lexer = Lexer::new(src);
     let cur = lexer.next_token();
     let next = lexer.next_token();
@@ -98,6 +98,7 @@ pub fn parse(src: &str) -> (Program, Vec<Diagnostic>) {
         errors: Vec::new(),
         depth: 0,
         stopped: false,
+        stmts: Vec::new(),
     };
     let prog = p.program();
     p.skip_to_end();
@@ -117,6 +118,8 @@ struct Parser<'s> {
     /// Tokens consumed so far.
     consumed: usize,
     errors: Vec<Diagnostic>,
+    /// The statements of the blocks being parsed, innermost last (see `stmts_until`).
+    stmts: Vec<Stmt<'s>>,
     /// Current nesting (see [`MAX_NESTING`]).
     depth: u32,
     /// Parsing stopped at a fatal error: later errors are consequences, not reported.
@@ -253,10 +256,10 @@ impl<'s> Parser<'s> {
         }
     }
 
-    fn ident(&mut self, what: &str) -> PResult<Ident> {
+    fn ident(&mut self, what: &str) -> PResult<Ident<'s>> {
         match self.peek() {
             Tok::Ident if !is_keyword(self.text()) => {
-                let name = self.text().to_string();
+                let name = self.text();
                 let span = self.bump().span;
                 Ok(Ident { name, span })
             }
@@ -273,7 +276,7 @@ impl<'s> Parser<'s> {
         }
     }
 
-    fn program(&mut self) -> Program {
+    fn program(&mut self) -> Program<'s> {
         let mut prog = Program::default();
         while self.peek() != Tok::Eof && self.errors.len() < MAX_ERRORS {
             let item = if self.is_kw("extern") {
@@ -337,7 +340,7 @@ impl<'s> Parser<'s> {
         }
     }
 
-    fn params(&mut self) -> PResult<Vec<Param>> {
+    fn params(&mut self) -> PResult<Vec<Param<'s>>> {
         self.expect("(")?;
         let mut params = Vec::new();
         while !self.is(")") {
@@ -361,7 +364,7 @@ impl<'s> Parser<'s> {
         }
     }
 
-    fn extern_decl(&mut self) -> PResult<ExternDecl> {
+    fn extern_decl(&mut self) -> PResult<ExternDecl<'s>> {
         self.bump(); // extern
         let pure = self.eat_kw("pure");
         if !self.eat_kw("fn") {
@@ -379,7 +382,7 @@ impl<'s> Parser<'s> {
         })
     }
 
-    fn fn_decl(&mut self) -> PResult<FnDecl> {
+    fn fn_decl(&mut self) -> PResult<FnDecl<'s>> {
         self.bump(); // fn
         let name = self.ident("a function name")?;
         let params = self.params()?;
@@ -393,7 +396,7 @@ impl<'s> Parser<'s> {
         })
     }
 
-    fn block(&mut self) -> PResult<Block> {
+    fn block(&mut self) -> PResult<Block<'s>> {
         self.expect("{")?;
         let stmts = self.nested(|p| Ok(p.stmts_until(&["}"])))?;
         let close = self.span();
@@ -403,16 +406,23 @@ impl<'s> Parser<'s> {
 
     /// Statements up to (not including) one of `ends` (`}` or, in a switch, `case` and
     /// `default`), recovering from errors inside.
-    fn stmts_until(&mut self, ends: &[&str]) -> Vec<Stmt> {
-        let mut stmts = Vec::new();
+    fn stmts_until(&mut self, ends: &[&str]) -> Vec<Stmt<'s>> {
+        // The statements collect on one stack shared by all nesting levels; a nested
+        // block's move to a list of exactly their number (no growth or spare capacity per
+        // block), an outermost block's keep the stack (no copy of a long body).
+        let mark = self.stmts.len();
         loop {
             let at_end = ends.iter().any(|e| self.is(e) || self.is_kw(e));
             if at_end || self.peek() == Tok::Eof || self.errors.len() >= MAX_ERRORS {
-                return stmts;
+                return if mark == 0 {
+                    std::mem::take(&mut self.stmts)
+                } else {
+                    self.stmts.drain(mark..).collect()
+                };
             }
             let before = self.consumed;
             match self.stmt() {
-                Ok(s) => stmts.push(s),
+                Ok(s) => self.stmts.push(s),
                 Err(Reported) => self.recover_stmt(before),
             }
         }
@@ -440,7 +450,7 @@ impl<'s> Parser<'s> {
         }
     }
 
-    fn stmt(&mut self) -> PResult<Stmt> {
+    fn stmt(&mut self) -> PResult<Stmt<'s>> {
         let start = self.span();
         let kind = match self.peek() {
             Tok::Punct(";") => {
@@ -531,7 +541,7 @@ impl<'s> Parser<'s> {
                         loop {
                             match self.peek() {
                                 Tok::Ident => {
-                                    let name = self.text().to_string();
+                                    let name = self.text();
                                     let span = self.bump().span;
                                     policies.push(Ident { name, span });
                                 }
@@ -566,7 +576,7 @@ impl<'s> Parser<'s> {
         })
     }
 
-    fn if_stmt(&mut self) -> PResult<StmtKind> {
+    fn if_stmt(&mut self) -> PResult<StmtKind<'s>> {
         self.bump(); // if
         let cond = self.expr()?;
         let then = self.block()?;
@@ -575,12 +585,12 @@ impl<'s> Parser<'s> {
                 let start = self.span();
                 let kind = self.if_stmt()?;
                 let span = start.to(self.prev_span());
-                Some(Block {
+                Some(Box::new(Block {
                     stmts: vec![Stmt { kind, span }],
                     close: self.prev_span(),
-                })
+                }))
             } else {
-                Some(self.block()?)
+                Some(Box::new(self.block()?))
             }
         } else {
             None
@@ -592,7 +602,7 @@ impl<'s> Parser<'s> {
         })
     }
 
-    fn switch_stmt(&mut self) -> PResult<StmtKind> {
+    fn switch_stmt(&mut self) -> PResult<StmtKind<'s>> {
         self.bump(); // switch
         let scrutinee = self.expr()?;
         self.expect("{")?;
@@ -637,14 +647,14 @@ impl<'s> Parser<'s> {
             }
         }
         self.expect("}")?;
-        Ok(StmtKind::Switch {
+        Ok(StmtKind::Switch(Box::new(Switch {
             scrutinee,
             cases,
             default,
-        })
+        })))
     }
 
-    fn expr_stmt(&mut self) -> PResult<StmtKind> {
+    fn expr_stmt(&mut self) -> PResult<StmtKind<'s>> {
         let target = self.expr()?;
         let compound = [
             ("+=", BinOp::Add),
@@ -698,7 +708,7 @@ impl<'s> Parser<'s> {
             };
         }
         self.expect(";")?;
-        if !matches!(target.kind, ExprKind::Call { .. }) {
+        if !matches!(target.kind, ExprKind::Call(_)) {
             return self.error(
                 target.span,
                 "this expression statement has no effect".into(),
@@ -708,7 +718,7 @@ impl<'s> Parser<'s> {
         Ok(StmtKind::Expr(target))
     }
 
-    pub fn expr(&mut self) -> PResult<Expr> {
+    pub fn expr(&mut self) -> PResult<Expr<'s>> {
         self.nested(|p| p.binary(0))
     }
 
@@ -746,10 +756,10 @@ impl<'s> Parser<'s> {
     /// climbing: the operands of one level are collected flat (see `ExprKind::Chain`), each
     /// parsed at the next level up, so the recursion depth is bounded by the number of
     /// levels, not by the length of a chain.
-    fn binary(&mut self, min: usize) -> PResult<Expr> {
+    fn binary(&mut self, min: usize) -> PResult<Expr<'s>> {
         let mut first = self.cast()?;
         while let Some((level, _, _)) = self.binary_op().filter(|&(l, _, _)| l >= min) {
-            let mut rest: Vec<(&str, Option<BinOp>, Expr)> = Vec::new();
+            let mut rest: Vec<(&str, Option<BinOp>, Expr<'s>)> = Vec::new();
             while let Some((_, sym, op)) = self.binary_op().filter(|&(l, _, _)| l == level) {
                 self.bump();
                 let rhs = self.binary(level + 1)?;
@@ -761,7 +771,11 @@ impl<'s> Parser<'s> {
     }
 
     /// The expression `first op1 e1 op2 e2 ...` of operators of one `level`.
-    fn chain(level: usize, first: Expr, mut rest: Vec<(&str, Option<BinOp>, Expr)>) -> Expr {
+    fn chain(
+        level: usize,
+        first: Expr<'s>,
+        mut rest: Vec<(&str, Option<BinOp>, Expr<'s>)>,
+    ) -> Expr<'s> {
         let last = rest.last().expect("at least one operator");
         let span = first.span.to(last.2.span);
         let kind = if rest.len() == 1 {
@@ -778,21 +792,21 @@ impl<'s> Parser<'s> {
             operands.extend(rest.into_iter().map(|(_, _, e)| e));
             ExprKind::Logic {
                 and: level == 1,
-                operands,
+                operands: operands.into_boxed_slice(),
             }
         } else {
-            ExprKind::Chain {
-                first: Box::new(first),
+            ExprKind::Chain(Box::new(Chain {
+                first,
                 rest: rest
                     .into_iter()
                     .map(|(_, op, e)| (op.expect("an operator"), e))
                     .collect(),
-            }
+            }))
         };
         Expr { kind, span }
     }
 
-    fn cast(&mut self) -> PResult<Expr> {
+    fn cast(&mut self) -> PResult<Expr<'s>> {
         let mut e = self.unary()?;
         let depth = self.depth;
         while self.eat_kw("as") {
@@ -818,7 +832,7 @@ impl<'s> Parser<'s> {
         Ok(e)
     }
 
-    fn unary(&mut self) -> PResult<Expr> {
+    fn unary(&mut self) -> PResult<Expr<'s>> {
         let start = self.span();
         let op = if self.eat("-") {
             Some(UnOp::Neg)
@@ -840,7 +854,7 @@ impl<'s> Parser<'s> {
         }
     }
 
-    fn postfix(&mut self) -> PResult<Expr> {
+    fn postfix(&mut self) -> PResult<Expr<'s>> {
         let e = self.primary()?;
         let depth = self.depth;
         let r = self.postfix_chain(e);
@@ -849,7 +863,7 @@ impl<'s> Parser<'s> {
     }
 
     /// The indexing operations after `e`, each one nesting level deeper.
-    fn postfix_chain(&mut self, mut e: Expr) -> PResult<Expr> {
+    fn postfix_chain(&mut self, mut e: Expr<'s>) -> PResult<Expr<'s>> {
         loop {
             let is_static = self.is("@") && self.peek_next() == Tok::Punct("[");
             if is_static {
@@ -874,7 +888,7 @@ impl<'s> Parser<'s> {
         }
     }
 
-    fn args(&mut self) -> PResult<Vec<Expr>> {
+    fn args(&mut self) -> PResult<Vec<Expr<'s>>> {
         self.expect("(")?;
         let mut args = Vec::new();
         while !self.is(")") {
@@ -887,12 +901,21 @@ impl<'s> Parser<'s> {
         Ok(args)
     }
 
-    fn primary(&mut self) -> PResult<Expr> {
+    fn primary(&mut self) -> PResult<Expr<'s>> {
         let start = self.span();
         let kind = match self.peek() {
             Tok::Int(x) => {
                 self.bump();
-                ExprKind::Int(x)
+                match u64::try_from(x) {
+                    Ok(x) => ExprKind::Int(x),
+                    Err(_) => {
+                        return self.error(
+                            start,
+                            format!("literal {x} is out of range for every integer type"),
+                            "more than 64 bits",
+                        )
+                    }
+                }
             }
             Tok::Float(x) => {
                 self.bump();
@@ -911,11 +934,11 @@ impl<'s> Parser<'s> {
                 self.bump();
                 let name = self.ident("a function name after `@`")?;
                 let args = self.args()?;
-                ExprKind::Call {
+                ExprKind::Call(Box::new(Call {
                     name,
                     args,
                     is_static: true,
-                }
+                }))
             }
             Tok::Ident => match self.text() {
                 k @ ("true" | "false") => {
@@ -947,11 +970,11 @@ impl<'s> Parser<'s> {
                 _ if self.peek_next() == Tok::Punct("(") => {
                     let name = self.ident("a function name")?;
                     let args = self.args()?;
-                    ExprKind::Call {
+                    ExprKind::Call(Box::new(Call {
                         name,
                         args,
                         is_static: false,
-                    }
+                    }))
                 }
                 _ => {
                     let name = self.ident("an expression")?;

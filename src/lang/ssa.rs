@@ -24,7 +24,8 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use cranelift_entity::packed_option::PackedOption;
-use cranelift_entity::SecondaryMap;
+use cranelift_entity::{EntityRef, SecondaryMap};
+use smallvec::SmallVec;
 
 use crate::analysis::cfg::ControlFlowGraph;
 use crate::analysis::order::DfsOrder;
@@ -45,7 +46,11 @@ pub struct SsaBuilder {
     defs: HashMap<(VarId, Block), Value>,
     sealed: SecondaryMap<Block, bool>,
     incomplete: SecondaryMap<Block, Vec<(VarId, Value)>>,
-    preds: SecondaryMap<Block, Vec<Block>>,
+    /// The predecessors of each block (inline up to four).
+    preds: SecondaryMap<Block, SmallVec<[Block; 4]>>,
+    /// Scratch lists of `walk` and `fill_args`, kept to reuse their memory.
+    chain: Vec<Block>,
+    stack: Vec<(Block, usize, usize)>,
     /// Variables read before any definition on some path from the entry.
     pub uninitialized: Vec<VarId>,
     entry: Option<Block>,
@@ -104,7 +109,7 @@ impl SsaBuilder {
         block: Block,
     ) -> (Value, Option<(Block, Value)>) {
         // Remember the blocks passed, to record the definition in each.
-        let mut chain = Vec::new();
+        let mut chain = std::mem::take(&mut self.chain);
         let mut b = block;
         let mut merge = None;
         let value = loop {
@@ -139,9 +144,10 @@ impl SsaBuilder {
             }
         };
         self.defs.insert((var, b), value);
-        for c in chain {
+        for c in chain.drain(..) {
             self.defs.insert((var, c), value);
         }
+        self.chain = chain;
         (value, merge)
     }
 
@@ -153,7 +159,8 @@ impl SsaBuilder {
             _ => unreachable!("a block parameter"),
         };
         // (merge block, its parameter's index, the next predecessor to visit)
-        let mut stack = vec![(b, index_of(f, p), 0usize)];
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.push((b, index_of(f, p), 0usize));
         while let Some(top) = stack.last_mut() {
             let (b, index, next) = *top;
             let Some(&pred) = self.preds[b].get(next) else {
@@ -175,6 +182,7 @@ impl SsaBuilder {
                 stack.push((mb, index_of(f, mp), 0));
             }
         }
+        self.stack = stack;
     }
 
     /// Declares that every predecessor of `b` is known.
@@ -204,54 +212,83 @@ pub fn remove_unreachable_blocks(f: &mut Function) {
 /// resolution). The incoming edges of every block are indexed once; a work list holds the
 /// parameters to examine; when a parameter is replaced, only the parameters that receive it
 /// as an argument are examined again. Removed parameters and their arguments are deleted
-/// in one pass at the end.
+/// in one pass at the end. The tables are flat arrays (no allocation per block or value):
+/// the edges into each block in compressed rows, the parameters numbered from a per-block
+/// base, and the receivers of each value as a linked list in one array.
 pub fn remove_trivial_params(f: &mut Function) {
     let entry = f.entry_block();
     let blocks = f.layout.blocks().to_vec();
-    // The branches into each block: (terminator, index among its targets).
-    let mut incoming: SecondaryMap<Block, Vec<(Inst, usize)>> = SecondaryMap::new();
+    // The branches into each block, as (terminator, index among its targets), in rows
+    // `incoming[start[b]..start[b + 1]]` (a block's row is `start[b.index()]..`).
+    let row = |b: Block| b.index();
+    let mut start = vec![0u32; f.blocks.len() + 1];
     for &b in &blocks {
         if let Some(t) = f.terminator(b) {
-            for (n, call) in f.insts[t].branch_targets().enumerate() {
-                incoming[call.block].push((t, n));
+            for call in f.insts[t].branch_targets() {
+                start[row(call.block) + 1] += 1;
             }
         }
     }
+    for i in 1..start.len() {
+        start[i] += start[i - 1];
+    }
+    let mut fill = start.clone();
+    let mut incoming = vec![(Inst::from_u32(0), 0usize); start[start.len() - 1] as usize];
+    for &b in &blocks {
+        if let Some(t) = f.terminator(b) {
+            for (n, call) in f.insts[t].branch_targets().enumerate() {
+                let slot = &mut fill[row(call.block)];
+                incoming[*slot as usize] = (t, n);
+                *slot += 1;
+            }
+        }
+    }
+    let edges = |b: Block| &incoming[start[row(b)] as usize..start[row(b) + 1] as usize];
     let edge_arg = |f: &Function, (t, n): (Inst, usize), k: usize| -> Value {
         f.insts[t].branch_target(n).expect("an edge").args[k]
     };
-    // The parameters (block, index) that receive each value as an argument.
-    let mut users: SecondaryMap<Value, Vec<(Block, usize)>> = SecondaryMap::new();
+    // Parameter `k` of block `b` is number `base[b] + k`.
+    let mut base = vec![0u32; f.blocks.len()];
+    let mut params = 0u32;
     for &b in &blocks {
-        for &(t, n) in &incoming[b] {
+        base[row(b)] = params;
+        params += f.block_params(b).len() as u32;
+    }
+    let mut removed = vec![false; params as usize];
+    let id = |b: Block, k: usize| base[row(b)] as usize + k;
+    // The parameters (block, index) that receive each value as an argument: a linked list
+    // per value through `links`, from `head[value]`.
+    const NIL: u32 = u32::MAX;
+    let mut head: SecondaryMap<Value, u32> = SecondaryMap::with_default(NIL);
+    let mut links: Vec<((Block, usize), u32)> = Vec::new();
+    for &b in &blocks {
+        for &(t, n) in edges(b) {
             let call = f.insts[t].branch_target(n).expect("an edge");
             for (k, &a) in call.args.iter().enumerate() {
-                users[a].push((b, k));
+                links.push(((b, k), head[a]));
+                head[a] = links.len() as u32 - 1;
             }
         }
     }
     let mut alias: SecondaryMap<Value, PackedOption<Value>> = SecondaryMap::new();
     let mut any_removed = false;
-    let mut removed: SecondaryMap<Block, Vec<bool>> = SecondaryMap::new();
     // Examined in layout order (the work list pops from its end), so that a parameter is
     // usually examined after those it receives: aliases then point at their final value
     // directly and few parameters need a second look.
-    let mut work: Vec<(Block, usize)> = Vec::new();
+    let mut work: Vec<(Block, usize)> = Vec::with_capacity(params as usize);
     for &b in blocks.iter().rev() {
         if Some(b) != entry {
-            let n = f.block_params(b).len();
-            removed[b] = vec![false; n];
-            work.extend((0..n).rev().map(|k| (b, k)));
+            work.extend((0..f.block_params(b).len()).rev().map(|k| (b, k)));
         }
     }
     while let Some((b, k)) = work.pop() {
-        if removed[b][k] || incoming[b].is_empty() {
+        if removed[id(b, k)] || edges(b).is_empty() {
             continue;
         }
         let p = f.block_params(b)[k];
         let mut same: Option<Value> = None;
         let mut trivial = true;
-        for &e in &incoming[b] {
+        for &e in edges(b) {
             let v = resolve(&mut alias, edge_arg(f, e, k));
             if v == p || Some(v) == same {
                 continue;
@@ -267,39 +304,49 @@ pub fn remove_trivial_params(f: &mut Function) {
         };
         alias[p] = v.into();
         any_removed = true;
-        removed[b][k] = true;
-        // Parameters that received `p` now receive `v`: look at them again (those already
-        // removed need nothing more, and are dropped from the lists, which stay short).
-        let mut us = std::mem::take(&mut users[p]);
-        us.retain(|&(ub, uk)| !removed[ub][uk]);
-        work.extend(us.iter().copied());
-        users[v].extend(us);
+        removed[id(b, k)] = true;
+        // Parameters that received `p` now receive `v`: look at them again, and move them
+        // to `v`'s list (those already removed need nothing more and are dropped, so the
+        // lists stay short).
+        let mut at = std::mem::replace(&mut head[p], NIL);
+        while at != NIL {
+            let ((ub, uk), next) = links[at as usize];
+            if !removed[id(ub, uk)] {
+                work.push((ub, uk));
+                links[at as usize].1 = head[v];
+                head[v] = at;
+            }
+            at = next;
+        }
     }
     if !any_removed {
         return;
     }
     for &b in &blocks {
-        if !removed[b].contains(&true) {
+        let gone = &removed[id(b, 0)..id(b, f.block_params(b).len())];
+        if !gone.contains(&true) {
             continue;
         }
-        let keep: Vec<bool> = removed[b].iter().map(|&r| !r).collect();
-        let params = std::mem::take(&mut f.blocks[b].params);
-        let mut kept = Vec::new();
-        for (&p, &k) in params.iter().zip(&keep) {
-            if k {
-                f.values[p].def = ValueDef::Param(b, kept.len());
-                kept.push(p);
+        let mut n = 0;
+        let mut kept = 0;
+        let values = &mut f.values;
+        f.blocks[b].params.retain(|&p| {
+            n += 1;
+            if gone[n - 1] {
+                values[p].def = ValueDef::Unused;
+                false
             } else {
-                f.values[p].def = ValueDef::Unused;
+                values[p].def = ValueDef::Param(b, kept);
+                kept += 1;
+                true
             }
-        }
-        f.blocks[b].params = kept;
-        for &(t, n) in &incoming[b] {
-            let call = f.insts[t].branch_target_mut(n).expect("an edge");
+        });
+        for &(t, e) in edges(b) {
+            let call = f.insts[t].branch_target_mut(e).expect("an edge");
             let mut k = 0;
             call.args.retain(|_| {
                 k += 1;
-                keep[k - 1]
+                !gone[k - 1]
             });
         }
     }
