@@ -166,7 +166,7 @@ impl Backend for ResidualEmitter<'_> {
                 (
                     InstData::Call {
                         callee: c,
-                        args: args.to_vec(),
+                        args: args.into(),
                         is_static: false,
                     },
                     *ret,
@@ -255,7 +255,7 @@ impl Backend for ResidualEmitter<'_> {
         self.ins(
             InstData::Call {
                 callee,
-                args: promoted.to_vec(),
+                args: promoted.into(),
                 is_static: false,
             },
             None,

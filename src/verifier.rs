@@ -236,7 +236,7 @@ impl Verifier<'_> {
         for &b in f.layout.blocks() {
             for (n, &p) in f.block_params(b).iter().enumerate() {
                 match f.values.get(p) {
-                    Some(d) if d.def == ValueDef::Param(b, n) => {
+                    Some(d) if d.def == ValueDef::Param(b, n as u32) => {
                         if let Some(var) = d.var {
                             if !f.vars.is_valid(var) {
                                 self.error(
@@ -353,7 +353,7 @@ impl Verifier<'_> {
         }
         for (n, (&r, &t)) in results.iter().zip(&expected).enumerate() {
             match f.values.get(r) {
-                Some(d) if d.def == ValueDef::Result(i, n) => {
+                Some(d) if d.def == ValueDef::Result(i, n as u32) => {
                     if d.ty != t {
                         self.error(
                             At::Inst(i),

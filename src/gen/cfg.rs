@@ -122,7 +122,7 @@ impl Ctx<'_> {
                         cur,
                         InstData::Switch {
                             arg: sel,
-                            cases,
+                            cases: cases.into(),
                             default: call(d),
                         },
                     );
@@ -228,7 +228,7 @@ pub fn random(rng: &mut Rng, n: usize) -> Module {
             },
             _ => InstData::Switch {
                 arg: sel,
-                cases: vec![(0, pick()), (1, pick())],
+                cases: vec![(0, pick()), (1, pick())].into(),
                 default: pick(),
             },
         };

@@ -452,7 +452,7 @@ impl Gen<'_> {
                     b,
                     InstData::Call {
                         callee,
-                        args,
+                        args: args.into(),
                         is_static,
                     },
                     ret,
@@ -484,7 +484,10 @@ impl Gen<'_> {
                     }
                 }
                 let policies = Policies::new(&list).expect("one policy per group");
-                InstData::MakeStatic { args, policies }
+                InstData::MakeStatic {
+                    args: args.into(),
+                    policies,
+                }
             }
             _ => {
                 if pool.is_empty() {
@@ -493,7 +496,7 @@ impl Gen<'_> {
                 let v = *self.rng.pick(pool);
                 let var = self.f.var(VAR_NAMES[self.rng.below(VAR_NAMES.len())]);
                 InstData::MakeDynamic {
-                    args: vec![(v, var)],
+                    args: vec![(v, var)].into(),
                 }
             }
         };
@@ -509,7 +512,7 @@ impl Gen<'_> {
             .iter()
             .map(|&p| self.f.value_type(p))
             .collect();
-        let args = types
+        let args: Vec<_> = types
             .into_iter()
             .map(|t| {
                 self.value_of(b, pool, t)

@@ -24,9 +24,9 @@ pub struct Signature {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ValueDef {
     /// Result number `n` of an instruction.
-    Result(Inst, usize),
+    Result(Inst, u32),
     /// Parameter number `n` of a block.
-    Param(Block, usize),
+    Param(Block, u32),
     /// A number left unused (the parser keeps the numbers of the text, so gaps exist).
     Unused,
 }
@@ -227,7 +227,7 @@ impl Function {
         let n = self.blocks[b].params.len();
         let v = self.values.push(ValueData {
             ty,
-            def: ValueDef::Param(b, n),
+            def: ValueDef::Param(b, n as u32),
             var,
         });
         self.blocks[b].params.push(v);
@@ -303,7 +303,7 @@ impl Function {
             .map(|(n, &ty)| {
                 self.values.push(ValueData {
                     ty,
-                    def: ValueDef::Result(inst, n),
+                    def: ValueDef::Result(inst, n as u32),
                     var: None,
                 })
             })

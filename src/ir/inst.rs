@@ -8,17 +8,25 @@ use super::entities::{Block, ExternId, FuncId, Value, Var};
 use super::policy::Policies;
 use super::types::{Scalar, Type};
 pub use dyc_templates::ops::{BinaryOp, CmpOp, Const, UnaryOp};
+use thin_vec::ThinVec;
+
+/// A list of operands: one pointer, no allocation when empty (most branch targets pass
+/// nothing), so that instructions stay small.
+pub type ValueList = ThinVec<Value>;
 
 /// A branch target: a block and the arguments passed to its parameters.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct BlockCall {
     pub block: Block,
-    pub args: Vec<Value>,
+    pub args: ValueList,
 }
 
 impl BlockCall {
-    pub fn new(block: Block, args: Vec<Value>) -> BlockCall {
-        BlockCall { block, args }
+    pub fn new(block: Block, args: impl Into<ValueList>) -> BlockCall {
+        BlockCall {
+            block,
+            args: args.into(),
+        }
     }
 }
 
@@ -65,18 +73,18 @@ pub enum InstData {
     /// pure host function.
     Call {
         callee: Callee,
-        args: Vec<Value>,
+        args: ValueList,
         is_static: bool,
     },
     /// `make_static v as x, ...: policies`: from here the variables are run-time constants.
     /// Produces one result per operand, a copy of it, which the front end binds to the
     /// variable from then on.
     MakeStatic {
-        args: Vec<(Value, Var)>,
+        args: ThinVec<(Value, Var)>,
         policies: Policies,
     },
     /// `make_dynamic v as x, ...`: ends specialization on the variables; one copy per operand.
-    MakeDynamic { args: Vec<(Value, Var)> },
+    MakeDynamic { args: ThinVec<(Value, Var)> },
     /// `jump block(args)`.
     Jump { dest: BlockCall },
     /// `brif c, then(args), else(args)`.
@@ -88,7 +96,7 @@ pub enum InstData {
     /// `switch v, [k: block(args), ...], default(args)`: a jump table on an integer.
     Switch {
         arg: Value,
-        cases: Vec<(u64, BlockCall)>,
+        cases: ThinVec<(u64, BlockCall)>,
         default: BlockCall,
     },
     /// `return` or `return v`.

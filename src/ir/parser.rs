@@ -549,7 +549,7 @@ impl Parser {
                     v,
                     ValueData {
                         ty,
-                        def: ValueDef::Param(b, n),
+                        def: ValueDef::Param(b, n as u32),
                         var,
                     },
                     at,
@@ -587,7 +587,10 @@ impl Parser {
             }
             self.expect_punct(")")?;
         }
-        Ok(BlockCall { block, args })
+        Ok(BlockCall {
+            block,
+            args: args.into(),
+        })
     }
 
     fn values2(&mut self, fid: FuncId, st: &mut FnState) -> PResult<[Value; 2]> {
@@ -763,7 +766,7 @@ impl Parser {
                 self.expect_punct(")")?;
                 InstData::Call {
                     callee: Callee::Extern(ExternId::new(0)),
-                    args,
+                    args: args.into(),
                     is_static: op == "call_static",
                 }
             }
@@ -788,10 +791,13 @@ impl Parser {
                     }
                 }
                 let policies = Policies::new(&list).expect("conflicts refused above");
-                InstData::MakeStatic { args, policies }
+                InstData::MakeStatic {
+                    args: args.into(),
+                    policies,
+                }
             }
             "make_dynamic" => InstData::MakeDynamic {
-                args: self.annotated_vars(fid, st)?,
+                args: self.annotated_vars(fid, st)?.into(),
             },
             "jump" => InstData::Jump {
                 dest: self.block_call(fid, st)?,
@@ -831,7 +837,7 @@ impl Parser {
                 self.expect_keyword("default")?;
                 InstData::Switch {
                     arg,
-                    cases,
+                    cases: cases.into(),
                     default: self.block_call(fid, st)?,
                 }
             }
@@ -902,7 +908,7 @@ impl Parser {
                 v,
                 ValueData {
                     ty,
-                    def: ValueDef::Result(inst, i),
+                    def: ValueDef::Result(inst, i as u32),
                     var: None,
                 },
                 at,

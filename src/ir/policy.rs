@@ -6,6 +6,7 @@
 //! user wrote so that `explain` and the printer can show it.
 
 use std::fmt;
+use thin_vec::ThinVec;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Policy {
@@ -106,7 +107,7 @@ impl fmt::Display for Policy {
 
 /// The policies written on one `make_static`, kept sorted by group.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Policies(Vec<Policy>);
+pub struct Policies(ThinVec<Policy>);
 
 /// Two policies of the same group on one annotation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,7 +116,7 @@ pub struct PolicyConflict(pub Policy, pub Policy);
 impl Policies {
     /// Builds a policy set, refusing two policies of one group.
     pub fn new(list: &[Policy]) -> Result<Policies, PolicyConflict> {
-        let mut v: Vec<Policy> = Vec::with_capacity(list.len());
+        let mut v: ThinVec<Policy> = ThinVec::with_capacity(list.len());
         for &p in list {
             if let Some(&q) = v.iter().find(|q| q.group() == p.group()) {
                 return Err(PolicyConflict(q, p));

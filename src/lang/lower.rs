@@ -670,13 +670,13 @@ impl<'a> FnLowerer<'a> {
                 }
                 let policies = Policies::new(&list).expect("conflicts refused above");
                 self.annotation(vars, "make_static", |args| InstData::MakeStatic {
-                    args,
+                    args: args.into(),
                     policies,
                 })?;
             }
-            StmtKind::MakeDynamic { vars } => {
-                self.annotation(vars, "make_dynamic", |args| InstData::MakeDynamic { args })?
-            }
+            StmtKind::MakeDynamic { vars } => self.annotation(vars, "make_dynamic", |args| {
+                InstData::MakeDynamic { args: args.into() }
+            })?,
             StmtKind::Expr(e) => {
                 self.expr(e, None)?;
             }
@@ -814,7 +814,7 @@ impl<'a> FnLowerer<'a> {
         };
         self.branch(InstData::Switch {
             arg: v,
-            cases: arms,
+            cases: arms.into(),
             default: BlockCall::new(default_block, vec![]),
         });
         for (b, c) in bodies.iter().zip(cases) {
@@ -1296,7 +1296,7 @@ impl<'a> FnLowerer<'a> {
         let i = self.inst(
             InstData::Call {
                 callee,
-                args: vals,
+                args: vals.into(),
                 is_static,
             },
             sig.ret,

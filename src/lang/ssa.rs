@@ -155,7 +155,7 @@ impl SsaBuilder {
     /// the parameters this adds at other merges, depth first from an explicit stack.
     fn fill_args(&mut self, f: &mut Function, vars: &[VarInfo], var: VarId, b: Block, p: Value) {
         let index_of = |f: &Function, p: Value| match f.values[p].def {
-            ValueDef::Param(_, n) => n,
+            ValueDef::Param(_, n) => n as usize,
             _ => unreachable!("a block parameter"),
         };
         // (merge block, its parameter's index, the next predecessor to visit)
