@@ -177,8 +177,16 @@ impl Layout {
     }
 }
 
-/// The results of an instruction (inline up to four: no allocation per instruction).
-pub type Results = SmallVec<[Value; 4]>;
+/// The results of an instruction: none, one inline, or a list kept aside in
+/// [`Function`] (8 bytes per instruction; only annotations have several results).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Results {
+    #[default]
+    None,
+    One(Value),
+    /// An index into the function's lists of results.
+    Many(u32),
+}
 
 /// The result types of an instruction, as [`Function::result_types`] computes them.
 pub type ResultTypes = SmallVec<[Type; 4]>;
@@ -190,7 +198,9 @@ pub struct Function {
     pub sig: Signature,
     pub values: PrimaryMap<Value, ValueData>,
     pub insts: PrimaryMap<Inst, InstData>,
-    pub results: SecondaryMap<Inst, Results>,
+    results: SecondaryMap<Inst, Results>,
+    /// The results of instructions with more than one.
+    result_lists: Vec<Vec<Value>>,
     pub blocks: PrimaryMap<Block, BlockData>,
     pub vars: PrimaryMap<Var, VarData>,
     pub srclocs: SecondaryMap<Inst, SrcLoc>,
@@ -257,12 +267,32 @@ impl Function {
     }
 
     pub fn inst_results(&self, i: Inst) -> &[Value] {
-        &self.results[i]
+        match &self.results[i] {
+            Results::None => &[],
+            Results::One(v) => std::slice::from_ref(v),
+            Results::Many(k) => &self.result_lists[*k as usize],
+        }
+    }
+
+    /// Sets the results of `i` (their definitions are the caller's).
+    pub fn set_inst_results(&mut self, i: Inst, results: &[Value]) {
+        self.results[i] = match *results {
+            [] => Results::None,
+            [v] => Results::One(v),
+            _ => {
+                if let Results::Many(k) = self.results[i] {
+                    self.result_lists[k as usize] = results.to_vec();
+                    return;
+                }
+                self.result_lists.push(results.to_vec());
+                Results::Many(self.result_lists.len() as u32 - 1)
+            }
+        };
     }
 
     /// The single result of `i`; panics if it has none (an internal error).
     pub fn first_result(&self, i: Inst) -> Value {
-        self.results[i][0]
+        self.inst_results(i)[0]
     }
 
     /// The result types `data` produces, given the return type of a called function.
@@ -297,7 +327,7 @@ impl Function {
     /// Creates an instruction with results of the given types (not yet in the layout).
     pub fn create_inst_with_types(&mut self, data: InstData, types: &[Type]) -> Inst {
         let inst = self.insts.push(data);
-        let results = types
+        let results: SmallVec<[Value; 4]> = types
             .iter()
             .enumerate()
             .map(|(n, &ty)| {
@@ -308,7 +338,7 @@ impl Function {
                 })
             })
             .collect();
-        self.results[inst] = results;
+        self.set_inst_results(inst, &results);
         inst
     }
 

@@ -325,7 +325,7 @@ impl Parser {
             if let InstData::Call { callee: slot, .. } = &mut f.insts[c.inst] {
                 *slot = callee;
             }
-            let results = f.results[c.inst].clone();
+            let results: Vec<Value> = f.inst_results(c.inst).to_vec();
             match (results.as_slice(), ret) {
                 ([], None) => {}
                 ([v], Some(t)) => f.values[*v].ty = t,
@@ -915,7 +915,7 @@ impl Parser {
             )?;
             vals.push(v);
         }
-        self.module.funcs[fid].results[inst] = vals.into();
+        self.module.funcs[fid].set_inst_results(inst, &vals);
         if let Some((name, (line, col))) = call_name {
             self.pending_calls.push(PendingCall {
                 func: fid,
@@ -943,7 +943,7 @@ fn infer_result_types(f: &mut Function) {
             }
             let types = f.result_types(&f.insts[i], None);
             for (k, ty) in types.into_iter().enumerate() {
-                if let Some(&v) = f.results[i].get(k) {
+                if let Some(&v) = f.inst_results(i).get(k) {
                     if f.values[v].ty != ty {
                         f.values[v].ty = ty;
                         changed = true;

@@ -758,8 +758,15 @@ impl<'s> Parser<'s> {
     /// levels, not by the length of a chain.
     fn binary(&mut self, min: usize) -> PResult<Expr<'s>> {
         let mut first = self.cast()?;
-        while let Some((level, _, _)) = self.binary_op().filter(|&(l, _, _)| l >= min) {
-            let mut rest: Vec<(&str, Option<BinOp>, Expr<'s>)> = Vec::new();
+        while let Some((level, sym, op)) = self.binary_op().filter(|&(l, _, _)| l >= min) {
+            self.bump();
+            let rhs = self.binary(level + 1)?;
+            if !self.binary_op().is_some_and(|(l, _, _)| l == level) {
+                // One operator (the usual case): no list.
+                first = Self::pair(first, sym, op, rhs);
+                continue;
+            }
+            let mut rest = vec![(sym, op, rhs)];
             while let Some((_, sym, op)) = self.binary_op().filter(|&(l, _, _)| l == level) {
                 self.bump();
                 let rhs = self.binary(level + 1)?;
@@ -770,24 +777,28 @@ impl<'s> Parser<'s> {
         Ok(first)
     }
 
-    /// The expression `first op1 e1 op2 e2 ...` of operators of one `level`.
+    /// `lhs sym rhs`: one operator.
+    fn pair(lhs: Expr<'s>, sym: &str, op: Option<BinOp>, rhs: Expr<'s>) -> Expr<'s> {
+        let span = lhs.span.to(rhs.span);
+        let (lhs, rhs) = (Box::new(lhs), Box::new(rhs));
+        let kind = match (sym, op) {
+            ("||", _) => ExprKind::OrElse(lhs, rhs),
+            ("&&", _) => ExprKind::AndAlso(lhs, rhs),
+            (_, Some(op)) => ExprKind::Binary(op, lhs, rhs),
+            _ => unreachable!("every level but the first two has an operator"),
+        };
+        Expr { kind, span }
+    }
+
+    /// The expression `first op1 e1 op2 e2 ...` of two or more operators of one `level`.
     fn chain(
         level: usize,
         first: Expr<'s>,
-        mut rest: Vec<(&str, Option<BinOp>, Expr<'s>)>,
+        rest: Vec<(&str, Option<BinOp>, Expr<'s>)>,
     ) -> Expr<'s> {
         let last = rest.last().expect("at least one operator");
         let span = first.span.to(last.2.span);
-        let kind = if rest.len() == 1 {
-            let (sym, op, rhs) = rest.pop().expect("one");
-            let (lhs, rhs) = (Box::new(first), Box::new(rhs));
-            match (sym, op) {
-                ("||", _) => ExprKind::OrElse(lhs, rhs),
-                ("&&", _) => ExprKind::AndAlso(lhs, rhs),
-                (_, Some(op)) => ExprKind::Binary(op, lhs, rhs),
-                _ => unreachable!("every level but the first two has an operator"),
-            }
-        } else if level < 2 {
+        let kind = if level < 2 {
             let mut operands = vec![first];
             operands.extend(rest.into_iter().map(|(_, _, e)| e));
             ExprKind::Logic {
