@@ -761,7 +761,7 @@ impl<'s> Parser<'s> {
         while let Some((level, sym, op)) = self.binary_op().filter(|&(l, _, _)| l >= min) {
             self.bump();
             let rhs = self.binary(level + 1)?;
-            if !self.binary_op().is_some_and(|(l, _, _)| l == level) {
+            if self.binary_op().is_none_or(|(l, _, _)| l != level) {
                 // One operator (the usual case): no list.
                 first = Self::pair(first, sym, op, rhs);
                 continue;
