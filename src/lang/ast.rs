@@ -196,11 +196,12 @@ pub enum ExprKind<'s> {
     Bool(bool),
     Var(&'s str),
     Unary(UnOp, Box<Expr<'s>>),
-    Binary(BinOp, Box<Expr<'s>>, Box<Expr<'s>>),
+    /// Both operands in one allocation.
+    Binary(BinOp, Box<[Expr<'s>; 2]>),
     /// Short-circuit `&&`.
-    AndAlso(Box<Expr<'s>>, Box<Expr<'s>>),
+    AndAlso(Box<[Expr<'s>; 2]>),
     /// Short-circuit `||`.
-    OrElse(Box<Expr<'s>>, Box<Expr<'s>>),
+    OrElse(Box<[Expr<'s>; 2]>),
     /// `first op1 e1 op2 e2 ...`: three or more operands of one precedence level, which
     /// associate to the left. Kept flat so that a long chain does not make the tree deep
     /// (every pass over the tree may recurse on its depth, which nesting bounds).
@@ -254,7 +255,9 @@ impl Expr<'_> {
         match &self.kind {
             ExprKind::Int(_) | ExprKind::Float(_) => true,
             ExprKind::Unary(_, e) => e.is_literal(),
-            ExprKind::Binary(op, a, b) => !op.is_comparison() && a.is_literal() && b.is_literal(),
+            ExprKind::Binary(op, ab) => {
+                !op.is_comparison() && ab[0].is_literal() && ab[1].is_literal()
+            }
             ExprKind::Chain(c) => {
                 c.first.is_literal()
                     && c.rest

@@ -932,7 +932,7 @@ impl<'a> FnLowerer<'a> {
                 };
                 (self.val(InstData::Unary { op, arg: v }), t)
             }
-            ExprKind::Binary(op, a, b) => self.chain(a, &[(*op, &**b)], hint)?,
+            ExprKind::Binary(op, ab) => self.chain(&ab[0], &[(*op, &ab[1])], hint)?,
             ExprKind::Chain(c) => {
                 let rest: Vec<(BinOp, &Expr<'a>)> = c.rest.iter().map(|(op, e)| (*op, e)).collect();
                 self.chain(&c.first, &rest, hint)?
@@ -951,8 +951,9 @@ impl<'a> FnLowerer<'a> {
                 self.set_loc(e.span);
                 (self.val(InstData::Binary { op, args: [av, bv] }), at)
             }
-            ExprKind::AndAlso(a, b) | ExprKind::OrElse(a, b) => {
+            ExprKind::AndAlso(ab) | ExprKind::OrElse(ab) => {
                 let is_and = matches!(e.kind, ExprKind::AndAlso(..));
+                let [a, b] = &**ab;
                 let av = self.condition(a)?;
                 (self.short_circuit(is_and, av, b)?, Type::BOOL)
             }

@@ -672,7 +672,7 @@ impl<'s> Parser<'s> {
             let value = match op {
                 Some(op) => Expr {
                     span: target.span.to(rhs.span),
-                    kind: ExprKind::Binary(op, Box::new(target.clone()), Box::new(rhs)),
+                    kind: ExprKind::Binary(op, Box::new([target.clone(), rhs])),
                 },
                 None => rhs,
             };
@@ -780,11 +780,11 @@ impl<'s> Parser<'s> {
     /// `lhs sym rhs`: one operator.
     fn pair(lhs: Expr<'s>, sym: &str, op: Option<BinOp>, rhs: Expr<'s>) -> Expr<'s> {
         let span = lhs.span.to(rhs.span);
-        let (lhs, rhs) = (Box::new(lhs), Box::new(rhs));
+        let operands = Box::new([lhs, rhs]);
         let kind = match (sym, op) {
-            ("||", _) => ExprKind::OrElse(lhs, rhs),
-            ("&&", _) => ExprKind::AndAlso(lhs, rhs),
-            (_, Some(op)) => ExprKind::Binary(op, lhs, rhs),
+            ("||", _) => ExprKind::OrElse(operands),
+            ("&&", _) => ExprKind::AndAlso(operands),
+            (_, Some(op)) => ExprKind::Binary(op, operands),
             _ => unreachable!("every level but the first two has an operator"),
         };
         Expr { kind, span }

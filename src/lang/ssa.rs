@@ -28,7 +28,6 @@ use cranelift_entity::{EntityRef, SecondaryMap};
 use smallvec::SmallVec;
 
 use crate::analysis::cfg::ControlFlowGraph;
-use crate::analysis::order::DfsOrder;
 use crate::ir::{Block, Function, Inst, Type, Value, ValueDef, Var};
 
 /// The identity of a declared variable (declarations with one name are distinct).
@@ -45,7 +44,8 @@ pub struct VarInfo {
 pub struct SsaBuilder {
     defs: HashMap<(VarId, Block), Value>,
     sealed: SecondaryMap<Block, bool>,
-    incomplete: SecondaryMap<Block, Vec<(VarId, Value)>>,
+    /// The incomplete parameters of unsealed blocks (few: loop headers and labels).
+    incomplete: HashMap<Block, Vec<(VarId, Value)>>,
     /// The predecessors of each block (inline up to four).
     preds: SecondaryMap<Block, SmallVec<[Block; 4]>>,
     /// Scratch lists of `walk` and `fill_args`, kept to reuse their memory.
@@ -118,7 +118,7 @@ impl SsaBuilder {
             }
             if !self.sealed[b] {
                 let p = f.append_block_param(b, vars[var].ty, Some(vars[var].ir_var));
-                self.incomplete[b].push((var, p));
+                self.incomplete.entry(b).or_default().push((var, p));
                 break p;
             }
             match self.preds[b].len() {
@@ -191,7 +191,7 @@ impl SsaBuilder {
             return;
         }
         self.sealed[b] = true;
-        for (var, p) in std::mem::take(&mut self.incomplete[b]) {
+        for (var, p) in self.incomplete.remove(&b).unwrap_or_default() {
             self.fill_args(f, vars, var, b, p);
         }
     }
@@ -200,9 +200,23 @@ impl SsaBuilder {
 /// Removes the blocks not reachable from the entry from the layout.
 pub fn remove_unreachable_blocks(f: &mut Function) {
     let cfg = ControlFlowGraph::compute(f);
-    let dfs = DfsOrder::compute(cfg.graph(), 0);
+    let g = cfg.graph();
+    let mut reachable = vec![false; g.len()];
+    let mut stack = Vec::new();
+    if !g.is_empty() {
+        reachable[0] = true;
+        stack.push(0);
+    }
+    while let Some(n) = stack.pop() {
+        for &s in &g.succs[n] {
+            if !reachable[s] {
+                reachable[s] = true;
+                stack.push(s);
+            }
+        }
+    }
     f.layout
-        .retain_blocks(|b| cfg.node(b).is_some_and(|n| dfs.is_reachable(n)));
+        .retain_blocks(|b| cfg.node(b).is_some_and(|n| reachable[n]));
 }
 
 /// Replaces every block parameter whose incoming arguments are a single other value by
