@@ -29,79 +29,104 @@ pub fn idoms_lengauer_tarjan(g: &Graph, root: usize) -> Vec<Option<usize>> {
     if root >= n {
         return idom;
     }
-    let dfs = DfsOrder::compute(g, root);
-    // Work on DFS preorder numbers: vertex[i] is the node numbered i.
-    let vertex = &dfs.preorder;
-    let num = |x: usize| dfs.pre[x];
+    // Numbers are u32 with NIL for "none": nine words per node, not twice that.
+    const NIL: u32 = u32::MAX;
+    // Depth-first preorder numbering: vertex[i] is the node numbered i, num[x] the number
+    // of node x (NIL if unreachable), parent[i] the number of i's DFS-tree parent.
+    let mut vertex: Vec<u32> = Vec::with_capacity(n);
+    let mut num = vec![NIL; n];
+    let mut parent: Vec<u32> = Vec::with_capacity(n);
+    {
+        let mut stack: Vec<(u32, u32)> = vec![(root as u32, 0)];
+        num[root] = 0;
+        vertex.push(root as u32);
+        parent.push(0);
+        while let Some(&mut (x, ref mut next)) = stack.last_mut() {
+            let succs = &g.succs[x as usize];
+            if let Some(&s) = succs.get(*next as usize) {
+                *next += 1;
+                if num[s] == NIL {
+                    num[s] = vertex.len() as u32;
+                    parent.push(num[x as usize]);
+                    vertex.push(s as u32);
+                    stack.push((s as u32, 0));
+                }
+            } else {
+                stack.pop();
+            }
+        }
+    }
     let r = vertex.len();
-    // DFS-tree parent of each number.
-    let parent: Vec<usize> = vertex
-        .iter()
-        .map(|&x| dfs.parent[x].and_then(num).unwrap_or(0))
-        .collect();
-    let mut semi: Vec<usize> = (0..r).collect();
-    let mut label: Vec<usize> = (0..r).collect();
-    let mut ancestor: Vec<Option<usize>> = vec![None; r];
-    let mut dom = vec![0usize; r];
+    let mut semi: Vec<u32> = (0..r as u32).collect();
+    let mut label: Vec<u32> = (0..r as u32).collect();
+    let mut ancestor = vec![NIL; r];
+    let mut dom = vec![0u32; r];
     // The bucket of each vertex as a linked list (every vertex is in at most one).
-    const NIL: usize = usize::MAX;
     let mut bucket = vec![NIL; r];
     let mut next_in_bucket = vec![NIL; r];
-    let mut path = Vec::new();
+    let mut path: Vec<u32> = Vec::new();
 
     // eval(v): the vertex of minimum semi on the forest path above v (v itself if a root).
-    let eval = |v: usize,
-                ancestor: &mut Vec<Option<usize>>,
-                label: &mut Vec<usize>,
-                semi: &Vec<usize>,
-                path: &mut Vec<usize>|
-     -> usize {
-        if ancestor[v].is_none() {
+    let eval = |v: u32,
+                ancestor: &mut [u32],
+                label: &mut [u32],
+                semi: &[u32],
+                path: &mut Vec<u32>|
+     -> u32 {
+        if ancestor[v as usize] == NIL {
             return v;
         }
         // Compress the path from v to just below the forest root.
         path.clear();
         let mut x = v;
-        while let Some(a) = ancestor[x] {
-            if ancestor[a].is_none() {
+        loop {
+            let a = ancestor[x as usize];
+            if a == NIL || ancestor[a as usize] == NIL {
                 break;
             }
             path.push(x);
             x = a;
         }
         for &x in path.iter().rev() {
-            let a = ancestor[x].expect("on path");
-            if semi[label[a]] < semi[label[x]] {
+            let (x, a) = (x as usize, ancestor[x as usize] as usize);
+            if semi[label[a] as usize] < semi[label[x] as usize] {
                 label[x] = label[a];
             }
             ancestor[x] = ancestor[a];
         }
-        label[v]
+        label[v as usize]
     };
 
     for w in (1..r).rev() {
-        for &p in &g.preds[vertex[w]] {
-            let Some(v) = num(p) else { continue };
+        for &p in &g.preds[vertex[w] as usize] {
+            let v = num[p];
+            if v == NIL {
+                continue;
+            }
             let u = eval(v, &mut ancestor, &mut label, &semi, &mut path);
-            if semi[u] < semi[w] {
-                semi[w] = semi[u];
+            if semi[u as usize] < semi[w] {
+                semi[w] = semi[u as usize];
             }
         }
-        next_in_bucket[w] = std::mem::replace(&mut bucket[semi[w]], w);
+        next_in_bucket[w] = std::mem::replace(&mut bucket[semi[w] as usize], w as u32);
         let pw = parent[w];
-        ancestor[w] = Some(pw);
-        let mut v = std::mem::replace(&mut bucket[pw], NIL);
+        ancestor[w] = pw;
+        let mut v = std::mem::replace(&mut bucket[pw as usize], NIL);
         while v != NIL {
             let u = eval(v, &mut ancestor, &mut label, &semi, &mut path);
-            dom[v] = if semi[u] < semi[v] { u } else { pw };
-            v = next_in_bucket[v];
+            dom[v as usize] = if semi[u as usize] < semi[v as usize] {
+                u
+            } else {
+                pw
+            };
+            v = next_in_bucket[v as usize];
         }
     }
     for w in 1..r {
         if dom[w] != semi[w] {
-            dom[w] = dom[dom[w]];
+            dom[w] = dom[dom[w] as usize];
         }
-        idom[vertex[w]] = Some(vertex[dom[w]]);
+        idom[vertex[w] as usize] = Some(vertex[dom[w] as usize] as usize);
     }
     idom
 }
