@@ -216,6 +216,19 @@ impl Function {
         }
     }
 
+    /// A function with room for about `insts` instructions and as many values: a hint
+    /// (tables grow past it as usual), so that building a large function does not copy its
+    /// tables over and over as they grow.
+    pub fn with_capacity(name: impl Into<String>, sig: Signature, insts: usize) -> Function {
+        let mut f = Function::new(name, sig);
+        f.insts = PrimaryMap::with_capacity(insts);
+        f.values = PrimaryMap::with_capacity(insts);
+        f.results = SecondaryMap::with_capacity(insts);
+        f.srclocs = SecondaryMap::with_capacity(insts);
+        f.layout.inst_block = SecondaryMap::with_capacity(insts);
+        f
+    }
+
     pub fn entry_block(&self) -> Option<Block> {
         self.layout.entry_block()
     }

@@ -166,7 +166,10 @@ type Typed = (Value, Type);
 impl<'a> FnLowerer<'a> {
     fn new(m: &'a Module, map: &'a SourceMap<'a>, me: FuncId, decl: &FnDecl<'a>) -> FnLowerer<'a> {
         let sig = m.funcs[me].sig.clone();
-        let mut f = Function::new(decl.name.name, sig);
+        // About one instruction per five bytes of body (statements like `a = a + x * 3;`
+        // make three instructions from 16 bytes).
+        let body_bytes = decl.body.close.end.saturating_sub(decl.name.span.end) as usize;
+        let mut f = Function::with_capacity(decl.name.name, sig, body_bytes / 5);
         let entry = f.append_new_block();
         FnLowerer {
             m,

@@ -10,9 +10,12 @@
 //!   **unsealed**: a read there adds an *incomplete* parameter, whose arguments are filled
 //!   in when the block is sealed.
 //!
-//! Instead of removing trivial φs during construction, [`remove_trivial_params`] does it
-//! afterwards to a fixed point, in linear time with a work list: a parameter whose incoming arguments are all one value `v`
-//! (or the parameter itself) is replaced by `v`. Unreachable blocks are removed first
+//! A new merge parameter whose arguments all come out as one value, when filling them made
+//! no other merge, is taken back at once (a variable that no branch assigns, read after an
+//! `if`: the common case). Every other trivial φ is left to [`remove_trivial_params`],
+//! which removes them afterwards to a fixed point, in linear time with a work list: a
+//! parameter whose incoming arguments are all one value `v` (or the parameter itself) is
+//! replaced by `v`. Unreachable blocks are removed first
 //! ([`remove_unreachable_blocks`]), so their arguments do not keep parameters alive. The
 //! result is minimal SSA on reducible CFGs, and correct (if not always minimal) on
 //! irreducible ones.
@@ -51,6 +54,8 @@ pub struct SsaBuilder {
     /// Scratch lists of `walk` and `fill_args`, kept to reuse their memory.
     chain: Vec<Block>,
     stack: Vec<(Block, usize, usize)>,
+    /// The number of merge parameters made so far.
+    merges: usize,
     /// Variables read before any definition on some path from the entry.
     pub uninitialized: Vec<VarId>,
     entry: Option<Block>,
@@ -90,12 +95,62 @@ impl SsaBuilder {
     /// Iterative: the predecessors of every merge met on the way are visited from an
     /// explicit stack, so a variable read after a long chain of merges costs no native
     /// stack.
+    ///
+    /// A new merge parameter whose arguments all turn out to be one value, with no other
+    /// merge made on the way, is taken back at once (the common case of a variable that no
+    /// branch assigns); the others are left to [`remove_trivial_params`].
     pub fn read(&mut self, f: &mut Function, vars: &[VarInfo], var: VarId, block: Block) -> Value {
         let (value, merge) = self.walk(f, vars, var, block);
-        if let Some((b, p)) = merge {
-            self.fill_args(f, vars, var, b, p);
+        let Some((b, p)) = merge else {
+            return value;
+        };
+        let merges = self.merges;
+        self.fill_args(f, vars, var, b, p);
+        if self.merges != merges {
+            return value;
         }
-        value
+        // The arguments of `p`, the last parameter of `b`: one value `v`, or keep `p`.
+        let mut same = None;
+        for &pred in &self.preds[b] {
+            let term = f
+                .terminator(pred)
+                .expect("a predecessor ends with its branch");
+            for call in f.insts[term].branch_targets() {
+                if call.block == b {
+                    let a = *call.args.last().expect("the argument of `p`");
+                    if a == p || same.is_some_and(|v| v != a) {
+                        return value;
+                    }
+                    same = Some(a);
+                }
+            }
+        }
+        let Some(v) = same else {
+            return value;
+        };
+        debug_assert_eq!(f.blocks[b].params.last(), Some(&p));
+        f.blocks[b].params.pop();
+        f.values[p].def = ValueDef::Unused;
+        for &pred in &self.preds[b] {
+            let term = f
+                .terminator(pred)
+                .expect("a predecessor ends with its branch");
+            for call in f.insts[term].branch_targets_mut() {
+                if call.block == b {
+                    call.args.pop();
+                }
+            }
+        }
+        // `p` was recorded as the definition in `b` and in the blocks walked to it.
+        let mut c = block;
+        loop {
+            self.defs.insert((var, c), v);
+            if c == b {
+                break;
+            }
+            c = self.preds[c][0];
+        }
+        v
     }
 
     /// Follows single-predecessor chains from `block` to a definition of `var`, or to a
@@ -138,6 +193,7 @@ impl SsaBuilder {
                 }
                 _ => {
                     let p = f.append_block_param(b, vars[var].ty, Some(vars[var].ir_var));
+                    self.merges += 1;
                     merge = Some((b, p));
                     break p;
                 }
