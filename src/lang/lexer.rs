@@ -15,7 +15,8 @@ use super::diag::{Diagnostic, Span};
 pub enum Tok {
     /// An identifier or keyword; its text is the token's span in the source.
     Ident,
-    Int(u128),
+    /// An integer literal (one above `u64::MAX` is reported and reads as 0).
+    Int(u64),
     Float(f64),
     /// Punctuation or operator, e.g. `(`, `<=`, `&&`, `->`.
     Punct(&'static str),
@@ -222,32 +223,45 @@ impl<'s> Lexer<'s> {
                 *i += 1;
             }
         }
+        enum Number {
+            Int(u128),
+            Float(f64),
+        }
         let digits = &bytes[start..*i];
         // Up to 38 decimal digits cannot overflow a u128.
-        if !is_float && digits.len() <= 38 && digits.iter().all(u8::is_ascii_digit) {
-            return Tok::Int(
-                digits
-                    .iter()
-                    .fold(0u128, |x, &d| x * 10 + u128::from(d - b'0')),
-            );
-        }
-        let text: String = src[start..*i].chars().filter(|&c| c != '_').collect();
-        let tok = if is_float || (!hex && (text.contains('e') || text.contains('E'))) {
-            text.parse::<f64>().ok().map(Tok::Float)
-        } else if let Some(h) = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
-            u128::from_str_radix(h, 16).ok().map(Tok::Int)
-        } else if let Some(b) = text.strip_prefix("0b") {
-            u128::from_str_radix(b, 2).ok().map(Tok::Int)
+        let number = if !is_float && digits.len() <= 38 && digits.iter().all(u8::is_ascii_digit) {
+            let x = digits
+                .iter()
+                .fold(0u128, |x, &d| x * 10 + u128::from(d - b'0'));
+            Some(Number::Int(x))
         } else {
-            text.parse::<u128>().ok().map(Tok::Int)
+            let text: String = src[start..*i].chars().filter(|&c| c != '_').collect();
+            if is_float || (!hex && (text.contains('e') || text.contains('E'))) {
+                text.parse::<f64>().ok().map(Number::Float)
+            } else if let Some(h) = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+                u128::from_str_radix(h, 16).ok().map(Number::Int)
+            } else if let Some(b) = text.strip_prefix("0b") {
+                u128::from_str_radix(b, 2).ok().map(Number::Int)
+            } else {
+                text.parse::<u128>().ok().map(Number::Int)
+            }
         };
-        tok.unwrap_or_else(|| {
-            self.errors.push(Diagnostic::new(
-                Span::new(start, *i),
+        let (message, label) = match number {
+            Some(Number::Float(x)) => return Tok::Float(x),
+            Some(Number::Int(x)) => match u64::try_from(x) {
+                Ok(x) => return Tok::Int(x),
+                Err(_) => (
+                    format!("literal {x} is out of range for every integer type"),
+                    "more than 64 bits",
+                ),
+            },
+            None => (
                 format!("malformed number `{}`", &src[start..*i]),
                 "not a number",
-            ));
-            Tok::Int(0)
-        })
+            ),
+        };
+        self.errors
+            .push(Diagnostic::new(Span::new(start, *i), message, label));
+        Tok::Int(0)
     }
 }

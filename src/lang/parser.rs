@@ -615,9 +615,9 @@ impl<'s> Parser<'s> {
                     let start = self.span();
                     let neg = self.eat("-");
                     match self.peek() {
-                        Tok::Int(x) if x <= i128::MAX as u128 => {
+                        Tok::Int(x) => {
                             self.bump();
-                            let v = if neg { -(x as i128) } else { x as i128 };
+                            let v = if neg { -i128::from(x) } else { i128::from(x) };
                             values.push((v, start.to(self.prev_span())));
                         }
                         _ => return self.expected("an integer case value"),
@@ -917,16 +917,7 @@ impl<'s> Parser<'s> {
         let kind = match self.peek() {
             Tok::Int(x) => {
                 self.bump();
-                match u64::try_from(x) {
-                    Ok(x) => ExprKind::Int(x),
-                    Err(_) => {
-                        return self.error(
-                            start,
-                            format!("literal {x} is out of range for every integer type"),
-                            "more than 64 bits",
-                        )
-                    }
-                }
+                ExprKind::Int(x)
             }
             Tok::Float(x) => {
                 self.bump();
