@@ -167,9 +167,11 @@ impl<'a> FnLowerer<'a> {
     fn new(m: &'a Module, map: &'a SourceMap<'a>, me: FuncId, decl: &FnDecl<'a>) -> FnLowerer<'a> {
         let sig = m.funcs[me].sig.clone();
         // About one instruction per five bytes of body (statements like `a = a + x * 3;`
-        // make three instructions from 16 bytes).
+        // make three instructions from 16 bytes), up to a million (a hint: a body of
+        // comments must not reserve a gigabyte).
         let body_bytes = decl.body.close.end.saturating_sub(decl.name.span.end) as usize;
-        let mut f = Function::with_capacity(decl.name.name, sig, body_bytes / 5);
+        let insts = (body_bytes / 5).min(1 << 20);
+        let mut f = Function::with_capacity(decl.name.name, sig, insts);
         let entry = f.append_new_block();
         FnLowerer {
             m,
