@@ -376,9 +376,10 @@ impl RegionState {
         Ok(RegionState {
             id,
             prog: Arc::new(ge.program.clone()),
-            keys: ge.program.key_params.clone(),
+            keys: ge.program.header.key_params.clone(),
             slice_keys: ge
                 .program
+                .header
                 .key_params
                 .iter()
                 .any(|&k| f.sig.params[k].is_slice()),

@@ -17,8 +17,8 @@ use std::collections::HashMap;
 
 use cranelift_entity::PrimaryMap;
 use dyc_stitcher::ge::{
-    self as sge, BlockData, CalleeDecl, CalleeId, Edge, HostDecl, HostId, Op, Operand, Param, Reg,
-    SetupOp, StitchProgram, Term,
+    self as sge, BlockData, CalleeDecl, CalleeId, Edge, HostDecl, HostId, Op, Operand, Param,
+    ProgramHeader, Reg, SetupOp, StitchProgram, Term,
 };
 use dyc_templates::template::TOp;
 
@@ -286,10 +286,8 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
             term,
         });
     }
-    let program = StitchProgram {
+    let header = ProgramHeader {
         name: f.name.clone(),
-        blocks,
-        entry: sge::Block::from_u32(0),
         param_types: f.sig.params.clone(),
         ret: f.sig.ret,
         key_params: bta.key_params.clone(),
@@ -305,6 +303,11 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
             .collect(),
         callees,
         num_regs: f.values.len() as u32,
+    };
+    let program = StitchProgram {
+        header,
+        blocks,
+        entry: sge::Block::from_u32(0),
     };
     dyc_stitcher::ge::check_cfg(&program)
         .map_err(|e| GeError::Internal(format!("the stitch program does not check:\n{e}")))?;

@@ -332,7 +332,7 @@ pub fn run(
     let prog = &ge.program;
     let mut key = Vec::new();
     let mut slices: Vec<Option<SliceData>> = vec![None; args.len()];
-    for &k in &prog.key_params {
+    for &k in &prog.header.key_params {
         match args.get(k) {
             Some(Val::Scalar(c)) => key.push(SVal::Scalar(*c)),
             Some(Val::Slice(s)) => {
@@ -347,6 +347,7 @@ pub fn run(
         }
     }
     let callees: Vec<Callee> = prog
+        .header
         .callees
         .values()
         .map(|c| match c {
@@ -406,7 +407,7 @@ pub fn run(
             .block_params(entry_block)
             .iter()
             .enumerate()
-            .filter(|(k, _)| !prog.key_params.contains(k))
+            .filter(|(k, _)| !prog.header.key_params.contains(k))
             .map(|(_, &v)| v)
             .collect();
         Backend::switch_to_block(&mut em, entry_block);

@@ -7,7 +7,7 @@ use dyc::residual::ResidualEmitter;
 use dyc_stitcher::exec::{Context, Executor, ExecutorKind, PromotionMode, Record};
 use dyc_stitcher::ge::{
     check_cfg, check_linear, print_linear, Block, Budget, Dir, LinearProgram, LinearUnit, NoHosts,
-    Operand, Reg, SVal, SetupOp, StitchProgram, Target, Term, UnitId,
+    Operand, ProgramHeader, Reg, SVal, SetupOp, StitchProgram, Target, Term, UnitId,
 };
 use dyc_templates::fold::Fold;
 use dyc_templates::ops::{BinaryOp, Const};
@@ -46,14 +46,14 @@ fn built_programs_check_and_broken_ones_name_the_entity() {
     data.ops.insert(
         0,
         dyc_stitcher::ge::Op::Setup {
-            dst: Reg::from_u32(p.num_regs - 1),
-            op: SetupOp::Copy(Reg::from_u32(p.num_regs + 5)),
+            dst: Reg::from_u32(p.header.num_regs - 1),
+            op: SetupOp::Copy(Reg::from_u32(p.header.num_regs + 5)),
             loc: SrcLoc::default(),
         },
     );
     let e = check_cfg(&bad).expect_err("refused").to_string();
     assert!(
-        e.contains(&format!("{b}: r{} is beyond", p.num_regs + 5)),
+        e.contains(&format!("{b}: r{} is beyond", p.header.num_regs + 5)),
         "{e}"
     );
     // An edge with one argument too many.
@@ -163,15 +163,17 @@ fn linear_power() -> LinearProgram {
         body,
     });
     LinearProgram {
-        name: "power".into(),
+        header: ProgramHeader {
+            name: "power".into(),
+            param_types: vec![Type::I64, Type::I64],
+            ret: Some(Type::I64),
+            key_params: vec![1],
+            hosts: Default::default(),
+            callees: Default::default(),
+            num_regs: 9,
+        },
         units,
         entry,
-        param_types: vec![Type::I64, Type::I64],
-        ret: Some(Type::I64),
-        key_params: vec![1],
-        hosts: Default::default(),
-        callees: Default::default(),
-        num_regs: 9,
         num_flags: 0,
     }
 }

@@ -67,8 +67,8 @@ impl Executor for WorkList {
             site_index: HashMap::new(),
             blocks: 0,
             ops: 0,
-            env_s: vec![None; prog.num_regs as usize],
-            env_d: vec![None; prog.num_regs as usize],
+            env_s: vec![None; prog.header.num_regs as usize],
+            env_d: vec![None; prog.header.num_regs as usize],
             touched: Vec::new(),
             stubs: Vec::new(),
             current: start,
@@ -201,7 +201,7 @@ impl<E: Emitter> Spec<'_, E> {
             Operand::Static(r) => Ok(match self.get_s(r)? {
                 SVal::Scalar(c) => self.em.constant(c),
                 SVal::Slice(k) => {
-                    let ty = self.prog.param_types.get(k as usize).copied();
+                    let ty = self.prog.header.param_types.get(k as usize).copied();
                     match ty {
                         Some(ty) => self.em.static_slice(k, ty),
                         None => return internal(format!("static slice {k} is not a parameter")),
@@ -414,9 +414,9 @@ impl<E: Emitter> Spec<'_, E> {
             SetupOp::Binary(o, a, b) => (TOp::Binary(*o), vec![*a, *b]),
             SetupOp::StaticLoad(s, i) => (TOp::Load, vec![*s, *i]),
             SetupOp::CallPure { callee, args, .. } => {
-                let ret = match self.prog.callees.get(*callee) {
+                let ret = match self.prog.header.callees.get(*callee) {
                     Some(CalleeDecl::Host { host }) => {
-                        self.prog.hosts.get(*host).and_then(|h| h.ret)
+                        self.prog.header.hosts.get(*host).and_then(|h| h.ret)
                     }
                     _ => return internal("a static call of a non-host"),
                 };

@@ -210,13 +210,12 @@ pub enum CalleeDecl {
     Host { host: HostId },
 }
 
-/// The generating extension of one function, in CFG form.
+/// What both forms of a stitch program share: the function's signature and key, the
+/// tables its directives refer to, and the size of its register file.
 #[derive(Clone, Debug, PartialEq)]
-pub struct StitchProgram {
+pub struct ProgramHeader {
     pub name: String,
-    pub blocks: PrimaryMap<Block, BlockData>,
-    pub entry: Block,
-    /// Types of the function's parameters (the entry block's parameters, in order).
+    /// Types of the function's parameters (the entry's parameters, in order).
     pub param_types: Vec<Type>,
     pub ret: Option<Type>,
     /// Positions of the parameters that are run-time constants (the key of a
@@ -226,4 +225,21 @@ pub struct StitchProgram {
     pub callees: PrimaryMap<CalleeId, CalleeDecl>,
     /// One more than the largest register number.
     pub num_regs: u32,
+}
+
+impl ProgramHeader {
+    /// Whether `callee` is a host function (`None` if it is not in the table).
+    pub fn callee_is_host(&self, callee: CalleeId) -> Option<bool> {
+        self.callees
+            .get(callee)
+            .map(|d| matches!(d, CalleeDecl::Host { .. }))
+    }
+}
+
+/// The generating extension of one function, in CFG form.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StitchProgram {
+    pub header: ProgramHeader,
+    pub blocks: PrimaryMap<Block, BlockData>,
+    pub entry: Block,
 }

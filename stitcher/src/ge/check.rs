@@ -34,7 +34,7 @@ use std::collections::{HashMap, HashSet};
 
 use dyc_templates::template::TOp;
 
-use super::cfg::{CalleeDecl, Edge, Op, Operand, Param, SetupOp, Term};
+use super::cfg::{CalleeDecl, Edge, Op, Operand, Param, ProgramHeader, SetupOp, Term};
 use super::entities::{Block, Reg};
 use super::linear::{Dir, LinearProgram, LinearUnit, Target};
 use super::{CalleeId, StitchProgram};
@@ -97,6 +97,35 @@ impl Checker {
             self.err(format!("{r} is beyond the {} registers", self.num_regs));
         }
         ok
+    }
+
+    /// A checker for a program with header `h`, whose key and tables it checks first
+    /// (both forms share them).
+    fn new(h: &ProgramHeader, redefine: bool) -> Checker {
+        let mut c = Checker {
+            num_regs: h.num_regs,
+            redefine,
+            errors: Vec::new(),
+            entity: h.name.clone(),
+        };
+        if h.key_params.windows(2).any(|w| w[0] >= w[1])
+            || h.key_params.iter().any(|&k| k >= h.param_types.len())
+        {
+            c.err(format!(
+                "key parameters {:?} are not increasing positions of parameters",
+                h.key_params
+            ));
+        }
+        for (callee, d) in h.callees.iter() {
+            if let CalleeDecl::Host { host } = d {
+                if h.hosts.get(*host).is_none() {
+                    c.entity = callee.to_string();
+                    c.err(format!("host {host} does not exist"));
+                }
+            }
+        }
+        c.entity = h.name.clone();
+        c
     }
 
     fn def_static(&mut self, env: &mut Env, r: Reg) {
@@ -171,37 +200,24 @@ impl Checker {
 
 /// Checks a stitch program in CFG form.
 pub fn check_cfg(p: &StitchProgram) -> Result<(), CheckErrors> {
-    let mut c = Checker {
-        num_regs: p.num_regs,
-        redefine: false,
-        errors: Vec::new(),
-        entity: p.name.clone(),
-    };
-    if p.key_params.windows(2).any(|w| w[0] >= w[1])
-        || p.key_params.iter().any(|&k| k >= p.param_types.len())
-    {
-        c.err(format!(
-            "key parameters {:?} are not increasing positions of parameters",
-            p.key_params
-        ));
-    }
+    let mut c = Checker::new(&p.header, false);
     match p.blocks.get(p.entry) {
         None => c.err(format!("entry block {} does not exist", p.entry)),
         Some(b) => {
             c.entity = p.entry.to_string();
-            if b.params.len() != p.param_types.len()
+            if b.params.len() != p.header.param_types.len()
                 || !b.static_live_in.is_empty()
                 || !b.dyn_live_in.is_empty()
             {
                 c.err("the entry block's parameters are not the function's".into());
             }
-            for (k, (param, &ty)) in b.params.iter().zip(&p.param_types).enumerate() {
+            for (k, (param, &ty)) in b.params.iter().zip(&p.header.param_types).enumerate() {
                 match param {
-                    Param::Static(_) if p.key_params.contains(&k) => {}
-                    Param::Dyn(_, t) if !p.key_params.contains(&k) && *t == ty => {}
+                    Param::Static(_) if p.header.key_params.contains(&k) => {}
+                    Param::Dyn(_, t) if !p.header.key_params.contains(&k) && *t == ty => {}
                     _ => c.err(format!(
                         "parameter {k} is not {} of type {ty}",
-                        if p.key_params.contains(&k) {
+                        if p.header.key_params.contains(&k) {
                             "static"
                         } else {
                             "dynamic"
@@ -211,19 +227,7 @@ pub fn check_cfg(p: &StitchProgram) -> Result<(), CheckErrors> {
             }
         }
     }
-    for (h, d) in p.callees.iter() {
-        if let CalleeDecl::Host { host } = d {
-            if p.hosts.get(*host).is_none() {
-                c.entity = h.to_string();
-                c.err(format!("host {host} does not exist"));
-            }
-        }
-    }
-    let is_host = |callee: CalleeId| -> Option<bool> {
-        p.callees
-            .get(callee)
-            .map(|d| matches!(d, CalleeDecl::Host { .. }))
-    };
+    let is_host = |callee| p.header.callee_is_host(callee);
     // Definitions at each block's end, for the live-ins its successors expect.
     for (id, b) in p.blocks.iter() {
         c.entity = id.to_string();
@@ -251,7 +255,7 @@ pub fn check_cfg(p: &StitchProgram) -> Result<(), CheckErrors> {
                     c.def_static(&mut env, *dst);
                 }
                 Op::Emit { dst, op, args, .. } => {
-                    c.emit(&env, op, args, p.callees.len());
+                    c.emit(&env, op, args, p.header.callees.len());
                     if let Some(d) = dst {
                         c.def_dyn(&mut env, *d);
                     }
@@ -295,7 +299,7 @@ pub fn check_cfg(p: &StitchProgram) -> Result<(), CheckErrors> {
             Term::Branch { cond, .. } => c.operand(&env, *cond, "condition"),
             Term::Switch { arg, .. } => c.operand(&env, *arg, "switch operand"),
             Term::Return(v) => {
-                if v.is_some() != p.ret.is_some() {
+                if v.is_some() != p.header.ret.is_some() {
                     c.err("return does not match the function's result".into());
                 }
                 if let Some(v) = v {
@@ -402,12 +406,7 @@ impl LinearChecker<'_> {
     }
 
     fn seq(&mut self, mut st: LState, ds: &[Dir]) -> LState {
-        let is_host = |callee: CalleeId| -> Option<bool> {
-            self.p
-                .callees
-                .get(callee)
-                .map(|d| matches!(d, CalleeDecl::Host { .. }))
-        };
+        let is_host = |callee| self.p.header.callee_is_host(callee);
         for d in ds {
             match d {
                 Dir::Setup { dst, op, .. } => {
@@ -429,7 +428,7 @@ impl LinearChecker<'_> {
                 }
                 Dir::Emit { dst, op, args, .. } => {
                     self.need_open(&st, "emit");
-                    self.c.emit(&st.env, op, args, self.p.callees.len());
+                    self.c.emit(&st.env, op, args, self.p.header.callees.len());
                     if let Some(r) = dst {
                         self.c.def_dyn(&mut st.env, *r);
                     }
@@ -535,7 +534,7 @@ impl LinearChecker<'_> {
                 }
                 Dir::Return(v) => {
                     self.need_open(&st, "return");
-                    if v.is_some() != self.p.ret.is_some() {
+                    if v.is_some() != self.p.header.ret.is_some() {
                         self.c
                             .err("return does not match the function's result".into());
                     }
@@ -610,12 +609,7 @@ fn labels(ds: &[Dir], out: &mut HashMap<Block, usize>) {
 /// Checks a stitch program in linearized form.
 pub fn check_linear(p: &LinearProgram) -> Result<(), CheckErrors> {
     let mut lc = LinearChecker {
-        c: Checker {
-            num_regs: p.num_regs,
-            redefine: true,
-            errors: Vec::new(),
-            entity: p.name.clone(),
-        },
+        c: Checker::new(&p.header, true),
         p,
         labels: HashMap::new(),
         breaks: Vec::new(),

@@ -9,8 +9,8 @@ use cranelift_codegen::entity::PrimaryMap;
 use dyc_templates::template::TOp;
 use dyc_templates::types::{SrcLoc, Type};
 
-use super::cfg::{CalleeDecl, HostDecl, Operand, SetupOp};
-use super::entities::{Block, CalleeId, FlagId, HostId, Reg, UnitId};
+use super::cfg::{Operand, ProgramHeader, SetupOp};
+use super::entities::{Block, FlagId, Reg, UnitId};
 
 /// A reference to the specialized copy of template block `block` for the current values
 /// of its `key` registers, with the arguments for the copy's dynamic parameters. The copy
@@ -122,15 +122,9 @@ pub struct LinearUnit {
 /// A stitch program in linearized form.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LinearProgram {
-    pub name: String,
+    pub header: ProgramHeader,
     pub units: PrimaryMap<UnitId, LinearUnit>,
     /// The unit of the region entry; its key is the key parameters' registers.
     pub entry: UnitId,
-    pub param_types: Vec<Type>,
-    pub ret: Option<Type>,
-    pub key_params: Vec<usize>,
-    pub hosts: PrimaryMap<HostId, HostDecl>,
-    pub callees: PrimaryMap<CalleeId, CalleeDecl>,
-    pub num_regs: u32,
     pub num_flags: u32,
 }

@@ -38,6 +38,10 @@
 //!   patches its slot) and `Promote` (a cache check on promoted dynamic values whose miss
 //!   stitches a unit); the caches at region entries and promotions are the runtime's.
 //!
+//! Both forms share a [`ProgramHeader`]: the function's name, parameter types and return
+//! type, the positions of its key parameters, the host and callee tables, and the size of
+//! the register file; the checker checks it the same way for both.
+//!
 //! Both forms have a printer ([`print`]) and a checker ([`check`]): `dyc ge FILE FN`
 //! prints the CFG form of a region, file tests compare printed programs, and tests run the
 //! checker on every program the static compiler builds.
@@ -83,7 +87,8 @@ pub mod print;
 pub mod values;
 
 pub use cfg::{
-    BlockData, CalleeDecl, Edge, HostDecl, Op, Operand, Param, SetupOp, StitchProgram, Term,
+    BlockData, CalleeDecl, Edge, HostDecl, Op, Operand, Param, ProgramHeader, SetupOp,
+    StitchProgram, Term,
 };
 pub use check::{check_cfg, check_linear, CheckError, CheckErrors};
 pub use entities::{Block, CalleeId, FlagId, HostId, Reg, SiteId, UnitId};

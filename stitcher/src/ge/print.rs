@@ -22,10 +22,9 @@ use std::fmt::{self, Write};
 use dyc_templates::template::TOp;
 use dyc_templates::types::{SrcLoc, Type};
 
-use super::cfg::{BlockData, CalleeDecl, Edge, HostDecl, Op, Operand, Param, SetupOp, Term};
+use super::cfg::{BlockData, CalleeDecl, Edge, Op, Operand, Param, ProgramHeader, SetupOp, Term};
 use super::linear::{Dir, LinearProgram, Target};
-use super::{CalleeId, HostId, LinearUnit, StitchProgram};
-use cranelift_codegen::entity::PrimaryMap;
+use super::{LinearUnit, StitchProgram};
 
 impl fmt::Display for Operand {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -122,16 +121,13 @@ fn switch_text<T>(
     format!("switch {arg} [{}] default {}", cs.join(", "), text(default))
 }
 
-fn tables(
-    s: &mut String,
-    hosts: &PrimaryMap<HostId, HostDecl>,
-    callees: &PrimaryMap<CalleeId, CalleeDecl>,
-) {
-    for (h, d) in hosts.iter() {
+/// The host and callee tables.
+fn tables(s: &mut String, header: &ProgramHeader) {
+    for (h, d) in header.hosts.iter() {
         let pure = if d.pure { " pure" } else { "" };
         let _ = writeln!(s, "  host {h} {}{}{pure}", d.name, sig(&d.params, d.ret));
     }
-    for (c, d) in callees.iter() {
+    for (c, d) in header.callees.iter() {
         let _ = match d {
             CalleeDecl::Func { index, params, ret } => {
                 writeln!(s, "  callee {c} = fn{index}{}", sig(params, *ret))
@@ -141,21 +137,16 @@ fn tables(
     }
 }
 
-fn header(
-    s: &mut String,
-    name: &str,
-    params: &[Type],
-    key_params: &[usize],
-    ret: Option<Type>,
-    what: &str,
-) {
-    let ps: Vec<String> = params
+/// The signature line: `stitch f(d i64, s i64) -> i64` (`s` marks the key parameters).
+fn header(s: &mut String, h: &ProgramHeader, what: &str) {
+    let ps: Vec<String> = h
+        .param_types
         .iter()
         .enumerate()
-        .map(|(k, t)| format!("{} {t}", if key_params.contains(&k) { "s" } else { "d" }))
+        .map(|(k, t)| format!("{} {t}", if h.key_params.contains(&k) { "s" } else { "d" }))
         .collect();
-    let _ = write!(s, "{what} {name}({})", ps.join(", "));
-    if let Some(t) = ret {
+    let _ = write!(s, "{what} {}({})", h.name, ps.join(", "));
+    if let Some(t) = h.ret {
         let _ = write!(s, " -> {t}");
     }
     s.push('\n');
@@ -192,15 +183,8 @@ fn block_header(name: impl fmt::Display, b: &BlockData) -> String {
 /// Prints a stitch program in CFG form.
 pub fn print_cfg(p: &StitchProgram) -> String {
     let mut s = String::new();
-    header(
-        &mut s,
-        &p.name,
-        &p.param_types,
-        &p.key_params,
-        p.ret,
-        "stitch",
-    );
-    tables(&mut s, &p.hosts, &p.callees);
+    header(&mut s, &p.header, "stitch");
+    tables(&mut s, &p.header);
     for (id, b) in p.blocks.iter() {
         let entry = if id == p.entry { "entry " } else { "" };
         let _ = writeln!(s, "{entry}{}", block_header(id, b));
@@ -370,18 +354,11 @@ fn unit_text(s: &mut String, id: impl fmt::Display, u: &LinearUnit, entry: bool)
 /// Prints a stitch program in linearized form.
 pub fn print_linear(p: &LinearProgram) -> String {
     let mut s = String::new();
-    header(
-        &mut s,
-        &p.name,
-        &p.param_types,
-        &p.key_params,
-        p.ret,
-        "linear",
-    );
+    header(&mut s, &p.header, "linear");
     if p.num_flags > 0 {
         let _ = writeln!(s, "  flags {}", p.num_flags);
     }
-    tables(&mut s, &p.hosts, &p.callees);
+    tables(&mut s, &p.header);
     for (id, u) in p.units.iter() {
         unit_text(&mut s, id, u, id == p.entry);
     }

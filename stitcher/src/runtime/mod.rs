@@ -251,7 +251,7 @@ impl Hooks for UnitHooks<'_> {
 
     fn func_ref(&mut self, func: &mut ir::Function, callee: u32) -> Option<ir::FuncRef> {
         let CalleeDecl::Func { index, params, .. } =
-            self.prog.callees.get(CalleeId::from_u32(callee))?
+            self.prog.header.callees.get(CalleeId::from_u32(callee))?
         else {
             return None;
         };
@@ -267,7 +267,7 @@ impl Hooks for UnitHooks<'_> {
     }
 
     fn host_index(&self, callee: u32) -> Option<u32> {
-        match self.prog.callees.get(CalleeId::from_u32(callee))? {
+        match self.prog.header.callees.get(CalleeId::from_u32(callee))? {
             CalleeDecl::Host { host } => Some(host.as_u32()),
             CalleeDecl::Func { .. } => None,
         }
@@ -429,7 +429,12 @@ impl Runtime {
     fn build(generic: Vec<StitchProgram>, opts: RuntimeOptions) -> Result<Runtime, RuntimeError> {
         let isa = host_isa(opts.jit).map_err(|e| RuntimeError::Jit(e.to_string()))?;
         let large_isa = large_unit_isa(opts.jit).map_err(|e| RuntimeError::Jit(e.to_string()))?;
-        let hosts = HostTable::new(generic.first().map(|p| p.hosts.clone()).unwrap_or_default());
+        let hosts = HostTable::new(
+            generic
+                .first()
+                .map(|p| p.header.hosts.clone())
+                .unwrap_or_default(),
+        );
         let mut symbols: HashMap<String, usize> = HashMap::new();
         symbols.insert(
             "dyc_promote".into(),
@@ -459,7 +464,7 @@ impl Runtime {
             let mut ids = Vec::new();
             for p in &generic {
                 let id = module
-                    .declare_anonymous_function(&abi::unit_signature(&p.param_types))
+                    .declare_anonymous_function(&abi::unit_signature(&p.header.param_types))
                     .map_err(jit_err)?;
                 ids.push(id);
             }
@@ -589,8 +594,8 @@ impl Runtime {
             state: Arc::new(state),
             code,
             inputs,
-            ret: prog.ret,
-            name: prog.name.clone(),
+            ret: prog.header.ret,
+            name: prog.header.name.clone(),
             stats,
         })
     }
@@ -608,20 +613,21 @@ impl Runtime {
             let executor = self.shared.opts.executor;
             let state = SpecState::new(&self.shared, prog.clone(), Vec::new(), executor);
             let code = state.region.with_module(|module| {
-                let sig = abi::unit_signature(&prog.param_types);
+                let sig = abi::unit_signature(&prog.header.param_types);
                 let callee = module
                     .declare_function(&generic_symbol(index as u32), Linkage::Import, &sig)
                     .map_err(jit_err)?;
-                let wrapper = wrapper::define(&state.region, module, callee, &prog.param_types)?;
+                let wrapper =
+                    wrapper::define(&state.region, module, callee, &prog.header.param_types)?;
                 module.finalize_definitions().map_err(jit_err)?;
                 Ok::<_, RuntimeError>(module.get_finalized_function(wrapper) as usize)
             })?;
             Ok(Specialization {
                 state: Arc::new(state),
                 code,
-                inputs: prog.param_types.clone(),
-                ret: prog.ret,
-                name: prog.name.clone(),
+                inputs: prog.header.param_types.clone(),
+                ret: prog.header.ret,
+                name: prog.header.name.clone(),
                 stats: UnitStats::default(),
             })
         })
@@ -673,7 +679,7 @@ impl SpecState {
                 })
             })
             .collect();
-        let region = runtime.region(&prog.name);
+        let region = runtime.region(&prog.header.name);
         let lazy_fault = region.fault_site(FaultKind::Specialization, SrcLoc::default());
         SpecState {
             runtime: runtime.clone(),
