@@ -297,35 +297,12 @@ pub fn analyze(m: &Module, f: &Function, mode: Mode) -> Bta {
     };
     let inst = |st: &mut Solver, i: Inst| {
         let data = &f.insts[i];
-        let operands = || {
-            let mut t = Bottom;
-            data.visit_operands(|&v| t = t.join(st.bt[v]));
-            t
-        };
-        let t = match data {
-            InstData::Const(_) => Static,
-            InstData::Unary { .. }
-            | InstData::Binary { .. }
-            | InstData::Cmp { .. }
-            | InstData::Select { .. }
-            | InstData::Cast { .. }
-            | InstData::Len { .. }
-            | InstData::StaticLoad { .. } => operands(),
-            InstData::Call {
-                callee, is_static, ..
-            } => {
-                if *is_static && matches!(callee, Callee::Extern(_)) && m.is_pure(*callee) {
-                    operands().join(Static)
-                } else {
-                    Dynamic
-                }
+        let mut operands = Bottom;
+        data.visit_operands(|&v| operands = operands.join(st.bt[v]));
+        if let Some(t) = inst_binding_time(m, data, operands) {
+            for &r in f.inst_results(i) {
+                st.set(r, t);
             }
-            InstData::Load { .. } | InstData::MakeDynamic { .. } => Dynamic,
-            InstData::MakeStatic { .. } => Static,
-            _ => return,
-        };
-        for &r in f.inst_results(i) {
-            st.set(r, t);
         }
     };
     // Every definition once, then the users of each value that changes: each value changes
@@ -449,6 +426,38 @@ impl Solver {
 
 /// The IR of `f` with every value, instruction and branch marked static (`S`) or dynamic
 /// (`D`), then the key parameters, specialization points, promotion points and errors.
+/// The binding time of the results of an instruction whose operands join to `operands`
+/// (`None` for instructions without results).
+pub(crate) fn inst_binding_time(
+    m: &Module,
+    data: &InstData,
+    operands: BindingTime,
+) -> Option<BindingTime> {
+    use BindingTime::{Dynamic, Static};
+    Some(match data {
+        InstData::Const(_) => Static,
+        InstData::Unary { .. }
+        | InstData::Binary { .. }
+        | InstData::Cmp { .. }
+        | InstData::Select { .. }
+        | InstData::Cast { .. }
+        | InstData::Len { .. }
+        | InstData::StaticLoad { .. } => operands,
+        InstData::Call {
+            callee, is_static, ..
+        } => {
+            if *is_static && matches!(callee, Callee::Extern(_)) && m.is_pure(*callee) {
+                operands.join(Static)
+            } else {
+                Dynamic
+            }
+        }
+        InstData::Load { .. } | InstData::MakeDynamic { .. } => Dynamic,
+        InstData::MakeStatic { .. } => Static,
+        _ => return None,
+    })
+}
+
 pub fn explain(m: &Module, f: &Function, bta: &Bta) -> String {
     use crate::ir::printer::{print_function_with, Annotate};
     struct Marks<'a>(&'a Function, &'a Bta);

@@ -1,7 +1,8 @@
 //! The static compiler on large inputs of every shape, on a thread with a 2 MiB stack (Rust's
 //! default for spawned threads, where a service compiles): each source compiles through
 //! `Program::compile`, a region is made for `f`, and its generic and specialized code
-//! agree with the reference interpreter. Timing is the benchmark's business
+//! agree with the reference interpreter; sources nested beyond the parser's limit are one
+//! located error. Timing is the benchmark's business
 //! (`benches/compile.rs`); here a quadratic pass shows as a slow test and a recursion on
 //! the input as a stack overflow.
 
@@ -79,4 +80,66 @@ fn every_shape_compiles_and_runs_on_a_small_stack() {
             }
         }
     });
+}
+
+/// Sources nested beyond the parser's nesting limit (256 levels) are one located error, not a stack
+/// overflow; nesting within the limit compiles. Run on a thread with a 2 MiB stack, the
+/// default of spawned threads, where a service compiles.
+#[test]
+fn deep_nesting_is_a_located_error() {
+    let run = || {
+        let n = 100_000;
+        let parens = format!(
+            "fn f(x: i64) -> i64 {{ return {}x{}; }}",
+            "(".repeat(n),
+            ")".repeat(n)
+        );
+        let nots = format!("fn f(x: bool) -> bool {{ return {}x; }}", "!".repeat(n));
+        let negs = format!("fn f(x: i64) -> i64 {{ return {}x; }}", "- ".repeat(n));
+        let ifs = format!(
+            "fn f(x: i64) -> i64 {{ {} return x; {} return x; }}",
+            "if x > 0 { ".repeat(20_000),
+            "} ".repeat(20_000)
+        );
+        for (what, src) in [
+            ("parentheses", parens),
+            ("!", nots),
+            ("-", negs),
+            ("if", ifs),
+        ] {
+            let d = dyc::lang::compile("deep.dyc", &src).expect_err(what);
+            assert_eq!(d.errors.len(), 1, "{what}: {d}");
+            let text = d.to_string();
+            assert!(
+                text.contains("nesting too deep: more than 256 levels")
+                    && text.contains("deep.dyc:1:"),
+                "{what}: {text}"
+            );
+            // The snippet of a 100,000-character line is a window around the mark.
+            assert!(text.len() < 600, "{what}: {} characters", text.len());
+        }
+        // Within the limit: 200 nested parentheses, and 200 nested `if`, compile and run.
+        let parens = format!(
+            "fn f(x: i64) -> i64 {{ return {}x + 1{}; }}",
+            "(".repeat(200),
+            ")".repeat(200)
+        );
+        let ifs = format!(
+            "fn f(x: i64) -> i64 {{ {} return x + 1; {} return 0; }}",
+            "if x > 0 { ".repeat(200),
+            "} ".repeat(200)
+        );
+        for src in [parens, ifs] {
+            let m = dyc::lang::compile("ok.dyc", &src).expect("200 levels compile");
+            let id = m.func_by_name("f").expect("f");
+            let mut mem = Memory::default();
+            let x = Val::Scalar(Const::Int(Scalar::I64, 4));
+            let r = Interpreter::new(&m).call(id, &[x], &mut mem);
+            assert_eq!(
+                r.expect("runs"),
+                Some(Val::Scalar(Const::Int(Scalar::I64, 5)))
+            );
+        }
+    };
+    on_small_stack(run);
 }

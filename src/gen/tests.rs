@@ -571,7 +571,9 @@ fn binding_times_are_congruent_on_random_programs() {
 
 /// The binding times of the plain round-robin fixed point (every block in reverse
 /// post-order until nothing changes, each transfer function read from the whole function):
-/// the oracle for the work-list analysis of [`crate::bta::analyze`].
+/// the oracle for the work-list analysis of [`crate::bta::analyze`]. It shares the rule for
+/// one instruction ([`crate::bta::inst_binding_time`]) and checks the solving: merges,
+/// policies, loops under dynamic control.
 fn round_robin_binding_times(
     m: &Module,
     f: &crate::ir::Function,
@@ -580,7 +582,7 @@ fn round_robin_binding_times(
     use crate::analysis::loops::LoopForest;
     use crate::bta::BindingTime::{self, *};
     use crate::bta::Mode;
-    use crate::ir::{Block, Callee, InstData, Policy, PolicyGroup, Value, Var};
+    use crate::ir::{Block, InstData, Policy, PolicyGroup, Value, Var};
     use cranelift_entity::SecondaryMap;
     let mode = Mode::Specialize;
     let mut bt: SecondaryMap<Value, BindingTime> = SecondaryMap::new();
@@ -683,28 +685,9 @@ fn round_robin_binding_times(
             }
             for &i in f.layout.block_insts(b) {
                 let data = &f.insts[i];
-                let ops = data.operands();
-                let t = match data {
-                    InstData::Const(_) => Static,
-                    InstData::Unary { .. }
-                    | InstData::Binary { .. }
-                    | InstData::Cmp { .. }
-                    | InstData::Select { .. }
-                    | InstData::Cast { .. }
-                    | InstData::Len { .. }
-                    | InstData::StaticLoad { .. } => ty_join(&bt, &ops),
-                    InstData::Call {
-                        callee, is_static, ..
-                    } => {
-                        if *is_static && matches!(callee, Callee::Extern(_)) && m.is_pure(*callee) {
-                            ty_join(&bt, &ops).join(Static)
-                        } else {
-                            Dynamic
-                        }
-                    }
-                    InstData::Load { .. } | InstData::MakeDynamic { .. } => Dynamic,
-                    InstData::MakeStatic { .. } => Static,
-                    _ => continue,
+                let ops = ty_join(&bt, &data.operands());
+                let Some(t) = crate::bta::inst_binding_time(m, data, ops) else {
+                    continue;
                 };
                 for &r in f.inst_results(i) {
                     set(&mut bt, r, t);

@@ -92,19 +92,6 @@ fn punct(b: &[u8]) -> Option<&'static str> {
     }
 }
 
-/// All the tokens of `src` (the last is [`Tok::Eof`]) and the lexical errors.
-pub fn lex(src: &str) -> (Vec<Token>, Vec<Diagnostic>) {
-    let mut lexer = Lexer::new(src);
-    let mut toks = Vec::new();
-    loop {
-        let t = lexer.next_token();
-        toks.push(t);
-        if t.tok == Tok::Eof {
-            return (toks, lexer.errors);
-        }
-    }
-}
-
 /// A lexer that makes one token at a time, so that a parser pulling from it keeps no
 /// token array (whose size would grow with the source).
 pub struct Lexer<'s> {
