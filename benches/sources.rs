@@ -12,7 +12,7 @@ use std::fmt::Write;
 pub type Generator = fn(usize) -> String;
 
 /// The shapes, by name, for tables and messages.
-pub const SHAPES: [(&str, Generator); 10] = [
+pub const SHAPES: [(&str, Generator); 11] = [
     ("straight-line", straight_line),
     ("if-chain", if_chain),
     ("loop-nest", loop_nest),
@@ -21,6 +21,7 @@ pub const SHAPES: [(&str, Generator); 10] = [
     ("many-variables", many_variables),
     ("switch", switch),
     ("gotos", gotos),
+    ("nested-gotos", nested_gotos),
     ("flat-sum-left", flat_sum),
     ("flat-sum-right", flat_sum_right),
 ];
@@ -145,6 +146,19 @@ pub fn gotos(n: usize) -> String {
             body,
             "    if x > {i} {{ goto l{i}; }}\n    a = a + 1;\n    l{i}: a = a * 2;"
         );
+    }
+    function(&body)
+}
+
+/// `n` loops nested `n` deep, written with backward `goto`s: `n` labelled statements, then
+/// the conditional jumps back to them, innermost (last label) first.
+pub fn nested_gotos(n: usize) -> String {
+    let mut body = String::new();
+    for i in 0..n {
+        let _ = writeln!(body, "    l{i}: a = a + 1;");
+    }
+    for i in (0..n).rev() {
+        let _ = writeln!(body, "    if a < x + {} {{ goto l{i}; }}", 3 * i);
     }
     function(&body)
 }

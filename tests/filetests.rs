@@ -142,7 +142,7 @@ fn run(kind: &str, src: &str) -> Result<String, String> {
                     "loop{i}: header {} depth {} parent {parent}, {kind}: [{}]",
                     l.header,
                     l.depth,
-                    names(l.blocks.iter().copied())
+                    names(lf.blocks(i).into_iter())
                 );
             }
         }),

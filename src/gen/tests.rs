@@ -6,7 +6,7 @@ use crate::analysis::cfg::{ControlFlowGraph, Graph};
 use crate::analysis::dominators::{idoms_lengauer_tarjan, idoms_reference, DomTree};
 use crate::analysis::edges::{classify_all, EdgeKind};
 use crate::analysis::liveness::Liveness;
-use crate::analysis::loops::find_loops;
+use crate::analysis::loops::{find_loops, reducible_loops, steensgaard_loops};
 use crate::analysis::order::DfsOrder;
 use crate::analysis::postdom::PostDominatorTree;
 use crate::analysis::topo::TopoNumbers;
@@ -194,7 +194,7 @@ fn structured_cfgs_are_reducible_and_irreducibility_matches_dominance() {
         let reducible = classify_all(&g, 0)
             .iter()
             .all(|&(a, b, k)| k != EdgeKind::Back || tree.dominates(b, a));
-        let irreducible_loop = loops.iter().any(|l| l.entries.len() > 1);
+        let irreducible_loop = loops.loops.iter().any(|l| l.entries.len() > 1);
         assert_eq!(
             reducible, !irreducible_loop,
             "seed {seed}: {g:?}\n{loops:?}"
@@ -202,17 +202,42 @@ fn structured_cfgs_are_reducible_and_irreducibility_matches_dominance() {
         if seed % 3 == 0 {
             assert!(reducible, "seed {seed}: structured CFG is irreducible");
         }
-        for l in &loops {
-            // Every loop is strongly connected once nested loops are included, and a
-            // single-entry loop's header dominates it.
+        // On reducible CFGs the union-find construction succeeds and agrees with
+        // Steensgaard's; on irreducible ones it gives up.
+        let dfs = DfsOrder::compute(&g, 0);
+        let fast = reducible_loops(&g, &dfs);
+        assert_eq!(fast.is_some(), reducible, "seed {seed}: {g:?}");
+        if let Some(fast) = fast {
+            assert_eq!(fast, steensgaard_loops(&g, 0, &dfs), "seed {seed}: {g:?}");
+        }
+        let nodes =
+            |l: usize| -> Vec<usize> { (0..g.len()).filter(|&x| loops.contains(l, x)).collect() };
+        for (id, l) in loops.loops.iter().enumerate() {
+            let inside = nodes(id);
+            // Every loop is strongly connected once nested loops are included: its header
+            // reaches every node and is reached from every node without leaving it.
+            let within = Graph::from_edges(
+                g.len(),
+                g.edges()
+                    .filter(|&(a, b)| inside.contains(&a) && inside.contains(&b)),
+            );
+            let header = l.entries[0];
+            let from = reach(&within, header);
+            let to = reach(&within.reversed(), header);
+            assert!(
+                inside.iter().all(|&x| from[x] && to[x]),
+                "seed {seed}: loop {id}"
+            );
+            // A single-entry loop's header dominates it.
             if l.entries.len() == 1 {
-                for &x in &l.nodes {
-                    assert!(tree.dominates(l.entries[0], x), "seed {seed}");
+                for &x in &inside {
+                    assert!(tree.dominates(header, x), "seed {seed}");
                 }
             }
             if let Some(p) = l.parent {
+                assert!(p < id, "seed {seed}: parent after child");
                 assert!(
-                    l.nodes.iter().all(|x| loops[p].nodes.contains(x)),
+                    inside.iter().all(|&x| loops.contains(p, x)),
                     "seed {seed}: nesting"
                 );
             }
@@ -221,9 +246,7 @@ fn structured_cfgs_are_reducible_and_irreducibility_matches_dominance() {
         for (a, b, k) in classify_all(&g, 0) {
             if k == EdgeKind::Back {
                 assert!(
-                    loops
-                        .iter()
-                        .any(|l| l.nodes.contains(&a) && l.nodes.contains(&b)),
+                    (0..loops.loops.len()).any(|l| loops.contains(l, a) && loops.contains(l, b)),
                     "seed {seed}: back edge {a}->{b} in no loop"
                 );
             }
@@ -597,13 +620,11 @@ fn round_robin_binding_times(
     let cfg = ControlFlowGraph::compute(f);
     // Loop entries and, per loop, the blocks that branch.
     let forest = LoopForest::compute(&cfg);
-    let loop_branches: Vec<Vec<Block>> = forest
-        .loops
-        .iter()
+    let loop_branches: Vec<Vec<Block>> = (0..forest.loops.len())
         .map(|l| {
-            l.blocks
-                .iter()
-                .copied()
+            forest
+                .blocks(l)
+                .into_iter()
                 .filter(|&b| cfg.succs(b).nth(1).is_some())
                 .collect()
         })
