@@ -646,6 +646,9 @@ impl Region {
             for a in args {
                 call_args.push(match a {
                     Val::Scalar(c) => Arg::Scalar(*c),
+                    Val::Array(_) => {
+                        return Err(Error::Arguments("an array cannot be an argument".into()))
+                    }
                     Val::Slice(s) => {
                         let b = mem
                             .bufs

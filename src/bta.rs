@@ -452,7 +452,9 @@ pub(crate) fn inst_binding_time(
                 Dynamic
             }
         }
-        InstData::Load { .. } | InstData::MakeDynamic { .. } => Dynamic,
+        // A local array is dynamic; the specializer keeps its elements as values, so an
+        // access at a static index costs nothing in the code.
+        InstData::Load { .. } | InstData::MakeDynamic { .. } | InstData::ArrayNew { .. } => Dynamic,
         InstData::MakeStatic { .. } => Static,
         _ => return None,
     })

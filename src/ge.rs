@@ -25,7 +25,9 @@ use dyc_templates::template::TOp;
 use crate::analysis::cfg::ControlFlowGraph;
 use crate::analysis::liveness::Liveness;
 use crate::bta::{self, Bta, BtaError, Mode};
-use crate::ir::{Block, BlockCall, Callee, FuncId, Function, Inst, InstData, Module, Value};
+use crate::ir::{
+    Block, BlockCall, Callee, Const, FuncId, Function, Inst, InstData, Module, Scalar, Value,
+};
 
 /// The generating extension of a function, with the analysis it came from.
 #[derive(Clone, Debug)]
@@ -210,6 +212,54 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
                 continue;
             }
             let args: Vec<Operand> = data.operands().into_iter().map(operand).collect();
+            let is_array = |v: Value| f.value_type(v).is_array();
+            match *data {
+                InstData::ArrayNew { elem, len } => {
+                    ops.push(Op::ArrayNew {
+                        dst: r(results[0]),
+                        elem,
+                        len,
+                    });
+                    continue;
+                }
+                InstData::Load { slice, index } if is_array(slice) => {
+                    ops.push(Op::ArrayLoad {
+                        dst: r(results[0]),
+                        arr: r(slice),
+                        index: operand(index),
+                        loc,
+                    });
+                    continue;
+                }
+                InstData::Store {
+                    slice,
+                    index,
+                    value,
+                } if is_array(slice) => {
+                    ops.push(Op::ArrayStore {
+                        arr: r(slice),
+                        index: operand(index),
+                        value: operand(value),
+                        loc,
+                    });
+                    continue;
+                }
+                InstData::Len { arg } if is_array(arg) => {
+                    // The length of an array is its type's.
+                    let n = f.value_type(arg).flat_len() as u64;
+                    ops.push(Op::Setup {
+                        dst: r(results[0]),
+                        op: SetupOp::Const(Const::Int(Scalar::I64, n)),
+                        loc,
+                    });
+                    ops.push(Op::Lift {
+                        dst: r(results[0]),
+                        src: Operand::Static(r(results[0])),
+                    });
+                    continue;
+                }
+                _ => {}
+            }
             let top = match data {
                 InstData::MakeStatic { .. } | InstData::MakeDynamic { .. } => {
                     for (&src, &res) in args.iter().zip(results) {

@@ -28,6 +28,8 @@ use crate::semantics::{self, Fault};
 pub enum Val {
     Scalar(Const),
     Slice(SliceRef),
+    /// A local array of the running function: an index into its frame's arrays.
+    Array(u32),
 }
 
 /// A slice: a whole buffer of the memory, read-only or mutable.
@@ -193,6 +195,10 @@ struct Frame {
     block: Block,
     pos: usize,
     env: Vec<Option<Val>>,
+    /// The frame's local arrays. An `array` instruction executed again (in a loop) reuses
+    /// the array its result names, zeroed: the previous one is dead, since arrays are never
+    /// copied. So a frame holds at most one array per `array` instruction.
+    arrays: Vec<Vec<Const>>,
 }
 
 impl<'m> Interpreter<'m> {
@@ -298,10 +304,92 @@ impl<'m> Interpreter<'m> {
             block: entry,
             pos: 0,
             env,
+            arrays: Vec::new(),
         })
     }
 
+    /// Runs `inst` if it is an `array`, or a `load`, `store` or `len` of an array; returns
+    /// whether it was.
+    fn array_inst(&self, frame: &mut Frame, inst: Inst) -> Result<bool, ErrorKind> {
+        let f = &self.module.funcs[frame.func];
+        let val = |frame: &Frame, v: Value| frame.env.get(v.index()).copied().flatten();
+        let array = |frame: &Frame, v: Value| match val(frame, v) {
+            Some(Val::Array(k)) if (k as usize) < frame.arrays.len() => Some(k as usize),
+            _ => None,
+        };
+        let index = |frame: &Frame, k: usize, i: Value| -> Result<usize, ErrorKind> {
+            let len = frame.arrays[k].len();
+            let idx = match val(frame, i) {
+                Some(Val::Scalar(c)) => semantics::int_value(c),
+                _ => None,
+            }
+            .ok_or_else(|| ErrorKind::Internal("non-integer index".into()))?;
+            if idx < 0 || idx >= len as i128 {
+                return Err(ErrorKind::OutOfBounds {
+                    index: idx,
+                    len: len as u64,
+                });
+            }
+            Ok(idx as usize)
+        };
+        let (result, v) = match f.insts[inst] {
+            InstData::ArrayNew { elem, len } => {
+                let r = f.first_result(inst);
+                let zero = Const::zero(elem);
+                let k = match array(frame, r) {
+                    Some(k) => {
+                        frame.arrays[k].fill(zero);
+                        k
+                    }
+                    None => {
+                        frame.arrays.push(vec![zero; len as usize]);
+                        frame.arrays.len() - 1
+                    }
+                };
+                (r, Val::Array(k as u32))
+            }
+            InstData::Load { slice, index: i } => {
+                let Some(k) = array(frame, slice) else {
+                    return Ok(false);
+                };
+                let x = index(frame, k, i)?;
+                (f.first_result(inst), Val::Scalar(frame.arrays[k][x]))
+            }
+            InstData::Len { arg } => {
+                let Some(k) = array(frame, arg) else {
+                    return Ok(false);
+                };
+                let n = frame.arrays[k].len() as u64;
+                (
+                    f.first_result(inst),
+                    Val::Scalar(Const::Int(Scalar::I64, n)),
+                )
+            }
+            InstData::Store {
+                slice,
+                index: i,
+                value,
+            } => {
+                let Some(k) = array(frame, slice) else {
+                    return Ok(false);
+                };
+                let x = index(frame, k, i)?;
+                match val(frame, value) {
+                    Some(Val::Scalar(c)) => frame.arrays[k][x] = c,
+                    _ => return Err(ErrorKind::Internal("store of a non-scalar".into())),
+                }
+                return Ok(true);
+            }
+            _ => return Ok(false),
+        };
+        frame.env[result.index()] = Some(v);
+        Ok(true)
+    }
+
     fn step(&mut self, frame: &mut Frame, inst: Inst, mem: &mut Memory) -> Result<Step, ErrorKind> {
+        if self.array_inst(frame, inst)? {
+            return Ok(Step::Next);
+        }
         let m = self.module;
         let f = &m.funcs[frame.func];
         let get = |v: Value| -> Result<Val, ErrorKind> {
@@ -315,7 +403,7 @@ impl<'m> Interpreter<'m> {
         let scalar = |v: Value| -> Result<Const, ErrorKind> {
             match get(v)? {
                 Val::Scalar(c) => Ok(c),
-                Val::Slice(_) => Err(ErrorKind::Internal(format!("{v} is a slice"))),
+                _ => Err(ErrorKind::Internal(format!("{v} is not a scalar"))),
             }
         };
         let slice = |v: Value| -> Result<SliceRef, ErrorKind> {
@@ -342,6 +430,9 @@ impl<'m> Interpreter<'m> {
         };
         let result: Vec<Val> = match &f.insts[inst] {
             InstData::Const(c) => vec![Val::Scalar(*c)],
+            InstData::ArrayNew { .. } => {
+                return Err(ErrorKind::Internal("`array` is run by `array_inst`".into()))
+            }
             InstData::Unary { op, arg } => {
                 vec![Val::Scalar(
                     semantics::unary(*op, scalar(*arg)?).map_err(fault)?,
@@ -399,9 +490,7 @@ impl<'m> Interpreter<'m> {
                             .iter()
                             .map(|v| match v {
                                 Val::Scalar(c) => Ok(*c),
-                                Val::Slice(_) => {
-                                    Err(ErrorKind::Internal("slice passed to a host".into()))
-                                }
+                                _ => Err(ErrorKind::Internal("non-scalar passed to a host".into())),
                             })
                             .collect::<Result<Vec<_>, _>>()?;
                         let host = self.hosts.fns.get_mut(&decl.name).ok_or_else(|| {
@@ -553,6 +642,7 @@ pub fn parse_args(params: &[Type], text: &str, mem: &mut Memory) -> Result<Vec<V
     for (p, item) in params.iter().zip(items) {
         out.push(match *p {
             Type::Scalar(t) => Val::Scalar(parse_scalar(t, &item)?),
+            Type::Array { .. } => return Err(format!("{p} cannot be an argument")),
             Type::Slice { elem, mutable } => {
                 let inner = item
                     .strip_prefix('[')
@@ -637,6 +727,7 @@ pub fn format_scalar(c: Const) -> String {
 pub fn format_val(v: Val, mem: &Memory) -> String {
     match v {
         Val::Scalar(c) => format_scalar(c),
+        Val::Array(_) => "<local array>".into(),
         Val::Slice(s) => match mem.bufs.get(s.buf) {
             Some(b) => format!(
                 "[{}]",

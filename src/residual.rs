@@ -176,6 +176,24 @@ impl Backend for ResidualEmitter<'_> {
         self.ins(data, ret, loc)
     }
 
+    /// `array.T N` and a store of each element.
+    fn array_slot(&mut self, elem: Scalar, elems: &[Value]) -> Value {
+        let len = elems.len() as u32;
+        let a = self
+            .ins(InstData::ArrayNew { elem, len }, None, SrcLoc::default())
+            .expect("an array");
+        for (k, &v) in elems.iter().enumerate() {
+            let i = self.constant(Const::Int(Scalar::I64, k as u64));
+            let store = InstData::Store {
+                slice: a,
+                index: i,
+                value: v,
+            };
+            self.ins(store, None, SrcLoc::default());
+        }
+        a
+    }
+
     /// A load of the element, whose result is unused: it faults exactly as the check must.
     fn bounds_check(&mut self, slice: Value, index: Value, _ty: Scalar, loc: SrcLoc) {
         self.ins(InstData::Load { slice, index }, None, loc);
@@ -343,7 +361,7 @@ pub fn run(
                 });
                 key.push(SVal::Slice(k as u32));
             }
-            None => return Err(ResidualError::Internal("a key argument is missing".into())),
+            _ => return Err(ResidualError::Internal("a key argument is missing".into())),
         }
     }
     let callees: Vec<Callee> = prog

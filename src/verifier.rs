@@ -29,6 +29,9 @@
 //! 8. **Annotations.** `make_static` and `make_dynamic` name at least one variable, each at
 //!    most once, each a valid variable; their results copy their operands' types. (Policies
 //!    are well formed by construction: [`crate::ir::Policies::new`] refuses conflicts.)
+//! 9. **Arrays.** `array.T N` has `1 <= N <= MAX_ARRAY_LEN`. An array value is only the
+//!    first operand of `load`, `store` and `len` (read and written in place, never copied,
+//!    passed or returned): no array is a block parameter, function parameter or result.
 //!
 //! Errors name the entity and show the IR around it.
 
@@ -43,6 +46,10 @@ use crate::ir::{
     ValueDef,
 };
 use cranelift_entity::SecondaryMap;
+
+/// The most elements a local array may have: its elements are passed between the blocks
+/// of stitched code, so an array is a small thing (a register file, an operand stack).
+pub const MAX_ARRAY_LEN: u32 = 256;
 
 /// One violated invariant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -217,6 +224,12 @@ impl Verifier<'_> {
                 ),
             );
         }
+        if f.sig.params.iter().chain(&f.sig.ret).any(|t| t.is_array()) {
+            self.error(
+                At::Func,
+                "an array cannot be a parameter or the result of a function",
+            );
+        }
         // Structural checks first: dominance needs a sane CFG.
         for &b in f.layout.blocks() {
             self.check_block_structure(b, entry);
@@ -235,6 +248,14 @@ impl Verifier<'_> {
         let mut operands = Vec::new();
         for &b in f.layout.blocks() {
             for (n, &p) in f.block_params(b).iter().enumerate() {
+                if f.values.get(p).is_some_and(|d| d.ty.is_array()) {
+                    self.error(
+                        At::Block(b),
+                        format!(
+                            "parameter {p} is an array (arrays do not cross blocks as arguments)"
+                        ),
+                    );
+                }
                 match f.values.get(p) {
                     Some(d) if d.def == ValueDef::Param(b, n as u32) => {
                         if let Some(var) = d.var {
@@ -455,7 +476,30 @@ impl Verifier<'_> {
         let t = |v: Value| self.ty(v);
         let sc = |v: Value| t(v).and_then(Type::scalar);
         let mut errs: Vec<String> = Vec::new();
+        // Arrays are a function's own variables, read and written in place: an array value
+        // is only the first operand of `load`, `store` and `len`.
+        let in_place = matches!(
+            data,
+            InstData::Load { .. } | InstData::Store { .. } | InstData::Len { .. }
+        );
+        let mut k = 0;
+        data.visit_operands(|&v| {
+            if let Some(ty) = t(v).filter(|ty| ty.is_array() && !(in_place && k == 0)) {
+                errs.push(format!(
+                    "array {v}: {ty} used by `{}`; an array is only read and written with `load`, `store` and `len`",
+                    data.opcode_name()
+                ));
+            }
+            k += 1;
+        });
         match data {
+            InstData::ArrayNew { len, .. } => {
+                if !(1..=MAX_ARRAY_LEN).contains(len) {
+                    errs.push(format!(
+                        "array length {len} is not between 1 and {MAX_ARRAY_LEN}"
+                    ));
+                }
+            }
             InstData::Const(Const::Int(ty, x)) => {
                 if !ty.is_int() {
                     errs.push(format!("integer constant of type {ty}"));
@@ -522,8 +566,8 @@ impl Verifier<'_> {
                 }
             }
             InstData::Len { arg } => {
-                if let Some(ty) = t(*arg).filter(|ty| !ty.is_slice()) {
-                    errs.push(format!("`len` of {arg}: {ty}, not a slice"));
+                if let Some(ty) = t(*arg).filter(|ty| !ty.is_slice() && !ty.is_array()) {
+                    errs.push(format!("`len` of {arg}: {ty}, not a slice or array"));
                 }
             }
             InstData::Load { slice, index } | InstData::StaticLoad { slice, index } => {
@@ -535,7 +579,9 @@ impl Verifier<'_> {
                 value,
             } => {
                 self.slice_access("store", *slice, *index, true, &mut errs);
-                if let (Some(Type::Slice { elem, .. }), Some(vt)) = (t(*slice), t(*value)) {
+                if let (Some(Type::Slice { elem, .. } | Type::Array { elem, .. }), Some(vt)) =
+                    (t(*slice), t(*value))
+                {
                     if vt != Type::Scalar(elem) {
                         errs.push(format!("`store` of {value}: {vt} into a slice of {elem}"));
                     }
@@ -644,6 +690,7 @@ impl Verifier<'_> {
                 errs.push(format!("`store` into {slice}, which is not a [mut T]"))
             }
             Some(Type::Slice { .. }) => {}
+            Some(Type::Array { .. }) if op != "load_static" => {}
             Some(ty) => errs.push(format!("`{op}` from {slice}: {ty}, not a slice")),
             None => {}
         }

@@ -127,7 +127,7 @@ fn compare(
             .iter()
             .filter_map(|a| match a {
                 Val::Slice(s) => Some(s.mutable),
-                Val::Scalar(_) => None,
+                Val::Scalar(_) | Val::Array(_) => None,
             })
             .collect();
         let r = {
@@ -140,6 +140,7 @@ fn compare(
                         let (s, &mutable) = slots.next().expect("one storage per slice");
                         s.arg(mutable)
                     }
+                    Val::Array(_) => unreachable!("no parameter is an array"),
                 })
                 .collect();
             if generic {

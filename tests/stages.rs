@@ -111,6 +111,7 @@ fn run(path: &Path, src: &str) -> Result<String, String> {
                 .map(|&k| match &args[k] {
                     Val::Scalar(c) => Ok(Arg::Scalar(*c)),
                     Val::Slice(_) => Ok(Arg::from(&slices.next().expect("stored")[..])),
+                    Val::Array(_) => Err("an array argument".to_string()),
                 })
                 .collect::<Result<_, String>>()?;
             let ir = region.entry_unit_ir(&key).map_err(|e| e.to_string())?;

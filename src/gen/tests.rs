@@ -334,6 +334,7 @@ pub fn random_args(rng: &mut Rng, params: &[Type], mem: &mut Memory) -> Vec<Val>
                     .collect();
                 mem.add(elem, data, mutable)
             }
+            Type::Array { .. } => unreachable!("no parameter is an array"),
         })
         .collect()
 }

@@ -321,6 +321,10 @@ impl Function {
             InstData::Select { args, .. } => smallvec![ty(args[0])],
             InstData::Cast { to, .. } => smallvec![Type::Scalar(*to)],
             InstData::Len { .. } => smallvec![Type::I64],
+            InstData::ArrayNew { elem, len } => smallvec![Type::Array {
+                elem: *elem,
+                len: *len
+            }],
             InstData::Load { slice, .. } | InstData::StaticLoad { slice, .. } => {
                 smallvec![ty(*slice).elem().map(Type::Scalar).unwrap_or(FALLBACK_TYPE)]
             }

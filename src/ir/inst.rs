@@ -56,7 +56,10 @@ pub enum InstData {
     /// source's signedness; `f64` to integer truncates toward zero and saturates (NaN gives
     /// 0); `bool` converts to 0/1 and an integer or float to `bool` tests `!= 0`.
     Cast { to: Scalar, arg: Value },
-    /// `len s`: the length of a slice, as `i64`.
+    /// `array.T N`: a new local array `[T; N]`, every element zero. Read and written with
+    /// `load` and `store` like a mutable slice; each execution makes a fresh array.
+    ArrayNew { elem: Scalar, len: u32 },
+    /// `len s`: the length of a slice or array, as `i64`.
     Len { arg: Value },
     /// `load s, i`: bounds-checked read of `s[i]` (`i` any integer type).
     Load { slice: Value, index: Value },
@@ -111,7 +114,7 @@ pub enum InstData {
 macro_rules! visit_operands {
     ($self:expr, $f:ident, $iter:ident) => {
         match $self {
-            InstData::Const(_) | InstData::Trap => {}
+            InstData::Const(_) | InstData::Trap | InstData::ArrayNew { .. } => {}
             InstData::Unary { arg, .. } | InstData::Cast { arg, .. } | InstData::Len { arg } => {
                 $f(arg)
             }
@@ -276,6 +279,7 @@ impl InstData {
             InstData::Select { .. } => "select",
             InstData::Cast { .. } => "cast",
             InstData::Len { .. } => "len",
+            InstData::ArrayNew { .. } => "array",
             InstData::Load { .. } => "load",
             InstData::Store { .. } => "store",
             InstData::StaticLoad { .. } => "load_static",

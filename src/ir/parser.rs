@@ -13,7 +13,7 @@
 //!           | ("neg"|"not"|"len") VALUE
 //!           | BINOP VALUE "," VALUE            (add sub mul div rem and or xor shl shr min max)
 //!           | "cmp." COND VALUE "," VALUE      (eq ne lt le gt ge)
-//!           | "select" VALUE "," VALUE "," VALUE | "cast." SCALAR VALUE
+//!           | "select" VALUE "," VALUE "," VALUE | "cast." SCALAR VALUE | "array." SCALAR INT
 //!           | ("load"|"load_static") VALUE "," VALUE | "store" VALUE "," VALUE "," VALUE
 //!           | ("call"|"call_static") NAME "(" [VALUE ("," VALUE)*] ")"
 //!           | "make_static" VALUE "as" NAME ("," VALUE "as" NAME)* [":" POLICY ("," POLICY)*]
@@ -731,6 +731,19 @@ impl Parser {
                     to,
                     arg: self.value_ref(fid, st)?,
                 }
+            }
+            "array" => {
+                let t = self.suffix(&op)?;
+                let Some(elem) = Scalar::from_name(&t) else {
+                    self.pos -= 1;
+                    return self.err(format!("unknown type `{t}`"));
+                };
+                let n = self.int()?;
+                let Ok(len) = u32::try_from(n) else {
+                    self.pos -= 1;
+                    return self.err(format!("array length {n} is out of range"));
+                };
+                InstData::ArrayNew { elem, len }
             }
             "load" | "load_static" => {
                 let [slice, index] = self.values2(fid, st)?;

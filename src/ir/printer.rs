@@ -143,6 +143,7 @@ pub fn inst_text(m: &Module, f: &Function, i: Inst) -> String {
         InstData::Cmp { op, args } => write!(s, "cmp.{} {}, {}", op.name(), args[0], args[1]),
         InstData::Select { cond, args } => write!(s, "select {cond}, {}, {}", args[0], args[1]),
         InstData::Cast { to, arg } => write!(s, "cast.{to} {arg}"),
+        InstData::ArrayNew { elem, len } => write!(s, "array.{elem} {len}"),
         InstData::Load { slice, index } | InstData::StaticLoad { slice, index } => {
             write!(s, "{name} {slice}, {index}")
         }

@@ -10,7 +10,7 @@ pub struct Ident<'s> {
     pub span: Span,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TypeExpr {
     pub ty: Type,
     pub span: Span,
@@ -77,6 +77,11 @@ pub enum StmtKind<'s> {
         mutable: bool,
         ty: Option<TypeExpr>,
         init: Expr<'s>,
+    },
+    /// `var a: [T; N];`: a local array, every element zero.
+    Array {
+        name: Ident<'s>,
+        ty: TypeExpr,
     },
     /// `x = e;` (compound assignments are desugared to this).
     Assign {

@@ -450,6 +450,14 @@ impl<'a> FnLowerer<'a> {
                     }
                 }
             }
+            StmtKind::Array { name, ty } => {
+                let Type::Array { elem, len } = ty.ty else {
+                    unreachable!("the parser makes array declarations of array types")
+                };
+                let v = self.val(InstData::ArrayNew { elem, len });
+                let id = self.declare(name, ty.ty, true)?;
+                self.write(id, v);
+            }
             StmtKind::Assign { name, value } => {
                 let id = self.lookup(name.name, name.span)?;
                 if !self.decls[id].mutable {
@@ -472,12 +480,13 @@ impl<'a> FnLowerer<'a> {
                 index,
                 value,
             } => {
-                let (sv, st) = self.value(slice, None)?;
+                let (sv, st) = self.place(slice)?;
                 let elem = match st {
                     Type::Slice {
                         elem,
                         mutable: true,
-                    } => elem,
+                    }
+                    | Type::Array { elem, .. } => elem,
                     Type::Slice { .. } => {
                         return Err(self.err(
                             slice.span,
@@ -745,6 +754,13 @@ impl<'a> FnLowerer<'a> {
                     "not found in this scope",
                 ));
             };
+            if self.vars[id].ty.is_array() {
+                return Err(self.err(
+                    v.span,
+                    format!("`{what}` of array `{}`", v.name),
+                    "an array is not a run-time constant; its elements are (when its indices are)",
+                ));
+            }
             ids.push(id);
         }
         let args: Vec<(Value, crate::ir::Var)> = ids
@@ -913,7 +929,15 @@ impl<'a> FnLowerer<'a> {
             ExprKind::Bool(b) => (self.konst(Const::Bool(*b)), Type::BOOL),
             ExprKind::Var(name) => {
                 let id = self.lookup(name, e.span)?;
-                (self.read(id), self.vars[id].ty)
+                let ty = self.vars[id].ty;
+                if ty.is_array() {
+                    return Err(self.err(
+                        e.span,
+                        format!("array `{name}` used as a value"),
+                        "an array is only indexed (`a[i]`, `a[i] = v`) or measured (`len(a)`)",
+                    ));
+                }
+                (self.read(id), ty)
             }
             ExprKind::Unary(op, inner) => {
                 let (v, t) = self.value(inner, hint)?;
@@ -986,7 +1010,11 @@ impl<'a> FnLowerer<'a> {
                 }
             }
             ExprKind::Len(inner) => {
-                let (v, t) = self.value(inner, None)?;
+                let (v, t) = self.place(inner)?;
+                if let Type::Array { len, .. } = t {
+                    let n = Const::Int(Scalar::I64, u64::from(len));
+                    return Ok(Some((self.val(InstData::Const(n)), Type::I64)));
+                }
                 if !t.is_slice() {
                     return Err(self.err(
                         inner.span,
@@ -1002,7 +1030,14 @@ impl<'a> FnLowerer<'a> {
                 index,
                 is_static,
             } => {
-                let (sv, st) = self.value(slice, None)?;
+                let (sv, st) = self.place(slice)?;
+                if *is_static && st.is_array() {
+                    return Err(self.err(
+                        e.span,
+                        "static load from an array".to_string(),
+                        "`@` reads static data; read an array's elements with `a[i]`",
+                    ));
+                }
                 let Some(elem) = st.elem() else {
                     let msg = if *is_static {
                         format!("static load from a value of type `{st}`, which is not a slice")
@@ -1031,6 +1066,18 @@ impl<'a> FnLowerer<'a> {
             }
         };
         Ok(Some(tv))
+    }
+
+    /// The slice or array an access or `len` names: an array variable is read here, the
+    /// one place where its value may be used.
+    fn place(&mut self, e: &Expr<'a>) -> LResult<(Value, Type)> {
+        match &e.kind {
+            ExprKind::Var(name) => {
+                let id = self.lookup(name, e.span)?;
+                Ok((self.read(id), self.vars[id].ty))
+            }
+            _ => self.value(e, None),
+        }
     }
 
     fn int_literal(

@@ -10,6 +10,7 @@ use super::ast::*;
 use super::diag::{Diagnostic, Span};
 use super::lexer::{Lexer, Tok, Token};
 use crate::ir::{Scalar, Type};
+use crate::verifier::MAX_ARRAY_LEN;
 
 /// Reported errors stop at this many (the rest are usually consequences).
 const MAX_ERRORS: usize = 30;
@@ -307,6 +308,28 @@ impl<'s> Parser<'s> {
         if self.eat("[") {
             let mutable = self.eat_kw("mut");
             let elem = self.scalar()?;
+            if !mutable && self.eat(";") {
+                let len_span = self.span();
+                let Tok::Int(n) = self.peek() else {
+                    return self.expected("the array's length");
+                };
+                self.bump();
+                if !(1..=u64::from(MAX_ARRAY_LEN)).contains(&n) {
+                    return self.error(
+                        len_span,
+                        format!("array length {n} is not between 1 and {MAX_ARRAY_LEN}"),
+                        "the number of elements",
+                    );
+                }
+                self.expect("]")?;
+                return Ok(TypeExpr {
+                    ty: Type::Array {
+                        elem,
+                        len: n as u32,
+                    },
+                    span: start.to(self.prev_span()),
+                });
+            }
             self.expect("]")?;
             return Ok(TypeExpr {
                 ty: Type::Slice { elem, mutable },
@@ -470,6 +493,24 @@ impl<'s> Parser<'s> {
                     } else {
                         None
                     };
+                    if let Some(t) = ty.filter(|t| t.ty.is_array()) {
+                        if k == "let" {
+                            return self.error(
+                                name.span,
+                                format!("array `{}` must be declared with `var`", name.name),
+                                "its elements are written in place",
+                            );
+                        }
+                        if !self.eat(";") {
+                            return self.expected(
+                                "`;` (an array has no initializer: its elements start at zero)",
+                            );
+                        }
+                        return Ok(Stmt {
+                            kind: StmtKind::Array { name, ty: t },
+                            span: start.to(self.prev_span()),
+                        });
+                    }
                     self.expect("=")?;
                     let init = self.expr()?;
                     self.expect(";")?;

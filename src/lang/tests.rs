@@ -139,6 +139,7 @@ fn run_all(m: &crate::ir::Module, rng: &mut Rng, what: &str) {
                     let data = (0..rng.below(6)).map(|_| small(rng, elem)).collect();
                     mem.add(elem, data, mutable)
                 }
+                Type::Array { .. } => unreachable!("no parameter is an array"),
             })
             .collect();
         let mut interp = Interpreter::new(m);

@@ -73,7 +73,8 @@ pub mod ctx {
 const _: () = assert!(ctx::FAULT_SITE % 8 == 0 && ctx::STACK_LIMIT % 8 == 0);
 const _: () = assert!(std::mem::size_of::<usize>() == 8, "64-bit targets only");
 
-/// The Cranelift parameter types of a list of our types (slices take two words).
+/// The Cranelift parameter types of a list of our types (slices take two words, arrays
+/// one per element).
 pub fn abi_types(tys: &[Type]) -> Vec<cranelift_codegen::ir::Type> {
     let mut v = Vec::new();
     for t in tys {
@@ -83,6 +84,10 @@ pub fn abi_types(tys: &[Type]) -> Vec<cranelift_codegen::ir::Type> {
                 v.push(types::I64);
                 v.push(types::I64);
             }
+            Type::Array { elem, len } => v.extend(std::iter::repeat_n(
+                crate::clif::clif_type(*elem),
+                *len as usize,
+            )),
         }
     }
     v

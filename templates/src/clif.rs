@@ -185,6 +185,12 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
                     });
                     k += 2;
                 }
+                Type::Array { elem, len } => {
+                    for _ in 0..len {
+                        out.push(CVal::Val(params[k], elem));
+                        k += 1;
+                    }
+                }
             }
         }
         out
@@ -655,6 +661,7 @@ impl Backend for ClifEmitter<'_, '_> {
                             len: r[1],
                             elem,
                         },
+                        Type::Array { .. } => unreachable!("the verifier rejects array results"),
                     }
                 } else {
                     let host = self
@@ -684,6 +691,26 @@ impl Backend for ClifEmitter<'_, '_> {
                 }
             }
         })
+    }
+
+    fn array_slot(&mut self, elem: Scalar, elems: &[CVal]) -> CVal {
+        let size = elem_size(elem);
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            (size as u32) * (elems.len() as u32).max(1),
+            size.trailing_zeros() as u8,
+        ));
+        for (k, &e) in elems.iter().enumerate() {
+            let v = self.val(e);
+            self.b
+                .ins()
+                .stack_store(types::I64, v, slot, (size * k as i64) as i32);
+        }
+        CVal::Slice {
+            ptr: self.b.ins().stack_addr(types::I64, slot, 0),
+            len: self.b.ins().iconst(types::I64, elems.len() as i64),
+            elem,
+        }
     }
 
     fn jump(&mut self, dest: ir::Block, args: &[CVal]) {

@@ -68,6 +68,10 @@ pub trait Backend {
         types: &[Type],
         loc: SrcLoc,
     ) -> Option<Self::Value>;
+    /// A fresh local array in memory holding `elems` (of type `elem`), as a mutable slice
+    /// of their number: where an array whose elements the executor keeps as values is
+    /// accessed at an index known only at run time.
+    fn array_slot(&mut self, elem: Scalar, elems: &[Self::Value]) -> Self::Value;
     /// Faults (out of bounds, with the index and the length) unless `index` (of integer
     /// type `ty`) is below the length of `slice`.
     fn bounds_check(&mut self, slice: Self::Value, index: Self::Value, ty: Scalar, loc: SrcLoc);
@@ -314,6 +318,20 @@ where
         }
     }
 
+    /// Local array `elems` stored to a fresh slot of the backend, as a slice of static
+    /// length (so constant indices below it need no check).
+    fn array_slot(&mut self, elem: Scalar, elems: &[FVal<B::Value>]) -> FVal<B::Value> {
+        let vals = self.lower_all(elems);
+        FVal::Dyn {
+            v: self.backend.array_slot(elem, &vals),
+            ty: Type::Slice {
+                elem,
+                mutable: true,
+            },
+            static_len: Some(elems.len() as u64),
+        }
+    }
+
     fn types_of(&self, b: B::Block) -> &[Type] {
         self.block_types.get(&b).map_or(&[], Vec::as_slice)
     }
@@ -327,6 +345,16 @@ where
                 static_len: None,
             })
             .collect()
+    }
+}
+
+/// A constant index below `len`, as a position.
+fn const_index<V>(index: FVal<V>, len: usize) -> Option<usize> {
+    match index {
+        FVal::Const(c) => semantics::int_value(c)
+            .and_then(|x| usize::try_from(x).ok())
+            .filter(|&k| k < len),
+        FVal::Dyn { .. } => None,
     }
 }
 
@@ -463,6 +491,45 @@ where
                 }
             }
         })
+    }
+
+    fn array_load(
+        &mut self,
+        elem: Scalar,
+        elems: &[Self::Value],
+        index: Self::Value,
+        loc: SrcLoc,
+    ) -> Self::Value {
+        if let Some(k) = const_index(index, elems.len()) {
+            return elems[k];
+        }
+        let slot = self.array_slot(elem, elems);
+        self.op(&TOp::Load, &[slot, index], loc)
+            .expect("a load has a result")
+    }
+
+    fn array_store(
+        &mut self,
+        elem: Scalar,
+        elems: &[Self::Value],
+        index: Self::Value,
+        value: Self::Value,
+        loc: SrcLoc,
+    ) -> Vec<Self::Value> {
+        if let Some(k) = const_index(index, elems.len()) {
+            let mut out = elems.to_vec();
+            out[k] = value;
+            return out;
+        }
+        let slot = self.array_slot(elem, elems);
+        self.op(&TOp::Store, &[slot, index, value], loc);
+        (0..elems.len())
+            .map(|k| {
+                let i = FVal::Const(Const::Int(Scalar::I64, k as u64));
+                self.op(&TOp::Load, &[slot, i], loc)
+                    .expect("a load has a result")
+            })
+            .collect()
     }
 
     fn jump(&mut self, dest: B::Block, args: &[Self::Value]) {

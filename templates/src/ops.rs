@@ -91,6 +91,15 @@ pub enum Const {
 }
 
 impl Const {
+    /// The zero of type `t` (`false` for `bool`): what a new local array holds.
+    pub fn zero(t: Scalar) -> Const {
+        match t {
+            Scalar::F64 => Const::F64(0.0),
+            Scalar::Bool => Const::Bool(false),
+            t => Const::Int(t, 0),
+        }
+    }
+
     pub fn ty(self) -> Scalar {
         match self {
             Const::Int(t, _) => t,

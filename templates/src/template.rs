@@ -98,6 +98,25 @@ pub trait Emitter {
     /// A dynamic operation; `None` for operations without a result.
     fn op(&mut self, op: &TOp, args: &[Self::Value], loc: SrcLoc) -> Option<Self::Value>;
 
+    /// `a[index]` of a local array whose elements (of type `elem`) are `elems`, the executor
+    /// keeping the elements as values: bounds-checked, faulting at `loc`.
+    fn array_load(
+        &mut self,
+        elem: Scalar,
+        elems: &[Self::Value],
+        index: Self::Value,
+        loc: SrcLoc,
+    ) -> Self::Value;
+    /// The elements of the local array `elems` after `a[index] = value` (bounds-checked).
+    fn array_store(
+        &mut self,
+        elem: Scalar,
+        elems: &[Self::Value],
+        index: Self::Value,
+        value: Self::Value,
+        loc: SrcLoc,
+    ) -> Vec<Self::Value>;
+
     fn jump(&mut self, dest: Self::Block, args: &[Self::Value]);
     fn brif(
         &mut self,

@@ -87,6 +87,13 @@ pub enum Type {
         elem: Scalar,
         mutable: bool,
     },
+    /// A local array `[T; N]` of a function: `len` elements, zero when declared. Only a
+    /// function's own variables have this type (no parameter, result or call argument
+    /// does); it is read and written like a mutable slice.
+    Array {
+        elem: Scalar,
+        len: u32,
+    },
 }
 
 impl Type {
@@ -97,7 +104,7 @@ impl Type {
     pub fn scalar(self) -> Option<Scalar> {
         match self {
             Type::Scalar(s) => Some(s),
-            Type::Slice { .. } => None,
+            Type::Slice { .. } | Type::Array { .. } => None,
         }
     }
 
@@ -110,11 +117,39 @@ impl Type {
     }
 
     /// Element type of a slice.
+    pub fn is_array(self) -> bool {
+        matches!(self, Type::Array { .. })
+    }
+
+    /// The element type of a slice or array.
     pub fn elem(self) -> Option<Scalar> {
         match self {
-            Type::Slice { elem, .. } => Some(elem),
+            Type::Slice { elem, .. } | Type::Array { elem, .. } => Some(elem),
             Type::Scalar(_) => None,
         }
+    }
+
+    /// The scalars a value of this type is made of where code stitched from a region
+    /// passes it between blocks and units: an array is its elements (a slice is one value).
+    pub fn flat_len(self) -> usize {
+        match self {
+            Type::Array { len, .. } => len as usize,
+            _ => 1,
+        }
+    }
+
+    /// `types` with every array replaced by its elements (see [`Type::flat_len`]).
+    pub fn flatten(types: impl IntoIterator<Item = Type>) -> Vec<Type> {
+        let mut out = Vec::new();
+        for t in types {
+            match t {
+                Type::Array { elem, len } => {
+                    out.extend(std::iter::repeat_n(Type::Scalar(elem), len as usize))
+                }
+                t => out.push(t),
+            }
+        }
+        out
     }
 }
 
@@ -142,6 +177,7 @@ impl fmt::Display for Type {
                 elem,
                 mutable: true,
             } => write!(f, "[mut {elem}]"),
+            Type::Array { elem, len } => write!(f, "[{elem}; {len}]"),
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use dyc_templates::ops::Const;
 use dyc_templates::template::{Case, Emitter, TOp};
-use dyc_templates::types::{SrcLoc, Type};
+use dyc_templates::types::{Scalar, SrcLoc, Type};
 
 use crate::ge::Block;
 
@@ -56,6 +56,25 @@ impl<E: Emitter> Emitter for Record<E> {
     }
     fn op(&mut self, op: &TOp, args: &[E::Value], loc: SrcLoc) -> Option<E::Value> {
         self.inner.op(op, args, loc)
+    }
+    fn array_load(
+        &mut self,
+        elem: Scalar,
+        elems: &[E::Value],
+        index: E::Value,
+        loc: SrcLoc,
+    ) -> E::Value {
+        self.inner.array_load(elem, elems, index, loc)
+    }
+    fn array_store(
+        &mut self,
+        elem: Scalar,
+        elems: &[E::Value],
+        index: E::Value,
+        value: E::Value,
+        loc: SrcLoc,
+    ) -> Vec<E::Value> {
+        self.inner.array_store(elem, elems, index, value, loc)
     }
     fn jump(&mut self, dest: E::Block, args: &[E::Value]) {
         self.inner.jump(dest, args)

@@ -69,6 +69,7 @@ impl Executor for WorkList {
             ops: 0,
             env_s: vec![None; prog.header.num_regs as usize],
             env_d: vec![None; prog.header.num_regs as usize],
+            env_a: vec![None; prog.header.num_regs as usize],
             touched: Vec::new(),
             stubs: Vec::new(),
             current: start,
@@ -115,6 +116,8 @@ struct Spec<'a, E: Emitter> {
     ops: usize,
     env_s: Vec<Option<SVal>>,
     env_d: Vec<Option<E::Value>>,
+    /// Local arrays: element type and the values of the elements.
+    env_a: Vec<Option<(Scalar, Vec<E::Value>)>>,
     /// Registers set while stitching the current block.
     touched: Vec<Reg>,
     /// Dispatch blocks for promotion edges of dynamic branches, filled after the current
@@ -174,6 +177,19 @@ impl<E: Emitter> Spec<'_, E> {
         self.touched.push(r);
     }
 
+    fn set_a(&mut self, r: Reg, elem: Scalar, elems: Vec<E::Value>) {
+        self.env_a[r.index()] = Some((elem, elems));
+        self.touched.push(r);
+    }
+
+    /// The elements of local array `r`.
+    fn array(&self, r: Reg) -> Result<&[E::Value], SpecError> {
+        match self.env_a.get(r.index()).and_then(Option::as_ref) {
+            Some((_, elems)) => Ok(elems),
+            None => internal(format!("array {r} read before it was made")),
+        }
+    }
+
     fn switch_to(&mut self, b: E::Block) {
         self.em.switch_to_block(b);
     }
@@ -220,6 +236,7 @@ impl<E: Emitter> Spec<'_, E> {
         for r in self.touched.drain(..) {
             self.env_s[r.index()] = None;
             self.env_d[r.index()] = None;
+            self.env_a[r.index()] = None;
         }
         let nregs = sb.key_regs().count();
         if nregs != key.len() {
@@ -236,8 +253,18 @@ impl<E: Emitter> Spec<'_, E> {
         self.em.note_copy(res, b.as_u32(), &context);
         self.switch_to(res);
         let params = self.em.block_params(res);
-        for ((r, _), v) in sb.dyn_inputs().zip(params) {
-            self.set_d(r, v);
+        let mut params = params.into_iter();
+        for (r, ty) in sb.dyn_inputs() {
+            match ty {
+                Type::Array { elem, len } => {
+                    let elems: Vec<E::Value> = params.by_ref().take(len as usize).collect();
+                    self.set_a(r, elem, elems);
+                }
+                _ => match params.next() {
+                    Some(v) => self.set_d(r, v),
+                    None => return internal(format!("{}: too few block parameters", sb.name)),
+                },
+            }
         }
         for op in &sb.ops {
             self.ops += 1;
@@ -270,6 +297,39 @@ impl<E: Emitter> Spec<'_, E> {
                 Op::Lift { dst, src } => {
                     let v = self.operand(*src)?;
                     self.set_d(*dst, v);
+                }
+                Op::ArrayNew { dst, elem, len } => {
+                    let zero = self.em.constant(Const::zero(*elem));
+                    self.set_a(*dst, *elem, vec![zero; *len as usize]);
+                }
+                Op::ArrayLoad {
+                    dst,
+                    arr,
+                    index,
+                    loc,
+                } => {
+                    let i = self.operand(*index)?;
+                    let Some((elem, elems)) = self.env_a.get(arr.index()).and_then(Option::as_ref)
+                    else {
+                        return internal(format!("array {arr} read before it was made"));
+                    };
+                    let v = self.em.array_load(*elem, elems, i, *loc);
+                    self.set_d(*dst, v);
+                }
+                Op::ArrayStore {
+                    arr,
+                    index,
+                    value,
+                    loc,
+                } => {
+                    let i = self.operand(*index)?;
+                    let v = self.operand(*value)?;
+                    let Some((elem, elems)) =
+                        self.env_a.get_mut(arr.index()).and_then(Option::as_mut)
+                    else {
+                        return internal(format!("array {arr} read before it was made"));
+                    };
+                    *elems = self.em.array_store(*elem, elems, i, v, *loc);
                 }
             }
         }
@@ -480,8 +540,12 @@ impl<E: Emitter> Spec<'_, E> {
         for &r in &tb.static_live_in {
             inputs.live.push(self.get_s(r)?);
         }
-        for &(r, _) in &tb.dyn_live_in {
-            inputs.args.push(self.operand(Operand::Dyn(r))?);
+        for &(r, ty) in &tb.dyn_live_in {
+            if ty.is_array() {
+                inputs.args.extend_from_slice(self.array(r)?);
+            } else {
+                inputs.args.push(self.operand(Operand::Dyn(r))?);
+            }
         }
         Ok(inputs)
     }
@@ -523,17 +587,23 @@ impl<E: Emitter> Spec<'_, E> {
         inputs: &[E::Value],
     ) -> Result<(), SpecError> {
         let tb = &self.prog.blocks[b];
-        let order: Vec<Reg> = tb.dyn_inputs().map(|(r, _)| r).collect();
+        // The register of each input value (arrays give one value per element).
+        let order: Vec<Option<Reg>> = tb
+            .dyn_inputs()
+            .flat_map(|(r, t)| std::iter::repeat_n((!t.is_array()).then_some(r), t.flat_len()))
+            .collect();
         let promoted: Vec<E::Value> = tb
             .promote
             .iter()
-            .map(|&(src, _)| match order.iter().position(|&r| r == src) {
-                Some(k) => Ok(inputs[k]),
-                None => internal(format!(
-                    "promoted variable {src} is not an input of {}",
-                    tb.name
-                )),
-            })
+            .map(
+                |&(src, _)| match order.iter().position(|&r| r == Some(src)) {
+                    Some(k) => Ok(inputs[k]),
+                    None => internal(format!(
+                        "promoted variable {src} is not an input of {}",
+                        tb.name
+                    )),
+                },
+            )
             .collect::<Result<_, _>>()?;
         let site = Site {
             block: b,

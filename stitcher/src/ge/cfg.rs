@@ -74,6 +74,23 @@ pub enum Op {
     },
     /// A dynamic copy of an operand (`make_dynamic`, or a copy of a dynamic value).
     Lift { dst: Reg, src: Operand },
+    /// A new local array `[elem; len]`, every element zero. The executor keeps a local
+    /// array's elements as values (see the module documentation of [`crate::ge`]).
+    ArrayNew { dst: Reg, elem: Scalar, len: u32 },
+    /// `dst = arr[index]`: no code when the index is static and in bounds.
+    ArrayLoad {
+        dst: Reg,
+        arr: Reg,
+        index: Operand,
+        loc: SrcLoc,
+    },
+    /// `arr[index] = value`: no code when the index is static and in bounds.
+    ArrayStore {
+        arr: Reg,
+        index: Operand,
+        value: Operand,
+        loc: SrcLoc,
+    },
 }
 
 /// A branch target: a block and the arguments for its parameters.
@@ -170,9 +187,10 @@ impl BlockData {
             .chain(self.dyn_live_in.iter().copied())
     }
 
-    /// The types of [`BlockData::dyn_inputs`].
+    /// The types of the values a copy of the block receives: those of
+    /// [`BlockData::dyn_inputs`], each array replaced by its elements.
     pub fn input_types(&self) -> Vec<Type> {
-        self.dyn_inputs().map(|(_, t)| t).collect()
+        Type::flatten(self.dyn_inputs().map(|(_, t)| t))
     }
 
     /// The source position of the block's first located operation (unknown if none).
@@ -180,8 +198,11 @@ impl BlockData {
         self.ops
             .iter()
             .filter_map(|op| match op {
-                Op::Setup { loc, .. } | Op::Emit { loc, .. } => Some(*loc),
-                Op::Lift { .. } => None,
+                Op::Setup { loc, .. }
+                | Op::Emit { loc, .. }
+                | Op::ArrayLoad { loc, .. }
+                | Op::ArrayStore { loc, .. } => Some(*loc),
+                Op::Lift { .. } | Op::ArrayNew { .. } => None,
             })
             .find(|l| l.is_known())
             .unwrap_or_default()

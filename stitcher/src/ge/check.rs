@@ -264,6 +264,21 @@ pub fn check_cfg(p: &StitchProgram) -> Result<(), CheckErrors> {
                     c.operand(&env, *src, "lifted operand");
                     c.def_dyn(&mut env, *dst);
                 }
+                Op::ArrayNew { dst, .. } => c.def_dyn(&mut env, *dst),
+                Op::ArrayLoad {
+                    dst, arr, index, ..
+                } => {
+                    c.use_dyn(&env, *arr, "array");
+                    c.operand(&env, *index, "index");
+                    c.def_dyn(&mut env, *dst);
+                }
+                Op::ArrayStore {
+                    arr, index, value, ..
+                } => {
+                    c.use_dyn(&env, *arr, "array");
+                    c.operand(&env, *index, "index");
+                    c.operand(&env, *value, "stored value");
+                }
             }
         }
         let edge = |c: &mut Checker, e: &Edge| {

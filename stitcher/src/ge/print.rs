@@ -198,6 +198,19 @@ pub fn print_cfg(p: &StitchProgram) -> String {
                     loc: l,
                 } => emit_text(*dst, op, args, *l),
                 Op::Lift { dst, src } => format!("d {dst} = lift {src}"),
+                Op::ArrayNew { dst, elem, len } => format!("d {dst} = array.{elem} {len}"),
+                Op::ArrayLoad {
+                    dst,
+                    arr,
+                    index,
+                    loc: l,
+                } => format!("d {dst} = aload {arr}[{index}]{}", loc(*l)),
+                Op::ArrayStore {
+                    arr,
+                    index,
+                    value,
+                    loc: l,
+                } => format!("astore {arr}[{index}] = {value}{}", loc(*l)),
             };
             let _ = writeln!(s, "    {line}");
         }

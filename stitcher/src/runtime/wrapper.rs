@@ -60,6 +60,7 @@ pub(crate) fn define(
                     args.push(b.ins().load(types::I64, flags(), argp, 8 * k + 8));
                     k += 2;
                 }
+                Type::Array { .. } => unreachable!("the verifier rejects array parameters"),
             }
         }
         let call = b.ins().call(callee, &args);
