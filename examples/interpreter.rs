@@ -74,7 +74,9 @@ fn assemble(prog: &[I]) -> Vec<i64> {
 }
 
 /// The same interpreter in plain Rust.
-fn interpret(code: &[i64], regs: &mut [i64], mem: &mut [i64]) -> i64 {
+fn interpret(code: &[i64], n: i64, mem: &mut [i64]) -> i64 {
+    let mut regs = [0i64; 8];
+    regs[0] = n;
     let mut pc = 0usize;
     loop {
         let (op, a, b, c) = (code[pc], code[pc + 1], code[pc + 2], code[pc + 3]);
@@ -329,16 +331,16 @@ fn main() {
     let mut per_inst = Vec::new();
     for b in benches() {
         let code = &b.code;
-        let fresh = || (vec![b.n, 0, 0, 0, 0, 0, 0, 0], vec![0i64; b.mem.max(1)]);
+        let fresh = || vec![0i64; b.mem.max(1)];
         let (r_interp, t_interp) = time(runs, || {
-            let (mut regs, mut mem) = fresh();
-            interpret(code, &mut regs, &mut mem)
+            let mut mem = fresh();
+            interpret(code, b.n, &mut mem)
         });
         let (r_generic, t_generic) = time(runs, || {
-            let (mut regs, mut mem) = fresh();
+            let mut mem = fresh();
             let mut args = [
                 Arg::from(&code[..]),
-                Arg::from(&mut regs[..]),
+                Arg::from(b.n),
                 Arg::from(&mut mem[..]),
             ];
             generic
@@ -353,8 +355,8 @@ fn main() {
             .expect("specializes");
         let t_spec = t.elapsed().as_secs_f64();
         let (r_spec, t_specialized) = time(runs, || {
-            let (mut regs, mut mem) = fresh();
-            let mut args = [Arg::from(&mut regs[..]), Arg::from(&mut mem[..])];
+            let mut mem = fresh();
+            let mut args = [Arg::from(b.n), Arg::from(&mut mem[..])];
             spec.call(&mut args)
                 .expect("runs")
                 .and_then(|c| c.as_i64())

@@ -25,14 +25,11 @@ fn runs_the_bytecode_example() {
         "examples/bytecode.dyc",
         "run",
         SUM_PROGRAM,
-        "[100,0,0,0,0,0,0,0]",
+        "100",
         "[]",
     ]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        out,
-        "5050\nargument 1 after the call: [100, 5050, 101, 1, 0, 0, 0, 0]\nargument 2 after the call: []\n"
-    );
+    assert_eq!(out, "5050\nargument 2 after the call: []\n");
     assert!(err.contains("interpreted"), "{err}");
 }
 
@@ -40,33 +37,26 @@ fn runs_the_bytecode_example() {
 fn indirect_jump_in_the_bytecode_example() {
     // r1 = 12; JMPR r1 -> pc 12: r2 = 5; HALT r2. The slot at 8 would trap.
     let program = "[1,1,12,0, 7,1,0,0, 9,0,0,0, 1,2,5,0, 0,2,0,0]";
-    let (code, out, err) = dyc(&[
-        "run",
-        "examples/bytecode.dyc",
-        "run",
-        program,
-        "[0,0,0]",
-        "[]",
-    ]);
+    let (code, out, err) = dyc(&["run", "examples/bytecode.dyc", "run", program, "0", "[]"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("5\n"), "{out}");
 }
 
 #[test]
 fn runtime_errors_exit_with_status_1_and_a_location() {
-    // HALT r9 with 3 registers: out of bounds.
+    // HALT r9 with 8 registers: out of bounds.
     let (code, out, err) = dyc(&[
         "run",
         "examples/bytecode.dyc",
         "run",
         "[0,9,0,0]",
-        "[0,0,0]",
+        "0",
         "[]",
     ]);
     assert_eq!(code, 1);
     assert_eq!(out, "");
     assert!(
-        err.contains("runtime error: index 9 out of bounds for length 3 in fn run at"),
+        err.contains("runtime error: index 9 out of bounds for length 8 in fn run at"),
         "{err}"
     );
 }
@@ -76,11 +66,11 @@ fn check_ir_and_analyze() {
     assert_eq!(dyc(&["check", "examples/bytecode.dyc"]).1, "ok\n");
     let (code, printed, _) = dyc(&["ir", "examples/bytecode.dyc"]);
     assert_eq!(code, 0);
-    assert!(printed.starts_with("fn run([i64], [mut i64], [mut i64]) -> i64 {\n"));
+    assert!(printed.starts_with("fn run([i64], i64, [mut i64]) -> i64 {\n"));
     let (code, analyzed, _) = dyc(&["analyze", "examples/bytecode.dyc"]);
     assert_eq!(code, 0);
     assert!(
-        analyzed.contains("block1(v7: i64 as pc):  ; idom block0, loop depth 1 (header block1)"),
+        analyzed.contains("block1(v9: i64 as pc):  ; idom block0, loop depth 1 (header block1)"),
         "{analyzed}"
     );
 }
@@ -168,12 +158,16 @@ fn spec_prints_the_residual_program_and_runs_it() {
         "examples/bytecode.dyc",
         "run",
         SUM_PROGRAM,
-        "[10,0,0,0,0,0,0,0]",
+        "10",
         "[]",
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("fn run$spec("), "{out}");
     assert!(!out.contains("load_static"), "static loads are gone: {out}");
+    assert!(
+        !out.contains("load ") && !out.contains("store "),
+        "the registers are values, not memory: {out}"
+    );
     assert!(out.ends_with("result: 55\n"), "{out}");
 }
 

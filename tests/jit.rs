@@ -212,11 +212,10 @@ fn threads_specialize_and_call_one_region_with_overlapping_keys() {
                     // the interpreter never reads), and distinct dynamic inputs.
                     let prog = sum((k + t) % 4);
                     let n = 10 * (k % 7) + t + 1;
-                    let mut regs = [n, 0, 0, 0, 0, 0, 0, 0];
                     let r = region
                         .call(&mut [
                             Arg::from(&prog[..]),
-                            Arg::from(&mut regs[..]),
+                            Arg::from(n),
                             Arg::from(&mut [0i64][..]),
                         ])
                         .expect("runs")
@@ -257,10 +256,9 @@ fn promotions_stitch_targets_lazily_from_many_threads() {
             std::thread::spawn(move || {
                 for k in 0..30i64 {
                     let target = (k + t) % 6;
-                    let mut regs = [target, 0, 0, 0, 0];
                     let r = region.call(&mut [
                         Arg::from(&prog[..]),
-                        Arg::from(&mut regs[..]),
+                        Arg::from(target),
                         Arg::from(&mut [0i64][..]),
                     ]);
                     assert_eq!(

@@ -758,7 +758,7 @@ impl<'a> FnLowerer<'a> {
                 return Err(self.err(
                     v.span,
                     format!("`{what}` of array `{}`", v.name),
-                    "an array is not a run-time constant; its elements are (when its indices are)",
+                    "an array cannot be a run-time constant",
                 ));
             }
             ids.push(id);

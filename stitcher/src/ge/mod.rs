@@ -55,23 +55,27 @@
 //! every register is defined once; in the linearized form registers are variables of the
 //! setup code, redefined by each copy of a block.
 //!
-//! # Local arrays (the representation the local-array work will use)
+//! # Local arrays
 //!
-//! A fixed-size local array `[T; N]` of the region is a **partially static aggregate**
-//! while stitching: an array register holds, per element, either a static value or a
-//! dynamic variable (an *element register*), plus whether the array is *materialized*.
-//! - Declaration: `ArrayNew { arr, elem, len }` makes every element the static zero.
-//! - A read or write whose index is static and in bounds (`ArrayGet`/`ArraySet` with a
-//!   static index) touches one element register: no memory access, no bounds check in the
-//!   code. A static index out of bounds faults like a static load.
-//! - A read or write with a dynamic index needs memory: `Materialize { arr }` emits a stack
-//!   slot of `N` elements, stores the elements that are not yet in memory, and from then
-//!   on the array lives in memory (dynamic loads and stores with bounds checks) until a
-//!   block boundary, where the element registers are reloaded when later accesses are
-//!   static again.
-//! - Across block copies, the element registers of a live array are part of the copy's
-//!   inputs: static elements join its key, dynamic elements its dynamic inputs; only live
-//!   elements cross unit boundaries.
+//! A local array `[T; N]` of the region is a dynamic register whose **elements the
+//! executor keeps as values** while stitching (they are never memory unless an access
+//! needs it):
+//! - `ArrayNew { dst, elem, len }` binds every element to the constant zero;
+//! - `ArrayLoad` and `ArrayStore` hand the elements, the index and the value to the
+//!   emitter ([`dyc_templates::template::Emitter::array_load`] and `array_store`). Through
+//!   the fold layer, a constant index in bounds (a static index, the common case of an
+//!   interpreter's register file) is no code at all: a read is the element's value, a
+//!   write rebinds the element. A constant index out of bounds faults when the code runs,
+//!   like a static load. An index known only at run time stores the elements to a fresh
+//!   stack slot, does a bounds-checked load or store there, and (after a store) reloads the
+//!   elements: always correct, and the array is back in values for the accesses after it;
+//! - across block copies and unit boundaries a live array is its elements: a copy's inputs
+//!   ([`BlockData::input_types`]) list one value per element, so elements flow as block
+//!   parameters within a unit and as arguments into promotion continuations.
+//!
+//! Static elements are not part of a copy's key: an element holding a constant is passed
+//! as a value (the fold layer keeps constants it can see within a block). All elements of
+//! a live array cross, live or not.
 //!
 //! # Values shared by executors, backends and the API
 //!
