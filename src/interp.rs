@@ -317,20 +317,9 @@ impl<'m> Interpreter<'m> {
             Some(Val::Array(k)) if (k as usize) < frame.arrays.len() => Some(k as usize),
             _ => None,
         };
-        let index = |frame: &Frame, k: usize, i: Value| -> Result<usize, ErrorKind> {
-            let len = frame.arrays[k].len();
-            let idx = match val(frame, i) {
-                Some(Val::Scalar(c)) => semantics::int_value(c),
-                _ => None,
-            }
-            .ok_or_else(|| ErrorKind::Internal("non-integer index".into()))?;
-            if idx < 0 || idx >= len as i128 {
-                return Err(ErrorKind::OutOfBounds {
-                    index: idx,
-                    len: len as u64,
-                });
-            }
-            Ok(idx as usize)
+        let index = |frame: &Frame, k: usize, i: Value| match val(frame, i) {
+            Some(Val::Scalar(c)) => checked_index(c, frame.arrays[k].len()),
+            _ => Err(ErrorKind::Internal("non-integer index".into())),
         };
         let (result, v) = match f.insts[inst] {
             InstData::ArrayNew { elem, len } => {
@@ -416,17 +405,8 @@ impl<'m> Interpreter<'m> {
             Fault::DivisionByZero => ErrorKind::DivisionByZero,
             Fault::IllTyped => ErrorKind::Internal("ill-typed operands".into()),
         };
-        let index = |s: SliceRef, i: Value, mem: &Memory| -> Result<usize, ErrorKind> {
-            let len = mem.bufs[s.buf].data.len();
-            let idx = semantics::int_value(scalar(i)?)
-                .ok_or_else(|| ErrorKind::Internal("non-integer index".into()))?;
-            if idx < 0 || idx >= len as i128 {
-                return Err(ErrorKind::OutOfBounds {
-                    index: idx,
-                    len: len as u64,
-                });
-            }
-            Ok(idx as usize)
+        let index = |s: SliceRef, i: Value, mem: &Memory| {
+            checked_index(scalar(i)?, mem.bufs[s.buf].data.len())
         };
         let result: Vec<Val> = match &f.insts[inst] {
             InstData::Const(c) => vec![Val::Scalar(*c)],
@@ -721,6 +701,19 @@ pub fn format_scalar(c: Const) -> String {
         Const::F64(x) => format!("{x:?}"),
         Const::Bool(b) => b.to_string(),
     }
+}
+
+/// Integer `i` as a position below `len`, or the out-of-bounds fault.
+fn checked_index(i: Const, len: usize) -> Result<usize, ErrorKind> {
+    let idx =
+        semantics::int_value(i).ok_or_else(|| ErrorKind::Internal("non-integer index".into()))?;
+    if idx < 0 || idx >= len as i128 {
+        return Err(ErrorKind::OutOfBounds {
+            index: idx,
+            len: len as u64,
+        });
+    }
+    Ok(idx as usize)
 }
 
 /// Formats a value; slices show their contents.
