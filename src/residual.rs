@@ -361,7 +361,10 @@ pub fn run(
                 });
                 key.push(SVal::Slice(k as u32));
             }
-            _ => return Err(ResidualError::Internal("a key argument is missing".into())),
+            Some(Val::Array(_)) => {
+                return Err(ResidualError::Internal("a key argument is an array".into()))
+            }
+            None => return Err(ResidualError::Internal("a key argument is missing".into())),
         }
     }
     let callees: Vec<Callee> = prog

@@ -92,8 +92,13 @@ fn on_chain(inner: Option<usize>, l: usize, parent: impl Fn(usize) -> Option<usi
 
 /// Finds the loops of `g` reachable from `root`.
 pub fn find_loops(g: &Graph, root: usize) -> DenseForest {
-    let dfs = DfsOrder::compute(g, root);
-    reducible_loops(g, &dfs).unwrap_or_else(|| steensgaard_loops(g, root, &dfs))
+    forest_of(g, root, &DfsOrder::compute(g, root))
+}
+
+/// The forest, given the depth-first search from `root`: the union-find construction, or
+/// Steensgaard's when it finds a side entrance.
+fn forest_of(g: &Graph, root: usize, dfs: &DfsOrder) -> DenseForest {
+    reducible_loops(g, dfs).unwrap_or_else(|| steensgaard_loops(g, root, dfs))
 }
 
 /// Reverse post-order numbers (`usize::MAX` for unreachable nodes).
@@ -339,7 +344,7 @@ impl LoopForest {
     pub fn compute(cfg: &ControlFlowGraph) -> LoopForest {
         let g = cfg.graph();
         let dfs = DfsOrder::compute(g, 0);
-        let dense = reducible_loops(g, &dfs).unwrap_or_else(|| steensgaard_loops(g, 0, &dfs));
+        let dense = forest_of(g, 0, &dfs);
         let mut loops: Vec<Loop> = dense
             .loops
             .iter()

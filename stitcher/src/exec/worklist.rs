@@ -258,6 +258,9 @@ impl<E: Emitter> Spec<'_, E> {
             match ty {
                 Type::Array { elem, len } => {
                     let elems: Vec<E::Value> = params.by_ref().take(len as usize).collect();
+                    if elems.len() != len as usize {
+                        return internal(format!("{}: too few block parameters", sb.name));
+                    }
                     self.set_a(r, elem, elems);
                 }
                 _ => match params.next() {
