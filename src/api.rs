@@ -843,6 +843,8 @@ pub(crate) mod tests {
         pub keyed: usize,
         /// Compiled runs that ended on a budget (not compared).
         pub budget: usize,
+        /// Compiled runs compared of functions that declare a local array.
+        pub arrays: usize,
     }
 
     /// Runs every function of `m` on `inputs` random inputs in the interpreter and as
@@ -872,6 +874,10 @@ pub(crate) mod tests {
             if !region.key_params().is_empty() {
                 tally.keyed += 1;
             }
+            let has_array = f
+                .insts
+                .values()
+                .any(|d| matches!(d, crate::ir::InstData::ArrayNew { .. }));
             for _ in 0..inputs {
                 let mut mem = Memory::default();
                 let args = crate::gen::tests::random_args(rng, &f.sig.params, &mut mem);
@@ -912,6 +918,7 @@ pub(crate) mod tests {
                         crate::ir::printer::print_module(m)
                     );
                     tally.compared += 1;
+                    tally.arrays += usize::from(has_array);
                 }
             }
         }
@@ -923,7 +930,7 @@ pub(crate) mod tests {
     /// (kind and position) and memory.
     #[test]
     fn compiled_code_agrees_with_the_interpreter_on_random_programs() {
-        let (mut compared, mut keyed, mut budget) = (0, 0, 0);
+        let (mut compared, mut keyed, mut budget, mut arrays) = (0, 0, 0, 0);
         for seed in 0..cases(300) {
             let _seed = crate::gen::SeedGuard(seed);
             let mut rng = Rng::new(seed);
@@ -932,10 +939,17 @@ pub(crate) mod tests {
             compared += t.compared;
             keyed += t.keyed;
             budget += t.budget;
+            arrays += t.arrays;
         }
         let total = cases(300) as usize;
         assert!(compared >= 2 * total, "only {compared} runs compared");
-        println!("{compared} compared, {budget} over budget, {keyed} keyed regions");
+        println!(
+            "{compared} compared ({arrays} with local arrays), {budget} over budget, {keyed} keyed regions"
+        );
+        assert!(
+            arrays * 5 >= compared,
+            "only {arrays} of {compared} runs compared had local arrays"
+        );
         // Most runs are compared: budget errors stay a small minority.
         assert!(
             budget * 10 <= compared,

@@ -6,8 +6,10 @@
 //! parameters carrying source variables, and its bodies are filled in reverse post-order
 //! with random instructions over the values that dominate them, so the result verifies by
 //! construction. Every instruction kind appears: constants, arithmetic on every type,
-//! comparisons, selects, casts, `len`, loads, stores, static loads, calls (module, pure
-//! and impure host, static), `make_static` with policies and `make_dynamic`.
+//! comparisons, selects, casts, `len`, loads, stores, static loads, local arrays (declared
+//! in any block, read and written at constant, in-range, out-of-range and computed
+//! indices), calls (module, pure and impure host, static), `make_static` with policies and
+//! `make_dynamic`.
 
 use cranelift_entity::{EntityRef, SecondaryMap};
 
@@ -311,8 +313,25 @@ impl Gen<'_> {
         v
     }
 
+    /// An index into an array of `len` elements: mostly a constant in range, sometimes one
+    /// just out of range, sometimes an integer computed by the program.
+    fn array_index(&mut self, b: Block, pool: &mut Vec<Value>, len: usize) -> Value {
+        let ints = self.of_type(pool, Type::is_int);
+        if !ints.is_empty() && self.rng.chance(25) {
+            return *self.rng.pick(&ints);
+        }
+        let k = if self.rng.chance(90) {
+            self.rng.below(len.min(8)) as i64
+        } else {
+            *self.rng.pick(&[-1, len as i64])
+        };
+        let v = self.f.iconst(b, Scalar::I64, k);
+        pool.push(v);
+        v
+    }
+
     fn random_inst(&mut self, b: Block, pool: &mut Vec<Value>) {
-        let data = match self.rng.below(16) {
+        let data = match self.rng.below(19) {
             0 | 1 => {
                 let s = random_scalar(self.rng);
                 let v = self.constant(b, s);
@@ -363,10 +382,11 @@ impl Gen<'_> {
                 }
             }
             7 => {
-                if pool.is_empty() {
+                let cands = self.of_type(pool, |t| !t.is_array());
+                if cands.is_empty() {
                     return;
                 }
-                let a = *self.rng.pick(pool);
+                let a = *self.rng.pick(&cands);
                 let ty = self.f.value_type(a);
                 let Some(bv) = self.value_of(b, pool, ty).or(Some(a)) else {
                     return;
@@ -388,7 +408,7 @@ impl Gen<'_> {
                 }
             }
             9 => {
-                let cands = self.of_type(pool, Type::is_slice);
+                let cands = self.of_type(pool, |t| t.is_slice() || t.is_array());
                 if cands.is_empty() {
                     return;
                 }
@@ -461,13 +481,14 @@ impl Gen<'_> {
                 return;
             }
             14 => {
-                if pool.is_empty() {
+                let cands = self.of_type(pool, |t| !t.is_array());
+                if cands.is_empty() {
                     return;
                 }
                 let mut args = Vec::new();
                 let mut names: Vec<&str> = VAR_NAMES.to_vec();
                 for _ in 0..1 + self.rng.below(2) {
-                    let v = *self.rng.pick(pool);
+                    let v = *self.rng.pick(&cands);
                     let name = names.remove(self.rng.below(names.len()));
                     args.push((v, self.f.var(name)));
                 }
@@ -489,11 +510,40 @@ impl Gen<'_> {
                     policies,
                 }
             }
-            _ => {
-                if pool.is_empty() {
+            16 => {
+                let elem = random_scalar(self.rng);
+                let len = *self.rng.pick(&[1, 2, 4, 8, 8, 16, 256]);
+                InstData::ArrayNew { elem, len }
+            }
+            17 | 18 => {
+                let arrays = self.of_type(pool, Type::is_array);
+                if arrays.is_empty() {
                     return;
                 }
-                let v = *self.rng.pick(pool);
+                let array = *self.rng.pick(&arrays);
+                let ty = self.f.value_type(array);
+                let index = self.array_index(b, pool, ty.flat_len());
+                if self.rng.chance(50) {
+                    InstData::Load {
+                        slice: array,
+                        index,
+                    }
+                } else {
+                    let elem = ty.elem().expect("array");
+                    let value = self.value_of(b, pool, Type::Scalar(elem)).expect("scalar");
+                    InstData::Store {
+                        slice: array,
+                        index,
+                        value,
+                    }
+                }
+            }
+            _ => {
+                let cands = self.of_type(pool, |t| !t.is_array());
+                if cands.is_empty() {
+                    return;
+                }
+                let v = *self.rng.pick(&cands);
                 let var = self.f.var(VAR_NAMES[self.rng.below(VAR_NAMES.len())]);
                 InstData::MakeDynamic {
                     args: vec![(v, var)].into(),

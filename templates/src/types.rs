@@ -116,7 +116,7 @@ impl Type {
         matches!(self, Type::Slice { .. })
     }
 
-    /// Element type of a slice.
+    /// Whether this is a local array type `[T; N]`.
     pub fn is_array(self) -> bool {
         matches!(self, Type::Array { .. })
     }
