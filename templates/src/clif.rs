@@ -20,7 +20,7 @@
 //! **Services** the code needs from the runtime (fault sites, callees, the promotion
 //! callback, host calls, `fmod`) come through [`Hooks`].
 
-use cranelift_codegen::entity::EntitySet;
+use cranelift_codegen::entity::{EntitySet, SecondaryMap};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
     self, types, BlockArg, FuncRef, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind,
@@ -496,18 +496,60 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
         }
     }
 
-    /// The address of element `i` of slice `s` (the fold layer has checked the bounds).
-    fn element(&mut self, s: CVal, i: CVal) -> (ir::Value, Scalar) {
-        let (ptr, elem) = match s {
-            CVal::Slice { ptr, elem, .. } => (ptr, elem),
-            CVal::StaticSlice { ptr, elem, .. } => {
-                (self.b.ins().iconst(types::I64, ptr as i64), elem)
-            }
+    /// The address of element `i` of slice `s` (the fold layer has checked the bounds), as
+    /// a base and a constant offset: a constant index (put in code by the fold layer)
+    /// becomes the offset, and a static slice's address then folds into the base.
+    fn element(&mut self, s: CVal, i: CVal) -> (ir::Value, i32, Scalar) {
+        let elem = match s {
+            CVal::Slice { elem, .. } | CVal::StaticSlice { elem, .. } => elem,
             other => panic!("not a slice: {other:?}"),
         };
-        let idx = self.index64(i);
-        let off = self.b.ins().imul_imm_s(idx, elem_size(elem));
-        (self.b.ins().iadd(ptr, off), elem)
+        let size = elem_size(elem);
+        let offset = match i {
+            CVal::Val(v, t) => self
+                .iconst_of(v, t)
+                .and_then(|k| k.checked_mul(size))
+                .and_then(|o| i32::try_from(o).ok()),
+            _ => None,
+        };
+        let base = match (s, offset) {
+            (CVal::StaticSlice { ptr, .. }, Some(o)) => {
+                let a = (ptr as i64).wrapping_add(i64::from(o));
+                return (self.b.ins().iconst(types::I64, a), 0, elem);
+            }
+            (CVal::StaticSlice { ptr, .. }, None) => self.b.ins().iconst(types::I64, ptr as i64),
+            (CVal::Slice { ptr, .. }, _) => ptr,
+            _ => unreachable!("checked above"),
+        };
+        match offset {
+            Some(o) => (base, o, elem),
+            None => {
+                let idx = self.index64(i);
+                let off = self.b.ins().imul_imm_s(idx, size);
+                (self.b.ins().iadd(base, off), 0, elem)
+            }
+        }
+    }
+
+    /// The value of `v` (of integer type `t`) as [`Self::index64`] widens it, if an
+    /// `iconst` defines it.
+    fn iconst_of(&self, v: ir::Value, t: Scalar) -> Option<i64> {
+        let inst = self.b.func.dfg.value_def(v).inst()?;
+        match self.b.func.dfg.insts[inst] {
+            ir::InstructionData::UnaryImm {
+                opcode: ir::Opcode::Iconst,
+                imm,
+            } => {
+                let shift = 64 - self.b.func.dfg.value_type(v).bits();
+                let x = imm.bits() << shift;
+                Some(if t.is_signed() {
+                    x >> shift
+                } else {
+                    ((x as u64) >> shift) as i64
+                })
+            }
+            _ => None,
+        }
     }
 }
 
@@ -613,13 +655,16 @@ impl Backend for ClifEmitter<'_, '_> {
                 other => panic!("len of {other:?}"),
             },
             TOp::Load => {
-                let (addr, elem) = self.element(args[0], args[1]);
-                CVal::Val(self.b.ins().load(clif_type(elem), TRUSTED(), addr, 0), elem)
+                let (addr, offset, elem) = self.element(args[0], args[1]);
+                CVal::Val(
+                    self.b.ins().load(clif_type(elem), TRUSTED(), addr, offset),
+                    elem,
+                )
             }
             TOp::Store => {
-                let (addr, _) = self.element(args[0], args[1]);
+                let (addr, offset, _) = self.element(args[0], args[1]);
                 let v = self.val(args[2]);
-                self.b.ins().store(TRUSTED(), v, addr, 0);
+                self.b.ins().store(TRUSTED(), v, addr, offset);
                 return None;
             }
             TOp::Call { callee, ret } => {
@@ -852,6 +897,80 @@ impl Backend for ClifEmitter<'_, '_> {
 
     fn promote_miss(&mut self, _site: u32, _promoted: &[CVal]) {
         unreachable!("machine code leaves the unit at promotions")
+    }
+}
+
+/// Merges every block whose only predecessor ends in an unconditional jump to it into
+/// that predecessor: the jump's arguments replace the block's parameters (as aliases)
+/// and its instructions move up. Stitching copies one template per static block, so
+/// chains of blocks that a single path runs through (straight-line code, static
+/// branches, region-entry and promotion glue) become one block, with no jumps and no
+/// parameters between them. Linear in the function's size.
+pub fn merge_jump_chains(func: &mut ir::Function) {
+    let Some(entry) = func.layout.entry_block() else {
+        return;
+    };
+    // Predecessor counts, and the blocks reachable from the entry in depth-first order
+    // (only those merge: in an unreachable cycle a block may pass its own parameter).
+    let mut preds: SecondaryMap<ir::Block, u32> = SecondaryMap::new();
+    let mut reached: EntitySet<ir::Block> = EntitySet::new();
+    let mut blocks = Vec::new();
+    let mut stack = vec![entry];
+    reached.insert(entry);
+    while let Some(block) = stack.pop() {
+        blocks.push(block);
+        let Some(term) = func.layout.last_inst(block) else {
+            continue;
+        };
+        let dfg = &func.dfg;
+        for dest in dfg.insts[term].branch_destination(&dfg.jump_tables, &dfg.exception_tables) {
+            let d = dest.block(&dfg.value_lists);
+            preds[d] += 1;
+            if reached.insert(d) {
+                stack.push(d);
+            }
+        }
+    }
+    for block in func.layout.blocks() {
+        if reached.contains(block) {
+            continue;
+        }
+        if let Some(term) = func.layout.last_inst(block) {
+            let dfg = &func.dfg;
+            for dest in dfg.insts[term].branch_destination(&dfg.jump_tables, &dfg.exception_tables)
+            {
+                preds[dest.block(&dfg.value_lists)] += 1;
+            }
+        }
+    }
+    for a in blocks {
+        if !func.layout.is_block_inserted(a) {
+            continue;
+        }
+        while let Some(term) = func.layout.last_inst(a) {
+            let ir::InstructionData::Jump { destination, .. } = func.dfg.insts[term] else {
+                break;
+            };
+            let b = destination.block(&func.dfg.value_lists);
+            if b == a || b == entry || preds[b] != 1 {
+                break;
+            }
+            let args: Vec<ir::Value> = destination
+                .args(&func.dfg.value_lists)
+                .map(|arg| arg.as_value().expect("jump arguments are values"))
+                .collect();
+            let params = func.dfg.block_params(b).to_vec();
+            func.layout.remove_inst(term);
+            func.dfg.detach_block_params(b);
+            for (p, v) in params.into_iter().zip(args) {
+                func.dfg.change_to_alias(p, v);
+            }
+            while let Some(inst) = func.layout.first_inst(b) {
+                func.layout.remove_inst(inst);
+                func.layout.append_inst(inst, a);
+            }
+            func.layout.remove_block(b);
+        }
     }
 }
 

@@ -375,12 +375,18 @@ impl Shared {
                 .run(&cx, input.start, input.key, &mut em)
                 .map_err(RuntimeError::Spec)?;
             em.backend.finish(unit.entry, frontend);
+            clif::merge_jump_chains(&mut cctx.func);
             unit
         };
         let mut stats = UnitStats {
             blocks: unit.blocks,
             ops: unit.ops,
-            insts: cctx.func.dfg.num_insts(),
+            insts: cctx
+                .func
+                .layout
+                .blocks()
+                .map(|b| cctx.func.layout.block_insts(b).count())
+                .sum(),
             stitch_ns: t0.elapsed().as_nanos() as u64,
             compile_ns: 0,
         };
