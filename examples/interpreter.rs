@@ -24,14 +24,18 @@ use dyc::{Arg, Program, RuntimeOptions};
 mod bytecode;
 use bytecode::{benches, hand, interpret};
 
-/// Median time of `runs` runs of `f`, in seconds, and its result.
-fn time(runs: usize, mut f: impl FnMut() -> i64) -> (i64, f64) {
+/// Median time of `runs` runs of `f` after one warm-up run, in seconds, and its result.
+/// `reset` runs before each run, untimed (it clears the memory the program uses).
+fn time(runs: usize, mut reset: impl FnMut(), mut f: impl FnMut() -> i64) -> (i64, f64) {
     let mut times = Vec::new();
     let mut result = 0;
-    for _ in 0..runs {
+    for k in 0..=runs {
+        reset();
         let t = Instant::now();
         result = std::hint::black_box(f());
-        times.push(t.elapsed().as_secs_f64());
+        if k > 0 {
+            times.push(t.elapsed().as_secs_f64());
+        }
     }
     times.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
     (result, times[times.len() / 2])
@@ -55,7 +59,9 @@ fn main() {
     println!(
         "A byte-code interpreter written in the region language, specialized on each program."
     );
-    println!("Times are medians of {runs} runs in this process.\n");
+    println!(
+        "Times are medians of {runs} runs after a warm-up run, in this process; memory is cleared between runs, untimed.\n"
+    );
     println!(
         "| program | result | Rust interpreter | generic (Cranelift) | specialized | hand translation to Cranelift | hand-written Rust | vs Rust interpreter | vs generic | vs hand translation | vs hand-written Rust |"
     );
@@ -64,13 +70,12 @@ fn main() {
     let mut costs = Vec::new();
     for b in benches() {
         let code = &b.code;
-        let fresh = || vec![0i64; b.mem.max(1)];
-        let (r_interp, t_interp) = time(runs, || {
-            let mut mem = fresh();
-            interpret(code, b.n, &mut mem)
-        });
-        let (r_generic, t_generic) = time(runs, || {
-            let mut mem = fresh();
+        let mem = std::cell::RefCell::new(vec![0i64; b.mem.max(1)]);
+        let reset = || mem.borrow_mut().fill(0);
+        let (r_interp, t_interp) =
+            time(runs, reset, || interpret(code, b.n, &mut mem.borrow_mut()));
+        let (r_generic, t_generic) = time(runs, reset, || {
+            let mut mem = mem.borrow_mut();
             let mut args = [
                 Arg::from(&code[..]),
                 Arg::from(b.n),
@@ -87,8 +92,8 @@ fn main() {
             .specialize(&[Arg::from(&code[..])])
             .expect("specializes");
         let t_spec = t.elapsed().as_secs_f64();
-        let (r_spec, t_specialized) = time(runs, || {
-            let mut mem = fresh();
+        let (r_spec, t_specialized) = time(runs, reset, || {
+            let mut mem = mem.borrow_mut();
             let mut args = [Arg::from(b.n), Arg::from(&mut mem[..])];
             spec.call(&mut args)
                 .expect("runs")
@@ -96,11 +101,12 @@ fn main() {
                 .expect("i64")
         });
         let translated = hand::compile(code);
-        let (r_hand, t_hand) = time(runs, || {
-            let mut mem = fresh();
-            translated.run(b.n, &mut mem).expect("no fault")
+        let (r_hand, t_hand) = time(runs, reset, || {
+            translated
+                .run(b.n, &mut mem.borrow_mut())
+                .expect("no fault")
         });
-        let (r_native, t_native) = time(runs, || (b.native)(std::hint::black_box(b.n)));
+        let (r_native, t_native) = time(runs, || {}, || (b.native)(std::hint::black_box(b.n)));
         for (what, r) in [
             ("generic code", r_generic),
             ("specialized code", r_spec),
@@ -126,7 +132,12 @@ fn main() {
         vs_interp.push(t_interp / t_specialized);
         vs_hand.push(t_hand / t_specialized);
         vs_rust.push(t_native / t_specialized);
-        costs.push((b.name, code.len() / 4, spec.stats(), t_spec, translated));
+        // Units stitched at promotions while the program ran count too.
+        let (units, lazy) = spec.lazy_stats();
+        let mut st = spec.stats();
+        st.add(&lazy);
+        let t_spec = t_spec + (lazy.stitch_ns + lazy.compile_ns) as f64 * 1e-9;
+        costs.push((b.name, code.len() / 4, 1 + units, st, t_spec, translated));
     }
     println!(
         "\nGeometric means of specialized code's speedup: {:.1}x over the Rust interpreter, {:.2}x over the hand translation, {:.2}x over hand-written Rust (above 1 is faster).",
@@ -134,25 +145,29 @@ fn main() {
         geomean(&vs_hand),
         geomean(&vs_rust)
     );
-    println!("\nWhat each program cost to compile (per byte-code instruction in parentheses):\n");
     println!(
-        "| program | byte-code insts | specialization | CLIF insts | hand translation compile | hand CLIF insts | CLIF ratio |"
+        "\nWhat each program cost to compile (per byte-code instruction in parentheses; specialization includes the units promotions stitched while it ran):\n"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| program | byte-code insts | specialization | units | CLIF insts | hand translation compile | hand CLIF insts | CLIF ratio | time ratio |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     let mut per_inst = Vec::new();
-    for (name, count, st, t_spec, hand) in &costs {
+    for (name, count, units, st, t_spec, hand) in &costs {
         let k = *count as f64;
+        let t_hand = hand.compile_ns as f64 * 1e-9;
         println!(
-            "| {name} | {count} | {} ({:.1} us) | {} ({:.1}) | {} ({:.1} us) | {} ({:.1}) | {:.2} |",
+            "| {name} | {count} | {} ({:.1} us) | {units} | {} ({:.1}) | {} ({:.1} us) | {} ({:.1}) | {:.2} | {:.2} |",
             ms(*t_spec),
             t_spec * 1e6 / k,
             st.insts,
             st.insts as f64 / k,
-            ms(hand.compile_ns as f64 * 1e-9),
-            hand.compile_ns as f64 * 1e-3 / k,
+            ms(t_hand),
+            t_hand * 1e6 / k,
             hand.clif_insts,
             hand.clif_insts as f64 / k,
             st.insts as f64 / hand.clif_insts as f64,
+            t_spec / t_hand,
         );
         per_inst.push((
             st.stitch_ns as f64 / st.insts as f64,

@@ -726,6 +726,12 @@ impl Specialized {
         self.spec.code_bytes()
     }
 
+    /// How many continuation units promotions have stitched so far, and what they cost
+    /// together (the entry unit's cost is [`Specialized::stats`]).
+    pub fn lazy_stats(&self) -> (usize, dyc_stitcher::runtime::UnitStats) {
+        self.spec.lazy_stats()
+    }
+
     /// Calls the code; arguments are checked against [`Specialized::params`].
     pub fn call(&self, args: &mut [Arg]) -> Result<Option<Const>, Error> {
         self.call_skipping(args, &[])

@@ -2,8 +2,9 @@
 //! `examples` and every `// run:` line, the reference interpreter on the original program
 //! and the JIT-compiled specialized code (and generic code) agree on results, errors (kind
 //! and source position) and the final contents of mutable slices. Also: many threads
-//! specializing and calling one region, and a runaway specialization ending with the
-//! budget error.
+//! specializing and calling one region, an indirect jump dispatching inline over the
+//! targets it has seen (and without, when they do not fit a unit's budget), and a runaway
+//! specialization ending with the budget error.
 
 mod common;
 
@@ -273,6 +274,94 @@ fn promotions_stitch_targets_lazily_from_many_threads() {
     for h in handles {
         h.join().expect("thread finished");
     }
+}
+
+/// The byte-code example's dispatch loop through `JMPR` over `targets` targets: each
+/// iteration jumps to target `i % targets`, which adds `i % targets + 1` to the result.
+fn dispatch_program(targets: i64) -> Vec<i64> {
+    let t0 = 48;
+    let mut code = vec![
+        1, 1, 0, 0, // LOADI r1 0
+        1, 2, 0, 0, // LOADI r2 0
+        1, 3, targets, 0, // LOADI r3 targets
+        1, 4, 8, 0, // LOADI r4 8
+        1, 6, t0, 0, // LOADI r6 t0
+        5, 1, 0, 28, // top: JLT r1 r0 body
+        0, 2, 0, 0, // HALT r2
+        12, 5, 1, 3, // body: MOD r5 r1 r3
+        4, 5, 5, 4, // MUL r5 r5 r4
+        2, 5, 5, 6, // ADD r5 r5 r6
+        10, 1, 1, 1, // ADDI r1 r1 1
+        7, 5, 0, 0, // JMPR r5
+    ];
+    for k in 0..targets {
+        code.extend([10, 2, 2, k + 1, 6, 20, 0, 0]); // ADDI r2 r2 k+1; JMP top
+    }
+    code
+}
+
+#[test]
+fn an_indirect_jump_dispatches_inline_once_its_targets_are_seen() {
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/bytecode.dyc"
+    ))
+    .expect("example");
+    let p = Program::compile_with("bytecode.dyc", &src, options()).expect("compiles");
+    let region = p.region("run").expect("region");
+    // Up to 8 targets are dispatched inline; beyond, the others go through the site's cache.
+    for targets in [1, 4, 8, 12] {
+        let code = dispatch_program(targets);
+        let spec = region
+            .specialize(&[Arg::from(&code[..])])
+            .expect("specializes");
+        let expected = |n: i64| (0..n).map(|i| i % targets + 1).sum::<i64>();
+        let run = |n: i64| {
+            spec.call(&mut [Arg::from(n), Arg::from(&mut [0i64][..])])
+                .expect("runs")
+                .and_then(|c| c.as_i64())
+        };
+        assert_eq!(run(3 * targets), Some(expected(3 * targets)), "{targets}");
+        // One continuation per target, each stitched once.
+        let (units, lazy) = spec.lazy_stats();
+        assert_eq!(units, targets as usize, "{targets} targets");
+        assert!(lazy.insts > 0);
+        let bytes = spec.code_bytes();
+        assert_eq!(run(1000), Some(expected(1000)), "{targets}");
+        assert_eq!(
+            spec.lazy_stats().0,
+            targets as usize,
+            "nothing more is stitched"
+        );
+        assert_eq!(spec.code_bytes(), bytes);
+    }
+}
+
+#[test]
+fn a_continuation_too_large_to_dispatch_inline_is_stitched_without() {
+    // Each target's continuation is about 20 block copies: with a budget of 60 per unit,
+    // the unit for the fourth target cannot hold the continuations of all four inline.
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/bytecode.dyc"
+    ))
+    .expect("example");
+    let mut opts = options();
+    opts.budget.max_blocks = 60;
+    let p = Program::compile_with("bytecode.dyc", &src, opts).expect("compiles");
+    let region = p.region("run").expect("region");
+    let code = dispatch_program(6);
+    let spec = region
+        .specialize(&[Arg::from(&code[..])])
+        .expect("specializes");
+    for n in [6, 100] {
+        let r = spec
+            .call(&mut [Arg::from(n), Arg::from(&mut [0i64][..])])
+            .expect("runs")
+            .and_then(|c| c.as_i64());
+        assert_eq!(r, Some((0..n).map(|i| i % 6 + 1).sum::<i64>()));
+    }
+    assert_eq!(spec.lazy_stats().0, 6);
 }
 
 #[test]

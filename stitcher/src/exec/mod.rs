@@ -19,15 +19,23 @@ use crate::ge::{Block, Budget, PureHosts, SVal, Site, SliceData, SpecError, Stit
 pub use record::Record;
 pub use worklist::WorkList;
 
-/// How edges into promotion blocks are specialized.
+/// The promoted values known for a site: tuples, in the order of the block's promotions.
+pub type Known<'a> = &'a dyn Fn(&Site) -> Vec<Vec<Const>>;
+
+/// How edges into promotion blocks are specialized. In both modes the promoted values
+/// `known` returns for the site are dispatched inline first: their continuations are
+/// stitched into the same unit (a `switch` on a single integer value, else a
+/// chain of tests), so that a loop through the promotion stays inside the unit.
 pub enum PromotionMode<'a> {
-    /// Leave the unit through [`Emitter::promote`], with the site number the function
-    /// gives for the site (the runtime's number: every unit of a specialization that
+    /// Other values leave the unit through [`Emitter::promote`], with the site number the
+    /// function `resolve` gives (the runtime's number: every unit of a specialization that
     /// reaches a site shares its cache).
-    Units(&'a dyn Fn(&Site) -> u32),
-    /// Dispatch inline over the promoted values known for a site (`known(site)`), with an
-    /// [`Emitter::promote_miss`] exit for the others.
-    Inline(&'a dyn Fn(&Site) -> Vec<Vec<Const>>),
+    Units {
+        resolve: &'a dyn Fn(&Site) -> u32,
+        known: Known<'a>,
+    },
+    /// Other values take an [`Emitter::promote_miss`] exit.
+    Inline(Known<'a>),
 }
 
 /// What one unit's specialization produced.

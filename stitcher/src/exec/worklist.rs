@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 
 use cranelift_codegen::entity::EntityRef;
-use dyc_templates::ops::Const;
+use dyc_templates::ops::{BinaryOp, CmpOp, Const};
 use dyc_templates::semantics::{self, Fault};
 use dyc_templates::template::{Emitter, TOp};
 use dyc_templates::types::{Scalar, SrcLoc, Type};
@@ -623,48 +623,72 @@ impl<E: Emitter> Spec<'_, E> {
                 id
             }
         };
-        match self.mode {
-            PromotionMode::Units(resolve) => {
-                let global = resolve(&site);
-                self.em.promote(global, &promoted, inputs)
+        let (known, global) = match &self.mode {
+            PromotionMode::Units { resolve, known } => (known(&site), Some(resolve(&site))),
+            PromotionMode::Inline(known) => (known(&site), None),
+        };
+        self.inline_dispatch(b, &site, &promoted, inputs, known)?;
+        match global {
+            Some(global) => self.em.promote(global, &promoted, inputs),
+            None => self.em.promote_miss(id, &promoted),
+        }
+        Ok(())
+    }
+
+    /// Dispatches the `promoted` values of promotion block `b` over the tuples in `known`,
+    /// each to the copy of `b` with those values static (stitched into this unit), and
+    /// goes on in a fresh block for the other values.
+    fn inline_dispatch(
+        &mut self,
+        b: Block,
+        site: &Site,
+        promoted: &[E::Value],
+        inputs: &[E::Value],
+        known: Vec<Vec<Const>>,
+    ) -> Result<(), SpecError> {
+        if known.iter().any(|values| values.len() != promoted.len()) {
+            return internal("known promoted values of the wrong arity");
+        }
+        let word = |c: &Const| match *c {
+            Const::Int(_, x) => Some(x),
+            Const::Bool(_) | Const::F64(_) => None,
+        };
+        if let ([v], true) = (promoted, known.iter().all(|vs| word(&vs[0]).is_some())) {
+            if known.is_empty() {
+                return Ok(());
             }
-            PromotionMode::Inline(known) => {
-                // A chain of tests, one per known tuple of promoted values.
-                for values in known(&site) {
-                    if values.len() != promoted.len() {
-                        return internal("known promoted values of the wrong arity");
-                    }
-                    let target = self.copy_of(b, site.key(&values))?;
-                    let mut cond = None;
-                    for (&v, &k) in promoted.iter().zip(&values) {
-                        let kv = self.em.constant(k);
-                        let eq = self
-                            .em
-                            .op(
-                                &TOp::Cmp(dyc_templates::ops::CmpOp::Eq),
-                                &[v, kv],
-                                SrcLoc::default(),
-                            )
-                            .expect("cmp has a result");
-                        cond = Some(match cond {
-                            None => eq,
-                            Some(c) => self
-                                .em
-                                .op(
-                                    &TOp::Binary(dyc_templates::ops::BinaryOp::And),
-                                    &[c, eq],
-                                    SrcLoc::default(),
-                                )
-                                .expect("and has a result"),
-                        });
-                    }
-                    let next = self.em.create_block(&[]);
-                    let cond = cond.expect("at least one promoted value");
-                    self.em.brif(cond, (target, inputs), (next, &[]));
-                    self.switch_to(next);
-                }
-                self.em.promote_miss(id, &promoted);
+            let mut cases = Vec::with_capacity(known.len());
+            for values in &known {
+                let target = self.copy_of(b, site.key(values))?;
+                cases.push((word(&values[0]).expect("checked"), target, inputs.to_vec()));
             }
+            let miss = self.em.create_block(&[]);
+            self.em.switch(*v, &cases, (miss, &[]));
+            self.switch_to(miss);
+            return Ok(());
+        }
+        // A chain of tests, one per known tuple of promoted values.
+        for values in known {
+            let target = self.copy_of(b, site.key(&values))?;
+            let mut cond = None;
+            for (&v, &k) in promoted.iter().zip(&values) {
+                let kv = self.em.constant(k);
+                let eq = self
+                    .em
+                    .op(&TOp::Cmp(CmpOp::Eq), &[v, kv], SrcLoc::default())
+                    .expect("cmp has a result");
+                cond = Some(match cond {
+                    None => eq,
+                    Some(c) => self
+                        .em
+                        .op(&TOp::Binary(BinaryOp::And), &[c, eq], SrcLoc::default())
+                        .expect("and has a result"),
+                });
+            }
+            let next = self.em.create_block(&[]);
+            let cond = cond.expect("at least one promoted value");
+            self.em.brif(cond, (target, inputs), (next, &[]));
+            self.switch_to(next);
         }
         Ok(())
     }

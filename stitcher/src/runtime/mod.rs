@@ -55,6 +55,7 @@ use parking_lot::{Mutex, RwLock};
 use dyc_templates::abi::{self, CallCtx};
 use dyc_templates::clif::{self, ClifEmitter, ClifOptions, Hooks};
 use dyc_templates::fold::Fold;
+use dyc_templates::ops::Const;
 use dyc_templates::template::FaultKind;
 use dyc_templates::types::{Scalar, SrcLoc, Type};
 
@@ -149,6 +150,17 @@ pub struct UnitStats {
     pub stitch_ns: u64,
     /// Time in Cranelift compiling the IR to machine code.
     pub compile_ns: u64,
+}
+
+impl UnitStats {
+    /// Adds `other`'s counts and times to these.
+    pub fn add(&mut self, other: &UnitStats) {
+        self.blocks += other.blocks;
+        self.ops += other.ops;
+        self.insts += other.insts;
+        self.stitch_ns += other.stitch_ns;
+        self.compile_ns += other.compile_ns;
+    }
 }
 
 /// The runtime's state, shared by every specialization it made.
@@ -305,6 +317,9 @@ struct UnitInput<'a> {
     spec: Option<&'a SpecState>,
     /// Receives the unit's Cranelift IR as built (before Cranelift optimizes it), if any.
     ir_text: Option<&'a mut String>,
+    /// Dispatch inline on the values seen so far at promotion sites (see
+    /// [`SpecState::known_values`]).
+    inline_dispatch: bool,
 }
 
 impl Shared {
@@ -353,6 +368,10 @@ impl Shared {
                 Some(s) => s.site_id(site),
                 None => 0,
             };
+            let known = |site: &Site| match input.spec {
+                Some(s) if input.inline_dispatch => s.known_values(site),
+                _ => Vec::new(),
+            };
             // Generic code has no static context: every block is copied once, so its size
             // is the program's, and the budget (which bounds specialization) does not apply.
             let budget = match input.spec {
@@ -367,7 +386,10 @@ impl Shared {
                 prog,
                 slices: input.slices,
                 hosts: &self.hosts,
-                mode: PromotionMode::Units(&resolve),
+                mode: PromotionMode::Units {
+                    resolve: &resolve,
+                    known: &known,
+                },
                 budget,
             };
             let executor = input.spec.map_or(self.opts.executor, |s| s.executor);
@@ -484,6 +506,7 @@ impl Runtime {
                     callees: Callees::Local(&ids),
                     spec: None,
                     ir_text: None,
+                    inline_dispatch: false,
                 };
                 shared.compile_unit(&shared._generic_code, module, input, id)?;
             }
@@ -586,6 +609,7 @@ impl Runtime {
                 callees: Callees::Imported,
                 spec: Some(&state),
                 ir_text,
+                inline_dispatch: false,
             };
             let mut stats = self
                 .shared
@@ -657,6 +681,8 @@ pub(crate) struct SpecState {
     site_ids: Mutex<HashMap<SiteIdent, u32>>,
     /// Continuation units stitched so far (bounded by the budget's `max_units`).
     units: AtomicUsize,
+    /// What the continuation units cost, summed.
+    lazy_stats: Mutex<UnitStats>,
     /// The fault site of failed lazy specializations.
     lazy_fault: u64,
     /// The executor of this specialization's units.
@@ -696,6 +722,7 @@ impl SpecState {
             sites: RwLock::new(Vec::new()),
             site_ids: Mutex::new(HashMap::new()),
             units: AtomicUsize::new(0),
+            lazy_stats: Mutex::new(UnitStats::default()),
             lazy_fault,
             executor,
         }
@@ -748,6 +775,25 @@ impl SpecState {
         id
     }
 
+    /// The promoted values seen so far at `site` (see [`PromoSite::see`]), which units
+    /// stitched from now on dispatch inline.
+    fn known_values(&self, site: &Site) -> Vec<Vec<Const>> {
+        let id = self.site_id(site);
+        let Some(s) = self.sites.read().get(id as usize).cloned() else {
+            return Vec::new();
+        };
+        s.seen()
+            .iter()
+            .map(|words| {
+                words
+                    .iter()
+                    .zip(&s.types)
+                    .map(|(&w, &t)| word_to_const(w, t))
+                    .collect()
+            })
+            .collect()
+    }
+
     /// The code of the continuation at `site` for promoted `words`, stitched on a miss.
     fn continuation(&self, site: &Arc<PromoSite>, words: &[u64]) -> Result<usize, RuntimeError> {
         if let Some(&c) = site.cache.get(words) {
@@ -777,24 +823,41 @@ impl SpecState {
             .map(|(&w, &t)| word_to_const(w, t))
             .collect();
         let full = site.site.key(&promoted);
+        site.see(words);
         let code = guarded("stitching a continuation", || {
             self.region.with_module(|module| {
                 let inputs = self.prog.blocks[site.site.block].input_types();
                 let id = module
                     .declare_anonymous_function(&abi::unit_signature(&inputs))
                     .map_err(jit_err)?;
-                let input = UnitInput {
-                    prog: &self.prog,
-                    start: site.site.block,
-                    key: &full,
-                    slices: &self.slices,
-                    static_ptrs: self.static_ptrs(),
-                    callees: Callees::Imported,
-                    spec: Some(self),
-                    ir_text: None,
-                };
-                self.runtime.compile_unit(&self.region, module, input, id)?;
+                // With the values seen at promotion sites dispatched inline, then (should
+                // their continuations not fit the budget of one unit) without.
+                let mut result = Ok(Default::default());
+                for inline_dispatch in [true, false] {
+                    let input = UnitInput {
+                        prog: &self.prog,
+                        start: site.site.block,
+                        key: &full,
+                        slices: &self.slices,
+                        static_ptrs: self.static_ptrs(),
+                        callees: Callees::Imported,
+                        spec: Some(self),
+                        ir_text: None,
+                        inline_dispatch,
+                    };
+                    result = self.runtime.compile_unit(&self.region, module, input, id);
+                    if !matches!(
+                        result,
+                        Err(RuntimeError::Spec(SpecError::BudgetExceeded { .. }))
+                    ) {
+                        break;
+                    }
+                }
+                let mut stats = result?;
+                let t = std::time::Instant::now();
                 module.finalize_definitions().map_err(jit_err)?;
+                stats.compile_ns += t.elapsed().as_nanos() as u64;
+                self.lazy_stats.lock().add(&stats);
                 Ok(module.get_finalized_function(id) as usize)
             })
         })?;
@@ -831,6 +894,15 @@ impl Specialization {
     /// continuations stitched lazily).
     pub fn code_bytes(&self) -> usize {
         self.state.region.code_bytes()
+    }
+
+    /// The continuation units stitched lazily so far (at promotions), and what they cost
+    /// together.
+    pub fn lazy_stats(&self) -> (usize, UnitStats) {
+        (
+            self.state.units.load(Ordering::Relaxed),
+            *self.state.lazy_stats.lock(),
+        )
     }
 
     /// The contents of static slice `k` (by parameter position) this specialization was

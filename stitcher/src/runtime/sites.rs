@@ -12,6 +12,13 @@
 //! the site owns; pairs are never changed or freed while the site lives, so a reader never
 //! sees a torn or dangling entry.
 //!
+//! **Inline dispatch.** The first values a site promotes are recorded
+//! ([`PromoSite::see`]); every unit stitched afterwards that reaches the site dispatches on
+//! them inline, with their continuations in the same unit (see
+//! [`crate::exec::PromotionMode`]). An interpreter's indirect jump thus becomes, after its
+//! targets have been seen once, a switch inside one unit: the first units leave through the
+//! site's cache, and execution moves into the last one stitched, which covers every target.
+//!
 //! **Locks.** `stitching` is held while a continuation is stitched, so that racing threads
 //! stitch it once; under it the specialization's module lock is taken (never the other
 //! way round). User callbacks (pure hosts) may run under `stitching`: a callback must not
@@ -40,7 +47,14 @@ pub(crate) struct PromoSite {
     /// The pairs the inline cache points to (boxed: their addresses must not move).
     #[allow(clippy::vec_box)]
     pairs: Mutex<Vec<Box<[u64; 2]>>>,
+    /// The first [`INLINE_DISPATCH_VALUES`] promoted values seen, in order.
+    seen: Mutex<Vec<Box<[u64]>>>,
 }
+
+/// How many promoted values a site dispatches inline, at most (the first ones seen).
+/// Continuations for them are stitched into every later unit that reaches the site, so
+/// this bounds that code; other values go through the site's cache.
+pub const INLINE_DISPATCH_VALUES: usize = 8;
 
 impl PromoSite {
     pub fn new(site: Site, types: Vec<Scalar>) -> PromoSite {
@@ -52,7 +66,22 @@ impl PromoSite {
             stitching: Mutex::new(()),
             inline: (0..INLINE_CACHE_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             pairs: Mutex::new(Vec::new()),
+            seen: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Records promoted `words` as seen (before their continuation is stitched, so that
+    /// it dispatches inline on them too), if fewer than [`INLINE_DISPATCH_VALUES`] are.
+    pub fn see(&self, words: &[u64]) {
+        let mut seen = self.seen.lock();
+        if seen.len() < INLINE_DISPATCH_VALUES && !seen.iter().any(|w| **w == *words) {
+            seen.push(words.into());
+        }
+    }
+
+    /// The promoted values seen, in order.
+    pub fn seen(&self) -> Vec<Box<[u64]>> {
+        self.seen.lock().clone()
     }
 
     /// The inline cache's address, for single-value sites.
