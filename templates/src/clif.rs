@@ -20,6 +20,8 @@
 //! **Services** the code needs from the runtime (fault sites, callees, the promotion
 //! callback, host calls, `fmod`) come through [`Hooks`].
 
+use std::collections::HashMap;
+
 use cranelift_codegen::entity::{EntitySet, SecondaryMap};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
@@ -112,6 +114,9 @@ pub struct ClifEmitter<'a, 'h> {
     host_ref: Option<FuncRef>,
     promote_ref: Option<FuncRef>,
     fmod_ref: Option<FuncRef>,
+    /// The unit's shared fault exits, created on first use and filled by `finish`:
+    /// `[site]` and `[site, a, b]` (the details of an out-of-bounds access).
+    fault_exits: [Option<ir::Block>; 2],
 }
 
 const TRUSTED: fn() -> MemFlagsData = MemFlagsData::trusted;
@@ -149,6 +154,7 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
             host_ref: None,
             promote_ref: None,
             fmod_ref: None,
+            fault_exits: [None, None],
         };
         e.b.ins().jump(body, &[]);
         e
@@ -164,6 +170,7 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
         self.b.switch_to_block(self.body);
         let inputs = self.inputs.clone();
         self.jump(first, &inputs);
+        self.fill_fault_exits();
         self.b.seal_all_blocks();
         self.b.finalize(frontend);
     }
@@ -266,7 +273,9 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
         self.word_of(v)
     }
 
-    /// Branches to a fault exit when `cond` holds, and goes on in a fresh block.
+    /// Branches to a fault exit when `cond` holds, and goes on in a fresh block. Every
+    /// check of a unit shares one exit (per arity), which receives the fault site as an
+    /// argument: a check costs a constant and a branch.
     fn fault_if(
         &mut self,
         cond: ir::Value,
@@ -274,14 +283,47 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
         loc: SrcLoc,
         details: Option<(ir::Value, ir::Value)>,
     ) {
-        let fault = self.b.create_block();
+        let site = self.hooks.fault_site(kind, loc);
+        let s = self.b.ins().iconst(types::I64, site as i64);
+        let (k, args) = match details {
+            Some((a, b)) => (1, vec![s.into(), a.into(), b.into()]),
+            None => (0, vec![s.into()]),
+        };
+        let exit = match self.fault_exits[k] {
+            Some(exit) => exit,
+            None => {
+                let exit = self.b.create_block();
+                for _ in 0..args.len() {
+                    self.b.append_block_param(exit, types::I64);
+                }
+                self.b.set_cold_block(exit);
+                self.fault_exits[k] = Some(exit);
+                exit
+            }
+        };
         let cont = self.b.create_block();
-        self.b.set_cold_block(fault);
-        self.b.ins().brif(cond, fault, &[], cont, &[]);
-        self.b.switch_to_block(fault);
-        self.fault_here(kind, loc, details);
+        self.b.ins().brif(cond, exit, &args, cont, &[]);
         self.b.switch_to_block(cont);
         self.started.insert(cont);
+    }
+
+    /// Fills the shared fault exits: record the fault site (and details) in the context,
+    /// return with status 1.
+    fn fill_fault_exits(&mut self) {
+        for exit in self.fault_exits.into_iter().flatten() {
+            self.b.switch_to_block(exit);
+            let params = self.b.block_params(exit).to_vec();
+            self.b
+                .ins()
+                .store(TRUSTED(), params[0], self.ctx, ctx::FAULT_SITE);
+            if let [_, a, b] = params[..] {
+                self.b.ins().store(TRUSTED(), a, self.ctx, ctx::FAULT_A);
+                self.b.ins().store(TRUSTED(), b, self.ctx, ctx::FAULT_B);
+            }
+            let zero = self.b.ins().iconst(types::I64, 0);
+            let one = self.b.ins().iconst(types::I64, 1);
+            self.b.ins().return_(&[zero, zero, one]);
+        }
     }
 
     /// Records a fault in the context and returns with status 1.
@@ -900,13 +942,139 @@ impl Backend for ClifEmitter<'_, '_> {
     }
 }
 
-/// Merges every block whose only predecessor ends in an unconditional jump to it into
-/// that predecessor: the jump's arguments replace the block's parameters (as aliases)
-/// and its instructions move up. Stitching copies one template per static block, so
-/// chains of blocks that a single path runs through (straight-line code, static
-/// branches, region-entry and promotion glue) become one block, with no jumps and no
-/// parameters between them. Linear in the function's size.
-pub fn merge_jump_chains(func: &mut ir::Function) {
+/// Simplifies the stitched function's control flow, in two linear passes:
+/// - **jump threading**: an edge into a block that holds nothing but a jump goes straight
+///   to that jump's target (with the arguments substituted), and the block goes;
+/// - **merging**: a block whose only predecessor ends in an unconditional jump to it moves
+///   into that predecessor, its parameters becoming aliases of the jump's arguments.
+///
+/// Stitching copies one template per static block, so straight-line code, static branches
+/// and region-entry and promotion glue arrive as chains of small blocks passing every live
+/// value along; afterwards a path that runs straight is one block.
+pub fn simplify_cfg(func: &mut ir::Function) {
+    thread_jumps(func);
+    merge_jump_chains(func);
+    share_constants(func);
+}
+
+/// After merging, a block may hold the same constant several times (one per block it was
+/// made of): later copies become aliases of the first.
+fn share_constants(func: &mut ir::Function) {
+    let mut seen: HashMap<(ir::Type, i64), ir::Value> = HashMap::new();
+    let blocks: Vec<ir::Block> = func.layout.blocks().collect();
+    for block in blocks {
+        seen.clear();
+        let mut next = func.layout.first_inst(block);
+        while let Some(inst) = next {
+            next = func.layout.next_inst(inst);
+            let ir::InstructionData::UnaryImm {
+                opcode: ir::Opcode::Iconst,
+                imm,
+            } = func.dfg.insts[inst]
+            else {
+                continue;
+            };
+            let v = func.dfg.first_result(inst);
+            let key = (func.dfg.value_type(v), imm.bits());
+            match seen.get(&key) {
+                Some(&first) => {
+                    func.layout.remove_inst(inst);
+                    func.dfg.clear_results(inst);
+                    func.dfg.change_to_alias(v, first);
+                }
+                None => {
+                    seen.insert(key, v);
+                }
+            }
+        }
+    }
+}
+
+/// The jump-threading pass of [`simplify_cfg`].
+fn thread_jumps(func: &mut ir::Function) {
+    let Some(entry) = func.layout.entry_block() else {
+        return;
+    };
+    // Blocks that are a lone jump: their parameters, the target, and the jump's arguments
+    // (values only).
+    type Lone = (Vec<ir::Value>, ir::Block, Vec<ir::Value>);
+    let mut trivial: SecondaryMap<ir::Block, Option<Lone>> = SecondaryMap::new();
+    for block in func.layout.blocks() {
+        let Some(term) = func.layout.first_inst(block) else {
+            continue;
+        };
+        let ir::InstructionData::Jump { destination, .. } = func.dfg.insts[term] else {
+            continue;
+        };
+        let target = destination.block(&func.dfg.value_lists);
+        let args: Option<Vec<ir::Value>> = destination
+            .args(&func.dfg.value_lists)
+            .map(|a| a.as_value())
+            .collect();
+        if block != entry && target != block {
+            let params = func.dfg.block_params(block).to_vec();
+            trivial[block] = args.map(|args| (params, target, args));
+        }
+    }
+    let blocks: Vec<ir::Block> = func.layout.blocks().collect();
+    let mut threaded = false;
+    for &block in &blocks {
+        let Some(term) = func.layout.last_inst(block) else {
+            continue;
+        };
+        let dfg = &mut func.dfg;
+        for dest in
+            dfg.insts[term].branch_destination_mut(&mut dfg.jump_tables, &mut dfg.exception_tables)
+        {
+            // Follow a bounded chain of lone jumps (a cycle of them never ends).
+            for _ in 0..16 {
+                let b = dest.block(&dfg.value_lists);
+                let Some((ref params, target, ref through)) = trivial[b] else {
+                    break;
+                };
+                let Some(args) = dest
+                    .args(&dfg.value_lists)
+                    .map(|a| a.as_value())
+                    .collect::<Option<Vec<ir::Value>>>()
+                else {
+                    break;
+                };
+                let new: Vec<ir::BlockArg> = through
+                    .iter()
+                    .map(|&v| match params.iter().position(|&p| p == v) {
+                        Some(k) => args[k].into(),
+                        None => v.into(),
+                    })
+                    .collect();
+                *dest = ir::BlockCall::new(target, new, &mut dfg.value_lists);
+                threaded = true;
+            }
+        }
+    }
+    if !threaded {
+        return;
+    }
+    let mut referenced: EntitySet<ir::Block> = EntitySet::new();
+    for &block in &blocks {
+        if let Some(term) = func.layout.last_inst(block) {
+            let dfg = &func.dfg;
+            for dest in dfg.insts[term].branch_destination(&dfg.jump_tables, &dfg.exception_tables)
+            {
+                referenced.insert(dest.block(&dfg.value_lists));
+            }
+        }
+    }
+    for block in blocks {
+        if trivial[block].is_some() && !referenced.contains(block) {
+            let term = func.layout.first_inst(block).expect("a jump");
+            func.layout.remove_inst(term);
+            func.layout.remove_block(block);
+        }
+    }
+}
+
+/// The merging pass of [`simplify_cfg`].
+fn merge_jump_chains(func: &mut ir::Function) {
     let Some(entry) = func.layout.entry_block() else {
         return;
     };

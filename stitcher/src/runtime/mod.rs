@@ -397,7 +397,7 @@ impl Shared {
                 .run(&cx, input.start, input.key, &mut em)
                 .map_err(RuntimeError::Spec)?;
             em.backend.finish(unit.entry, frontend);
-            clif::merge_jump_chains(&mut cctx.func);
+            clif::simplify_cfg(&mut cctx.func);
             unit
         };
         let mut stats = UnitStats {
