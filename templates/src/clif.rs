@@ -958,24 +958,28 @@ pub fn simplify_cfg(func: &mut ir::Function) {
 }
 
 /// After merging, a block may hold the same constant several times (one per block it was
-/// made of): later copies become aliases of the first.
+/// made of, and the backend's own): later copies become aliases of the first.
 fn share_constants(func: &mut ir::Function) {
-    let mut seen: HashMap<(ir::Type, i64), ir::Value> = HashMap::new();
+    let mut seen: HashMap<(ir::Type, u64), ir::Value> = HashMap::new();
     let blocks: Vec<ir::Block> = func.layout.blocks().collect();
     for block in blocks {
         seen.clear();
         let mut next = func.layout.first_inst(block);
         while let Some(inst) = next {
             next = func.layout.next_inst(inst);
-            let ir::InstructionData::UnaryImm {
-                opcode: ir::Opcode::Iconst,
-                imm,
-            } = func.dfg.insts[inst]
-            else {
-                continue;
+            let bits = match func.dfg.insts[inst] {
+                ir::InstructionData::UnaryImm {
+                    opcode: ir::Opcode::Iconst,
+                    imm,
+                } => imm.bits() as u64,
+                ir::InstructionData::UnaryIeee64 {
+                    opcode: ir::Opcode::F64const,
+                    imm,
+                } => imm.bits(),
+                _ => continue,
             };
             let v = func.dfg.first_result(inst);
-            let key = (func.dfg.value_type(v), imm.bits());
+            let key = (func.dfg.value_type(v), bits);
             match seen.get(&key) {
                 Some(&first) => {
                     func.layout.remove_inst(inst);
@@ -1056,12 +1060,8 @@ fn thread_jumps(func: &mut ir::Function) {
     }
     let mut referenced: EntitySet<ir::Block> = EntitySet::new();
     for &block in &blocks {
-        if let Some(term) = func.layout.last_inst(block) {
-            let dfg = &func.dfg;
-            for dest in dfg.insts[term].branch_destination(&dfg.jump_tables, &dfg.exception_tables)
-            {
-                referenced.insert(dest.block(&dfg.value_lists));
-            }
+        for d in successors(func, block) {
+            referenced.insert(d);
         }
     }
     for block in blocks {
@@ -1073,41 +1073,40 @@ fn thread_jumps(func: &mut ir::Function) {
     }
 }
 
+/// The blocks `block`'s terminator branches to (with repeats).
+fn successors(func: &ir::Function, block: ir::Block) -> impl Iterator<Item = ir::Block> + '_ {
+    let dfg = &func.dfg;
+    func.layout
+        .last_inst(block)
+        .into_iter()
+        .flat_map(|term| {
+            dfg.insts[term].branch_destination(&dfg.jump_tables, &dfg.exception_tables)
+        })
+        .map(|dest| dest.block(&dfg.value_lists))
+}
+
 /// The merging pass of [`simplify_cfg`].
 fn merge_jump_chains(func: &mut ir::Function) {
     let Some(entry) = func.layout.entry_block() else {
         return;
     };
-    // Predecessor counts, and the blocks reachable from the entry in depth-first order
-    // (only those merge: in an unreachable cycle a block may pass its own parameter).
     let mut preds: SecondaryMap<ir::Block, u32> = SecondaryMap::new();
+    for block in func.layout.blocks() {
+        for d in successors(func, block) {
+            preds[d] += 1;
+        }
+    }
+    // The blocks reachable from the entry, in depth-first preorder (only those merge: in
+    // an unreachable cycle a block may pass its own parameter).
     let mut reached: EntitySet<ir::Block> = EntitySet::new();
     let mut blocks = Vec::new();
     let mut stack = vec![entry];
     reached.insert(entry);
     while let Some(block) = stack.pop() {
         blocks.push(block);
-        let Some(term) = func.layout.last_inst(block) else {
-            continue;
-        };
-        let dfg = &func.dfg;
-        for dest in dfg.insts[term].branch_destination(&dfg.jump_tables, &dfg.exception_tables) {
-            let d = dest.block(&dfg.value_lists);
-            preds[d] += 1;
+        for d in successors(func, block) {
             if reached.insert(d) {
                 stack.push(d);
-            }
-        }
-    }
-    for block in func.layout.blocks() {
-        if reached.contains(block) {
-            continue;
-        }
-        if let Some(term) = func.layout.last_inst(block) {
-            let dfg = &func.dfg;
-            for dest in dfg.insts[term].branch_destination(&dfg.jump_tables, &dfg.exception_tables)
-            {
-                preds[dest.block(&dfg.value_lists)] += 1;
             }
         }
     }

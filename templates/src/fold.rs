@@ -138,8 +138,6 @@ pub struct Fold<B: Backend> {
     /// largest constant index checked.
     checked: HashSet<(B::Value, IndexKey<B::Value>)>,
     checked_const: HashMap<B::Value, i128>,
-    /// Constants put in code in the current block (by type and bits), reused.
-    consts: HashMap<(Scalar, u64), B::Value>,
 }
 
 impl<B: Backend> Fold<B>
@@ -154,28 +152,13 @@ where
             block_types: HashMap::new(),
             checked: HashSet::new(),
             checked_const: HashMap::new(),
-            consts: HashMap::new(),
         }
     }
 
     /// The value in code.
     fn lower(&mut self, v: FVal<B::Value>) -> B::Value {
         match v {
-            FVal::Const(c) => {
-                let key = match c {
-                    Const::Int(t, x) => (t, x),
-                    Const::F64(x) => (Scalar::F64, x.to_bits()),
-                    Const::Bool(b) => (Scalar::Bool, u64::from(b)),
-                };
-                match self.consts.get(&key) {
-                    Some(&v) => v,
-                    None => {
-                        let v = self.backend.constant(c);
-                        self.consts.insert(key, v);
-                        v
-                    }
-                }
-            }
+            FVal::Const(c) => self.backend.constant(c),
             FVal::Dyn { v, .. } => v,
         }
     }
@@ -410,7 +393,6 @@ where
     fn switch_to_block(&mut self, b: B::Block) {
         self.checked.clear();
         self.checked_const.clear();
-        self.consts.clear();
         self.backend.switch_to_block(b);
     }
 

@@ -19,23 +19,22 @@ use crate::ge::{Block, Budget, PureHosts, SVal, Site, SliceData, SpecError, Stit
 pub use record::Record;
 pub use worklist::WorkList;
 
-/// The promoted values known for a site: tuples, in the order of the block's promotions.
-pub type Known<'a> = &'a dyn Fn(&Site) -> Vec<Vec<Const>>;
-
 /// How edges into promotion blocks are specialized. In both modes the promoted values
-/// `known` returns for the site are dispatched inline first: their continuations are
-/// stitched into the same unit (a `switch` on a single integer value, else a
-/// chain of tests), so that a loop through the promotion stays inside the unit.
+/// known for the site (tuples, in the order of the block's promotions) are dispatched
+/// inline first: their continuations are stitched into the same unit (a `switch` on a
+/// single integer value, else a chain of tests), so that a loop through the promotion
+/// stays inside the unit.
 pub enum PromotionMode<'a> {
-    /// Other values leave the unit through [`Emitter::promote`], with the site number the
-    /// function `resolve` gives (the runtime's number: every unit of a specialization that
-    /// reaches a site shares its cache).
+    /// Other values leave the unit through [`Emitter::promote`], with the site number
+    /// `resolve` gives (the runtime's number: every unit of a specialization that reaches
+    /// a site shares its cache); `known` gives the values known for a site by that number.
     Units {
         resolve: &'a dyn Fn(&Site) -> u32,
-        known: Known<'a>,
+        known: &'a dyn Fn(u32) -> Vec<Vec<Const>>,
     },
-    /// Other values take an [`Emitter::promote_miss`] exit.
-    Inline(Known<'a>),
+    /// Values `known(site)` gives are dispatched inline; others take an
+    /// [`Emitter::promote_miss`] exit.
+    Inline(&'a dyn Fn(&Site) -> Vec<Vec<Const>>),
 }
 
 /// What one unit's specialization produced.

@@ -8,10 +8,11 @@
 //! and then:
 //! - follows a static branch to its one successor;
 //! - for a dynamic branch, stitches every successor;
-//! - at an edge into a block with a promotion, either leaves the unit
-//!   ([`PromotionMode::Units`]: the runtime dispatches on the value and stitches the
-//!   continuation as a new unit on a miss) or dispatches inline on the values already known
-//!   for that site ([`PromotionMode::Inline`], with a miss exit).
+//! - at an edge into a block with a promotion, dispatches inline on the values already known
+//!   for that site (their continuations stitched into this unit), then, for other values,
+//!   leaves the unit ([`PromotionMode::Units`]: the runtime dispatches on the value and
+//!   stitches the continuation as a new unit on a miss) or takes a miss exit
+//!   ([`PromotionMode::Inline`]).
 //!
 //! Loops whose induction variables are static unroll, because each iteration reaches the
 //! loop header with different static values; an interpreter's dispatch loop unrolls
@@ -624,7 +625,10 @@ impl<E: Emitter> Spec<'_, E> {
             }
         };
         let (known, global) = match &self.mode {
-            PromotionMode::Units { resolve, known } => (known(&site), Some(resolve(&site))),
+            PromotionMode::Units { resolve, known } => {
+                let global = resolve(&site);
+                (known(global), Some(global))
+            }
             PromotionMode::Inline(known) => (known(&site), None),
         };
         self.inline_dispatch(b, &site, &promoted, inputs, known)?;
@@ -646,6 +650,9 @@ impl<E: Emitter> Spec<'_, E> {
         inputs: &[E::Value],
         known: Vec<Vec<Const>>,
     ) -> Result<(), SpecError> {
+        if known.is_empty() {
+            return Ok(());
+        }
         if known.iter().any(|values| values.len() != promoted.len()) {
             return internal("known promoted values of the wrong arity");
         }
@@ -654,9 +661,6 @@ impl<E: Emitter> Spec<'_, E> {
             Const::Bool(_) | Const::F64(_) => None,
         };
         if let ([v], true) = (promoted, known.iter().all(|vs| word(&vs[0]).is_some())) {
-            if known.is_empty() {
-                return Ok(());
-            }
             let mut cases = Vec::with_capacity(known.len());
             for values in &known {
                 let target = self.copy_of(b, site.key(values))?;

@@ -368,8 +368,8 @@ impl Shared {
                 Some(s) => s.site_id(site),
                 None => 0,
             };
-            let known = |site: &Site| match input.spec {
-                Some(s) if input.inline_dispatch => s.known_values(site),
+            let known = |id: u32| match input.spec {
+                Some(s) if input.inline_dispatch => s.known_values(id),
                 _ => Vec::new(),
             };
             // Generic code has no static context: every block is copied once, so its size
@@ -775,23 +775,13 @@ impl SpecState {
         id
     }
 
-    /// The promoted values seen so far at `site` (see [`PromoSite::see`]), which units
+    /// The promoted values seen so far at site `id` (see [`PromoSite::see`]), which units
     /// stitched from now on dispatch inline.
-    fn known_values(&self, site: &Site) -> Vec<Vec<Const>> {
-        let id = self.site_id(site);
-        let Some(s) = self.sites.read().get(id as usize).cloned() else {
-            return Vec::new();
-        };
-        s.seen()
-            .iter()
-            .map(|words| {
-                words
-                    .iter()
-                    .zip(&s.types)
-                    .map(|(&w, &t)| word_to_const(w, t))
-                    .collect()
-            })
-            .collect()
+    fn known_values(&self, id: u32) -> Vec<Vec<Const>> {
+        self.sites
+            .read()
+            .get(id as usize)
+            .map_or_else(Vec::new, |s| s.seen())
     }
 
     /// The code of the continuation at `site` for promoted `words`, stitched on a miss.
@@ -832,8 +822,7 @@ impl SpecState {
                     .map_err(jit_err)?;
                 // With the values seen at promotion sites dispatched inline, then (should
                 // their continuations not fit the budget of one unit) without.
-                let mut result = Ok(Default::default());
-                for inline_dispatch in [true, false] {
+                let mut compile = |inline_dispatch| {
                     let input = UnitInput {
                         prog: &self.prog,
                         start: site.site.block,
@@ -845,15 +834,12 @@ impl SpecState {
                         ir_text: None,
                         inline_dispatch,
                     };
-                    result = self.runtime.compile_unit(&self.region, module, input, id);
-                    if !matches!(
-                        result,
-                        Err(RuntimeError::Spec(SpecError::BudgetExceeded { .. }))
-                    ) {
-                        break;
-                    }
-                }
-                let mut stats = result?;
+                    self.runtime.compile_unit(&self.region, module, input, id)
+                };
+                let mut stats = match compile(true) {
+                    Err(RuntimeError::Spec(SpecError::BudgetExceeded { .. })) => compile(false),
+                    r => r,
+                }?;
                 let t = std::time::Instant::now();
                 module.finalize_definitions().map_err(jit_err)?;
                 stats.compile_ns += t.elapsed().as_nanos() as u64;

@@ -29,9 +29,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use dyc_templates::abi::{inline_cache_slot, CallCtx, INLINE_CACHE_SLOTS};
+use dyc_templates::ops::Const;
 use dyc_templates::types::Scalar;
 
 use super::cache::Cache;
+use super::hosts::word_to_const;
 use super::memory::PROMOTION_SITES;
 use crate::ge::Site;
 
@@ -79,9 +81,19 @@ impl PromoSite {
         }
     }
 
-    /// The promoted values seen, in order.
-    pub fn seen(&self) -> Vec<Box<[u64]>> {
-        self.seen.lock().clone()
+    /// The promoted values seen, in order, as constants of their types.
+    pub fn seen(&self) -> Vec<Vec<Const>> {
+        self.seen
+            .lock()
+            .iter()
+            .map(|words| {
+                words
+                    .iter()
+                    .zip(&self.types)
+                    .map(|(&w, &t)| word_to_const(w, t))
+                    .collect()
+            })
+            .collect()
     }
 
     /// The inline cache's address, for single-value sites.
