@@ -942,19 +942,109 @@ impl Backend for ClifEmitter<'_, '_> {
     }
 }
 
-/// Simplifies the stitched function's control flow, in two linear passes:
+/// Simplifies the stitched function's control flow and data flow, in linear passes:
 /// - **jump threading**: an edge into a block that holds nothing but a jump goes straight
 ///   to that jump's target (with the arguments substituted), and the block goes;
 /// - **merging**: a block whose only predecessor ends in an unconditional jump to it moves
-///   into that predecessor, its parameters becoming aliases of the jump's arguments.
+///   into that predecessor, its parameters becoming aliases of the jump's arguments;
+/// - **dead parameters**: a block parameter that no instruction reads, other than to pass
+///   it on to parameters that are themselves dead, goes, with the arguments every edge
+///   passes for it;
+/// - **constant sharing** within a block.
 ///
 /// Stitching copies one template per static block, so straight-line code, static branches
 /// and region-entry and promotion glue arrive as chains of small blocks passing every live
-/// value along; afterwards a path that runs straight is one block.
+/// value along; afterwards a path that runs straight is one block, and only the values
+/// (and the elements of local arrays) some later instruction reads cross a block boundary.
 pub fn simplify_cfg(func: &mut ir::Function) {
     thread_jumps(func);
     merge_jump_chains(func);
+    drop_dead_params(func);
     share_constants(func);
+}
+
+/// The dead-parameter pass of [`simplify_cfg`]: a work list from the parameters some
+/// instruction reads backwards along the edges that feed them; what it never reaches is
+/// dead. The entry block's parameters are the signature and stay.
+fn drop_dead_params(func: &mut ir::Function) {
+    let Some(entry) = func.layout.entry_block() else {
+        return;
+    };
+    let dfg = &func.dfg;
+    // For each parameter of a block other than the entry, the values edges pass for it.
+    let mut fed: HashMap<ir::Value, Vec<ir::Value>> = HashMap::new();
+    let mut live: EntitySet<ir::Value> = EntitySet::new();
+    let mut work: Vec<ir::Value> = Vec::new();
+    let is_param =
+        |v: ir::Value| matches!(dfg.value_def(v), ir::ValueDef::Param(b, _) if b != entry);
+    let mut any_param = false;
+    for block in func.layout.blocks() {
+        any_param |= block != entry && !dfg.block_params(block).is_empty();
+        for inst in func.layout.block_insts(block) {
+            for &v in dfg.inst_args(inst) {
+                let v = dfg.resolve_aliases(v);
+                if is_param(v) && live.insert(v) {
+                    work.push(v);
+                }
+            }
+            for dest in dfg.insts[inst].branch_destination(&dfg.jump_tables, &dfg.exception_tables)
+            {
+                let params = dfg.block_params(dest.block(&dfg.value_lists));
+                for (&p, arg) in params.iter().zip(dest.args(&dfg.value_lists)) {
+                    if let Some(a) = arg.as_value() {
+                        fed.entry(p).or_default().push(dfg.resolve_aliases(a));
+                    }
+                }
+            }
+        }
+    }
+    if !any_param {
+        return;
+    }
+    while let Some(p) = work.pop() {
+        for &a in fed.get(&p).map(Vec::as_slice).unwrap_or_default() {
+            if is_param(a) && live.insert(a) {
+                work.push(a);
+            }
+        }
+    }
+    // The dead parameters' positions, per block, last first.
+    let mut dead: SecondaryMap<ir::Block, Vec<usize>> = SecondaryMap::new();
+    let mut found = false;
+    for block in func.layout.blocks() {
+        if block == entry {
+            continue;
+        }
+        for (k, &p) in dfg.block_params(block).iter().enumerate().rev() {
+            if !live.contains(p) {
+                dead[block].push(k);
+                found = true;
+            }
+        }
+    }
+    if !found {
+        return;
+    }
+    let blocks: Vec<ir::Block> = func.layout.blocks().collect();
+    for &block in &blocks {
+        let Some(term) = func.layout.last_inst(block) else {
+            continue;
+        };
+        let dfg = &mut func.dfg;
+        for dest in
+            dfg.insts[term].branch_destination_mut(&mut dfg.jump_tables, &mut dfg.exception_tables)
+        {
+            for &k in &dead[dest.block(&dfg.value_lists)] {
+                dest.remove(k, &mut dfg.value_lists);
+            }
+        }
+    }
+    for block in blocks {
+        for &k in &dead[block] {
+            let p = func.dfg.block_params(block)[k];
+            func.dfg.remove_block_param(p);
+        }
+    }
 }
 
 /// After merging, a block may hold the same constant several times (one per block it was
@@ -1202,6 +1292,64 @@ mod tests {
     }
 
     const I64: Type = Type::Scalar(Scalar::I64);
+
+    #[test]
+    fn parameters_only_passed_around_a_loop_are_dropped() {
+        // entry(x): jump b1(x, 7)
+        // b1(p, q): brif p, b2(p, q), b3(q)
+        // b2(r, s): jump b1(r - 1, s)
+        // b3(t):    return p
+        let mut sig = ir::Signature::new(cranelift_codegen::isa::CallConv::SystemV);
+        sig.params.push(ir::AbiParam::new(types::I64));
+        sig.returns.push(ir::AbiParam::new(types::I64));
+        let mut func = Function::with_name_signature(UserFuncName::user(0, 0), sig);
+        let (b1, b2, b3);
+        {
+            let mut fctx = FunctionBuilderContext::new();
+            let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+            let entry = b.create_block();
+            b1 = b.create_block();
+            b2 = b.create_block();
+            b3 = b.create_block();
+            b.append_block_params_for_function_params(entry);
+            for (block, n) in [(b1, 2), (b2, 2), (b3, 1)] {
+                for _ in 0..n {
+                    b.append_block_param(block, types::I64);
+                }
+            }
+            b.switch_to_block(entry);
+            let x = b.block_params(entry)[0];
+            let seven = b.ins().iconst(types::I64, 7);
+            b.ins().jump(b1, &[x.into(), seven.into()]);
+            b.switch_to_block(b1);
+            let (p, q) = (b.block_params(b1)[0], b.block_params(b1)[1]);
+            b.ins().brif(p, b2, &[p.into(), q.into()], b3, &[q.into()]);
+            b.switch_to_block(b2);
+            let (r, s) = (b.block_params(b2)[0], b.block_params(b2)[1]);
+            let r1 = b.ins().iadd_imm_s(r, -1);
+            b.ins().jump(b1, &[r1.into(), s.into()]);
+            b.switch_to_block(b3);
+            b.ins().return_(&[p]);
+            b.seal_all_blocks();
+            let isa = cranelift_native::builder()
+                .expect("host ISA")
+                .finish(cranelift_codegen::settings::Flags::new(
+                    cranelift_codegen::settings::builder(),
+                ))
+                .expect("ISA");
+            b.finalize(isa.frontend_config());
+        }
+        simplify_cfg(&mut func);
+        let flags = cranelift_codegen::settings::Flags::new(cranelift_codegen::settings::builder());
+        cranelift_codegen::verify_function(&func, &flags).expect("valid after simplifying");
+        let params = |b| func.dfg.block_params(b).len();
+        assert_eq!(
+            (params(b1), params(b2), params(b3)),
+            (1, 1, 0),
+            "{}",
+            func.display()
+        );
+    }
 
     #[test]
     fn constants_fold_and_faults_do_not() {

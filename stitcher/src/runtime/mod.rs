@@ -174,8 +174,11 @@ pub(crate) struct Shared {
     /// Symbols code regions import: the helpers, and `dyc_generic_{i}` for the generic
     /// code of function `i`.
     symbols: Arc<HashMap<String, usize>>,
-    /// Owns the generic code.
-    _generic_code: CodeRegion,
+    /// Owns the generic code and the entry wrappers.
+    code: CodeRegion,
+    /// The entry wrapper for each list of unit input types made so far (compiled into
+    /// `code` on first use; a handful per module).
+    wrappers: Mutex<HashMap<Vec<Type>, usize>>,
     /// Test hook: the next specialization panics inside the stitcher.
     inject_panic: AtomicBool,
 }
@@ -323,6 +326,22 @@ struct UnitInput<'a> {
 }
 
 impl Shared {
+    /// The entry wrapper for units taking `inputs`, compiled into the runtime's region
+    /// the first time (lock order: the wrapper table, then that region's module).
+    fn wrapper(&self, inputs: &[Type]) -> Result<usize, RuntimeError> {
+        let mut wrappers = self.wrappers.lock();
+        if let Some(&w) = wrappers.get(inputs) {
+            return Ok(w);
+        }
+        let w = self.code.with_module(|module| {
+            let id = wrapper::define(&self.code, module, inputs)?;
+            module.finalize_definitions().map_err(jit_err)?;
+            Ok::<_, RuntimeError>(module.get_finalized_function(id) as usize)
+        })?;
+        wrappers.insert(inputs.to_vec(), w);
+        Ok(w)
+    }
+
     /// Compiles one unit into function `id` of `module` (the module of `region`); the
     /// caller finalizes.
     fn compile_unit(
@@ -485,10 +504,11 @@ impl Runtime {
             hosts,
             generic: generic.clone(),
             symbols: Arc::new(HashMap::new()),
-            _generic_code: code,
+            code,
+            wrappers: Mutex::new(HashMap::new()),
             inject_panic: AtomicBool::new(false),
         };
-        let addrs = shared._generic_code.with_module(|module| {
+        let addrs = shared.code.with_module(|module| {
             let mut ids = Vec::new();
             for p in &generic {
                 let id = module
@@ -508,7 +528,7 @@ impl Runtime {
                     ir_text: None,
                     inline_dispatch: false,
                 };
-                shared.compile_unit(&shared._generic_code, module, input, id)?;
+                shared.compile_unit(&shared.code, module, input, id)?;
             }
             module.finalize_definitions().map_err(jit_err)?;
             Ok::<_, RuntimeError>(
@@ -596,7 +616,7 @@ impl Runtime {
     ) -> Result<Specialization, RuntimeError> {
         let state = SpecState::new(&self.shared, prog.clone(), slices, executor);
         let inputs = prog.blocks[prog.entry].input_types();
-        let (code, stats) = state.region.with_module(|module| {
+        let (entry, stats) = state.region.with_module(|module| {
             let unit = module
                 .declare_anonymous_function(&abi::unit_signature(&inputs))
                 .map_err(jit_err)?;
@@ -614,15 +634,15 @@ impl Runtime {
             let mut stats = self
                 .shared
                 .compile_unit(&state.region, module, input, unit)?;
-            let wrapper = wrapper::define(&state.region, module, unit, &inputs)?;
             let t = std::time::Instant::now();
             module.finalize_definitions().map_err(jit_err)?;
             stats.compile_ns += t.elapsed().as_nanos() as u64;
-            Ok::<_, RuntimeError>((module.get_finalized_function(wrapper) as usize, stats))
+            Ok::<_, RuntimeError>((module.get_finalized_function(unit) as usize, stats))
         })?;
         Ok(Specialization {
             state: Arc::new(state),
-            code,
+            wrapper: self.shared.wrapper(&inputs)?,
+            entry,
             inputs,
             ret: prog.header.ret,
             name: prog.header.name.clone(),
@@ -642,19 +662,15 @@ impl Runtime {
         guarded("making an entry", || {
             let executor = self.shared.opts.executor;
             let state = SpecState::new(&self.shared, prog.clone(), Vec::new(), executor);
-            let code = state.region.with_module(|module| {
-                let sig = abi::unit_signature(&prog.header.param_types);
-                let callee = module
-                    .declare_function(&generic_symbol(index as u32), Linkage::Import, &sig)
-                    .map_err(jit_err)?;
-                let wrapper =
-                    wrapper::define(&state.region, module, callee, &prog.header.param_types)?;
-                module.finalize_definitions().map_err(jit_err)?;
-                Ok::<_, RuntimeError>(module.get_finalized_function(wrapper) as usize)
-            })?;
+            let entry = *self
+                .shared
+                .symbols
+                .get(&generic_symbol(index as u32))
+                .ok_or_else(|| RuntimeError::Internal(format!("no generic code for {index}")))?;
             Ok(Specialization {
                 state: Arc::new(state),
-                code,
+                wrapper: self.shared.wrapper(&prog.header.param_types)?,
+                entry,
                 inputs: prog.header.param_types.clone(),
                 ret: prog.header.ret,
                 name: prog.header.name.clone(),
@@ -866,7 +882,9 @@ fn bytes_of(words: &mut [u64]) -> &mut [u8] {
 /// Rust with the dynamic arguments. Owns its code: dropping the last handle frees it.
 pub struct Specialization {
     state: Arc<SpecState>,
-    code: usize,
+    /// The entry wrapper (in the runtime's region) and the entry unit it calls.
+    wrapper: usize,
+    entry: usize,
     /// Types of the dynamic arguments, in order.
     pub inputs: Vec<Type>,
     pub ret: Option<Type>,
@@ -876,8 +894,8 @@ pub struct Specialization {
 }
 
 impl Specialization {
-    /// Bytes of machine code this specialization owns so far (entry unit, wrapper and the
-    /// continuations stitched lazily).
+    /// Bytes of machine code this specialization owns so far (entry unit and the
+    /// continuations stitched lazily; the entry wrapper is the runtime's).
     pub fn code_bytes(&self) -> usize {
         self.state.region.code_bytes()
     }
@@ -924,13 +942,15 @@ impl Specialization {
             message: None,
         };
         ctx.stack_limit = (&ctx as *const CallCtx as u64).saturating_sub(opts.max_stack);
-        // SAFETY: `code` is a finalized entry wrapper of this specialization's region with
-        // the signature `extern "C" fn(*mut CallCtx, *const u64) -> u64`; the region (and
-        // every region the code can reach: the runtime's generic code) outlives the call
-        // through `self`. The caller guarantees the words.
-        let f: extern "C" fn(*mut CallCtx, *const u64) -> u64 =
-            unsafe { std::mem::transmute(self.code) };
-        let v = f(&mut ctx, words.as_ptr());
+        // SAFETY: `wrapper` is a finalized entry wrapper in the runtime's region for units
+        // taking `self.inputs`, with the signature `extern "C" fn(*mut CallCtx, *const u64,
+        // *const u8) -> u64`; `entry` is a finalized unit taking `self.inputs`, in this
+        // specialization's region or the runtime's. Both regions (and every region the code
+        // can reach: the runtime's generic code) outlive the call through `self`, which
+        // keeps the runtime alive. The caller guarantees the words.
+        let f: extern "C" fn(*mut CallCtx, *const u64, *const u8) -> u64 =
+            unsafe { std::mem::transmute(self.wrapper) };
+        let v = f(&mut ctx, words.as_ptr(), self.entry as *const u8);
         if ctx.status == 0 {
             return Ok(v);
         }

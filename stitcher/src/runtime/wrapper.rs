@@ -1,30 +1,37 @@
 //! Entry wrappers: the functions Rust calls. A wrapper has the target's C calling
-//! convention and the signature `fn(ctx: *mut CallCtx, args: *const u64) -> u64`: it loads
-//! the dynamic arguments from `args` (one word per scalar, two per slice), calls the unit
-//! in the `tail` convention, stores the unit's status into the context and returns the
-//! result's word (ABI in [`dyc_templates::abi`]).
+//! convention and the signature `fn(ctx: *mut CallCtx, args: *const u64, unit: *const u8)
+//! -> u64`: it loads the dynamic arguments from `args` (one word per scalar, two per
+//! slice), calls the unit at `unit` in the `tail` convention, stores the unit's status into
+//! the context and returns the result's word (ABI in [`dyc_templates::abi`]).
+//!
+//! A wrapper depends only on the unit's input types, so the runtime keeps one per list of
+//! input types in its own code region, shared by every specialization and the generic
+//! entries: making a specialization compiles its entry unit and nothing else.
 
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, UserFuncName};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId, Module};
 
-use dyc_templates::abi::{ctx, host_signature};
+use dyc_templates::abi::{ctx, host_signature, unit_signature};
 use dyc_templates::clif;
 use dyc_templates::types::{Scalar, Type};
 
 use super::memory::CodeRegion;
 use super::RuntimeError;
 
-/// Defines (not finalizes) a wrapper around `unit`, a function of `module` (the module of
-/// `region`) taking `inputs`.
+/// Defines (not finalizes) in `module` (the module of `region`) a wrapper for units taking
+/// `inputs`.
 pub(crate) fn define(
     region: &CodeRegion,
     module: &mut JITModule,
-    unit: FuncId,
     inputs: &[Type],
 ) -> Result<FuncId, RuntimeError> {
-    let sig = host_signature(module.isa(), &[types::I64, types::I64], &[types::I64]);
+    let sig = host_signature(
+        module.isa(),
+        &[types::I64, types::I64, types::I64],
+        &[types::I64],
+    );
     let id = module
         .declare_anonymous_function(&sig)
         .map_err(|e| RuntimeError::Jit(format!("{e:?}")))?;
@@ -33,13 +40,17 @@ pub(crate) fn define(
     cctx.func.name = UserFuncName::user(0, id.as_u32());
     let frontend = module.isa().frontend_config();
     {
-        let callee = module.declare_func_in_func(unit, &mut cctx.func);
+        let callee = cctx.func.import_signature(unit_signature(inputs));
         let mut fctx = FunctionBuilderContext::new();
         let mut b = FunctionBuilder::new(&mut cctx.func, &mut fctx);
         let blk = b.create_block();
         b.append_block_params_for_function_params(blk);
         b.switch_to_block(blk);
-        let (ctxv, argp) = (b.block_params(blk)[0], b.block_params(blk)[1]);
+        let (ctxv, argp, unit) = (
+            b.block_params(blk)[0],
+            b.block_params(blk)[1],
+            b.block_params(blk)[2],
+        );
         let mut args = vec![ctxv];
         let mut k = 0i32;
         let flags = MemFlagsData::trusted;
@@ -63,7 +74,7 @@ pub(crate) fn define(
                 Type::Array { .. } => unreachable!("the verifier rejects array parameters"),
             }
         }
-        let call = b.ins().call(callee, &args);
+        let call = b.ins().call_indirect(callee, unit, &args);
         let (v, status) = (b.inst_results(call)[0], b.inst_results(call)[2]);
         b.ins().store(flags(), status, ctxv, ctx::STATUS);
         b.ins().return_(&[v]);
