@@ -971,12 +971,12 @@ fn drop_dead_params(func: &mut ir::Function) {
         return;
     };
     let dfg = &func.dfg;
-    // For each parameter of a block other than the entry, the values edges pass for it.
-    let mut fed: HashMap<ir::Value, Vec<ir::Value>> = HashMap::new();
-    let mut live: EntitySet<ir::Value> = EntitySet::new();
-    let mut work: Vec<ir::Value> = Vec::new();
     let is_param =
         |v: ir::Value| matches!(dfg.value_def(v), ir::ValueDef::Param(b, _) if b != entry);
+    let mut live: EntitySet<ir::Value> = EntitySet::new();
+    let mut work: Vec<ir::Value> = Vec::new();
+    // The edges into each block, as (block, branch) sorted by block.
+    let mut edges: Vec<(ir::Block, ir::Inst)> = Vec::new();
     let mut any_param = false;
     for block in func.layout.blocks() {
         any_param |= block != entry && !dfg.block_params(block).is_empty();
@@ -989,22 +989,36 @@ fn drop_dead_params(func: &mut ir::Function) {
             }
             for dest in dfg.insts[inst].branch_destination(&dfg.jump_tables, &dfg.exception_tables)
             {
-                let params = dfg.block_params(dest.block(&dfg.value_lists));
-                for (&p, arg) in params.iter().zip(dest.args(&dfg.value_lists)) {
-                    if let Some(a) = arg.as_value() {
-                        fed.entry(p).or_default().push(dfg.resolve_aliases(a));
-                    }
-                }
+                edges.push((dest.block(&dfg.value_lists), inst));
             }
         }
     }
     if !any_param {
         return;
     }
+    edges.sort_unstable();
+    edges.dedup();
     while let Some(p) = work.pop() {
-        for &a in fed.get(&p).map(Vec::as_slice).unwrap_or_default() {
-            if is_param(a) && live.insert(a) {
-                work.push(a);
+        let ir::ValueDef::Param(block, k) = dfg.value_def(p) else {
+            continue;
+        };
+        let from = edges.partition_point(|&(b, _)| b < block);
+        for &(_, inst) in edges[from..].iter().take_while(|&&(b, _)| b == block) {
+            for dest in dfg.insts[inst].branch_destination(&dfg.jump_tables, &dfg.exception_tables)
+            {
+                if dest.block(&dfg.value_lists) != block {
+                    continue;
+                }
+                if let Some(a) = dest
+                    .args(&dfg.value_lists)
+                    .nth(k)
+                    .and_then(|a| a.as_value())
+                {
+                    let a = dfg.resolve_aliases(a);
+                    if is_param(a) && live.insert(a) {
+                        work.push(a);
+                    }
+                }
             }
         }
     }
@@ -1084,15 +1098,18 @@ fn share_constants(func: &mut ir::Function) {
     }
 }
 
-/// The jump-threading pass of [`simplify_cfg`].
+/// The jump-threading pass of [`simplify_cfg`]. Each lone jump's final destination (past
+/// any further lone jumps, with the arguments composed) is found once, following a chain
+/// and then composing backwards along it, so that every edge is rewritten once: linear in
+/// the size of the function. A cycle of lone jumps (a loop doing nothing) is left alone.
 fn thread_jumps(func: &mut ir::Function) {
     let Some(entry) = func.layout.entry_block() else {
         return;
     };
-    // Blocks that are a lone jump: their parameters, the target, and the jump's arguments
-    // (values only).
-    type Lone = (Vec<ir::Value>, ir::Block, Vec<ir::Value>);
-    let mut trivial: SecondaryMap<ir::Block, Option<Lone>> = SecondaryMap::new();
+    // Blocks that are a lone jump: the target and the jump's arguments (values only).
+    let mut lone: SecondaryMap<ir::Block, Option<(ir::Block, Vec<ir::Value>)>> =
+        SecondaryMap::new();
+    let mut any = false;
     for block in func.layout.blocks() {
         let Some(term) = func.layout.first_inst(block) else {
             continue;
@@ -1106,42 +1123,96 @@ fn thread_jumps(func: &mut ir::Function) {
             .map(|a| a.as_value())
             .collect();
         if block != entry && target != block {
-            let params = func.dfg.block_params(block).to_vec();
-            trivial[block] = args.map(|args| (params, target, args));
+            if let Some(args) = args {
+                lone[block] = Some((target, args));
+                any = true;
+            }
         }
     }
+    if !any {
+        return;
+    }
+    // `args` (passed to `block`'s parameters) substituted into `values` (in terms of those
+    // parameters and of values defined elsewhere).
+    let substitute = |dfg: &ir::DataFlowGraph,
+                      block: ir::Block,
+                      args: &[ir::Value],
+                      values: &[ir::Value]|
+     -> Vec<ir::Value> {
+        values
+            .iter()
+            .map(|&v| match dfg.value_def(v) {
+                ir::ValueDef::Param(b, k) if b == block => args[k],
+                _ => v,
+            })
+            .collect()
+    };
+    // Resolve every lone block's final destination: 0 = not yet, 1 = on the current chain,
+    // 2 = resolved (`lone` then holds the final destination).
+    let mut state: SecondaryMap<ir::Block, u8> = SecondaryMap::new();
     let blocks: Vec<ir::Block> = func.layout.blocks().collect();
+    let mut chain = Vec::new();
+    for &start in &blocks {
+        if lone[start].is_none() || state[start] != 0 {
+            continue;
+        }
+        let mut b = start;
+        while let Some((t, _)) = lone[b] {
+            if state[b] != 0 {
+                break;
+            }
+            state[b] = 1;
+            chain.push(b);
+            b = t;
+        }
+        // `b` ends the chain: not lone, resolved, or on the chain (a cycle, which stops
+        // the composing there).
+        let stop = (state[b] == 1).then_some(b);
+        while let Some(x) = chain.pop() {
+            state[x] = 2;
+            let (t, ref args) = *lone[x].as_ref().expect("lone");
+            if Some(t) == stop || Some(x) == stop {
+                continue;
+            }
+            if let Some((final_t, ref through)) = lone[t] {
+                let composed = substitute(&func.dfg, t, args, through);
+                lone[x] = Some((final_t, composed));
+            }
+        }
+    }
     let mut threaded = false;
+    let mut new: Vec<Option<(ir::Block, Vec<ir::Value>)>> = Vec::new();
     for &block in &blocks {
         let Some(term) = func.layout.last_inst(block) else {
             continue;
         };
+        let dfg = &func.dfg;
+        new.clear();
+        for dest in dfg.insts[term].branch_destination(&dfg.jump_tables, &dfg.exception_tables) {
+            let b = dest.block(&dfg.value_lists);
+            let args: Option<Vec<ir::Value>> =
+                dest.args(&dfg.value_lists).map(|a| a.as_value()).collect();
+            new.push(match (&lone[b], args) {
+                (Some((target, through)), Some(args)) => {
+                    Some((*target, substitute(dfg, b, &args, through)))
+                }
+                _ => None,
+            });
+        }
+        if new.iter().all(Option::is_none) {
+            continue;
+        }
+        threaded = true;
         let dfg = &mut func.dfg;
-        for dest in
-            dfg.insts[term].branch_destination_mut(&mut dfg.jump_tables, &mut dfg.exception_tables)
-        {
-            // Follow a bounded chain of lone jumps (a cycle of them never ends).
-            for _ in 0..16 {
-                let b = dest.block(&dfg.value_lists);
-                let Some((ref params, target, ref through)) = trivial[b] else {
-                    break;
-                };
-                let Some(args) = dest
-                    .args(&dfg.value_lists)
-                    .map(|a| a.as_value())
-                    .collect::<Option<Vec<ir::Value>>>()
-                else {
-                    break;
-                };
-                let new: Vec<ir::BlockArg> = through
-                    .iter()
-                    .map(|&v| match params.iter().position(|&p| p == v) {
-                        Some(k) => args[k].into(),
-                        None => v.into(),
-                    })
-                    .collect();
-                *dest = ir::BlockCall::new(target, new, &mut dfg.value_lists);
-                threaded = true;
+        let dests =
+            dfg.insts[term].branch_destination_mut(&mut dfg.jump_tables, &mut dfg.exception_tables);
+        for (dest, n) in dests.iter_mut().zip(new.drain(..)) {
+            if let Some((target, args)) = n {
+                *dest = ir::BlockCall::new(
+                    target,
+                    args.into_iter().map(ir::BlockArg::from),
+                    &mut dfg.value_lists,
+                );
             }
         }
     }
@@ -1155,7 +1226,7 @@ fn thread_jumps(func: &mut ir::Function) {
         }
     }
     for block in blocks {
-        if trivial[block].is_some() && !referenced.contains(block) {
+        if lone[block].is_some() && !referenced.contains(block) {
             let term = func.layout.first_inst(block).expect("a jump");
             func.layout.remove_inst(term);
             func.layout.remove_block(block);
