@@ -540,8 +540,76 @@ pub fn explain(m: &Module, f: &Function, bta: &Bta) -> String {
                 .collect()
         )
     ));
+    out.push_str(&explain_arrays(f, bta));
     for e in &bta.errors {
         out.push_str(&format!("error at {}: {}\n", e.inst, e.message));
+    }
+    out
+}
+
+/// The `local arrays` part of [`explain`]: for each local array (an `array` instruction;
+/// arrays do not cross blocks as arguments, so its accesses name it directly), where it is
+/// made and what its accesses cost. The specializer keeps every element of a local array as
+/// a value of its environment: an access at a static index is that value (nothing in the
+/// code), while an access at a dynamic index materializes the array (the elements are
+/// stored to a stack slot, the access goes through memory, and after a write the elements
+/// are read back as values).
+fn explain_arrays(f: &Function, bta: &Bta) -> String {
+    // Per array: its instruction, the accesses at static indices, those at dynamic ones.
+    let mut arrays: Vec<(Value, Inst, usize, Vec<String>)> = Vec::new();
+    let mut of: SecondaryMap<Value, Option<usize>> = SecondaryMap::new();
+    for &b in f.layout.blocks() {
+        for &i in f.layout.block_insts(b) {
+            match f.insts[i] {
+                InstData::ArrayNew { .. } => {
+                    of[f.first_result(i)] = Some(arrays.len());
+                    arrays.push((f.first_result(i), i, 0, Vec::new()));
+                }
+                InstData::Load { slice, index } | InstData::Store { slice, index, .. } => {
+                    if let Some(k) = of[slice] {
+                        if bta.value[index].is_static() {
+                            arrays[k].2 += 1;
+                        } else {
+                            arrays[k].3.push(i.to_string());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    if arrays.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("local arrays (elements kept as values):\n");
+    for (v, i, at_static, at_dynamic) in arrays {
+        let accesses = |n: usize| format!("{n} access{}", if n == 1 { "" } else { "es" });
+        let how = match (at_static, at_dynamic.len()) {
+            (0, 0) => "never accessed".to_string(),
+            (s, 0) => format!(
+                "{}, all at static indices: no memory, no checks",
+                accesses(s)
+            ),
+            (s, d) => format!(
+                "{} at static indices (no memory), {d} at dynamic indices ({}): {}, \
+                 the elements stored to a stack slot for the access and read back after a write",
+                accesses(s),
+                at_dynamic.join(", "),
+                if s == 0 {
+                    "every access goes through memory"
+                } else {
+                    "those go through memory"
+                },
+            ),
+        };
+        let line = match f.srclocs[i] {
+            l if l.is_known() => format!(" (line {})", l.line),
+            _ => String::new(),
+        };
+        out.push_str(&format!(
+            "  {v}: {} made at {i}{line}; {how}\n",
+            f.value_type(v)
+        ));
     }
     out
 }

@@ -149,6 +149,11 @@ fn explain_marks_binding_times_and_lists_the_points() {
     assert!(out.contains("key parameters: v0 (code)"), "{out}");
     assert!(out.contains("specialization points: block1"), "{out}");
     assert!(out.contains("promotion points: inst"), "{out}");
+    assert!(
+        out.contains("local arrays (elements kept as values):\n  v3: [i64; 8] made at inst0"),
+        "{out}"
+    );
+    assert!(out.contains("all at static indices: no memory"), "{out}");
 }
 
 #[test]
