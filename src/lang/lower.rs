@@ -520,13 +520,9 @@ impl<'a> FnLowerer<'a> {
                 then,
                 otherwise,
             } => {
-                let c = self.condition(cond)?;
                 let (tb, eb, join) = (self.new_block(), self.new_block(), self.new_block());
-                self.branch(InstData::Brif {
-                    cond: c,
-                    then_dest: BlockCall::new(tb, vec![]),
-                    else_dest: BlockCall::new(eb, vec![]),
-                });
+                // An error is reported; the arms are still lowered for their own errors.
+                let _ = self.branch_on(cond, tb, eb);
                 self.seal(tb);
                 self.seal(eb);
                 self.cur = Some(tb);
@@ -547,15 +543,7 @@ impl<'a> FnLowerer<'a> {
                 let (header, bodyb, exit) = (self.new_block(), self.new_block(), self.new_block());
                 self.jump(header);
                 self.cur = Some(header);
-                let c = self.condition(cond);
-                match c {
-                    Ok(c) => self.branch(InstData::Brif {
-                        cond: c,
-                        then_dest: BlockCall::new(bodyb, vec![]),
-                        else_dest: BlockCall::new(exit, vec![]),
-                    }),
-                    Err(Reported) => self.jump(exit),
-                }
+                let _ = self.branch_on(cond, bodyb, exit);
                 self.seal(bodyb);
                 self.cur = Some(bodyb);
                 self.loop_body(body, label, header, exit);
@@ -872,6 +860,78 @@ impl<'a> FnLowerer<'a> {
                 format!("this is `{got}`"),
             ))
         }
+    }
+
+    /// Ends the current block by branching on condition `e` to `then` or `otherwise`, as
+    /// **jumping code**: `&&`, `||` and `!` become branches rather than values, so that
+    /// each operand is tested by a branch of its own. A static operand is then a static
+    /// branch even when another operand is dynamic (`if d && s { A }` tests `d`, then `s`,
+    /// and specialization drops `A` when `s` is false), instead of one dynamic boolean.
+    /// The caller seals `then` and `otherwise`. On an error in an operand, the block goes
+    /// to `otherwise`.
+    fn branch_on(&mut self, e: &Expr<'a>, then: Block, otherwise: Block) -> LResult<()> {
+        let to = |b: Block| BlockCall::new(b, vec![]);
+        match &e.kind {
+            ExprKind::Unary(UnOp::Not, inner) => self.branch_on(inner, otherwise, then),
+            ExprKind::AndAlso(ab) | ExprKind::OrElse(ab) => {
+                let and = matches!(e.kind, ExprKind::AndAlso(..));
+                let [a, b] = &**ab;
+                self.branch_on_chain(and, [a, b].into_iter(), then, otherwise)
+            }
+            ExprKind::Logic { and, operands } => {
+                self.branch_on_chain(*and, operands.iter(), then, otherwise)
+            }
+            _ => match self.condition(e) {
+                Ok(c) => {
+                    self.branch(InstData::Brif {
+                        cond: c,
+                        then_dest: to(then),
+                        else_dest: to(otherwise),
+                    });
+                    Ok(())
+                }
+                Err(r) => {
+                    if self.cur.is_some() {
+                        self.jump(otherwise);
+                    }
+                    Err(r)
+                }
+            },
+        }
+    }
+
+    /// [`Self::branch_on`] for `e1 && e2 && ...` (`and`) or `e1 || e2 || ...`: each
+    /// operand but the last branches to the next operand's block or out.
+    fn branch_on_chain<'e>(
+        &mut self,
+        and: bool,
+        operands: impl ExactSizeIterator<Item = &'e Expr<'a>>,
+        then: Block,
+        otherwise: Block,
+    ) -> LResult<()>
+    where
+        'a: 'e,
+    {
+        let last = operands.len().saturating_sub(1);
+        for (k, x) in operands.enumerate() {
+            if k == last {
+                return self.branch_on(x, then, otherwise);
+            }
+            let next = self.new_block();
+            let r = if and {
+                self.branch_on(x, next, otherwise)
+            } else {
+                self.branch_on(x, then, next)
+            };
+            self.seal(next);
+            self.cur = Some(next);
+            if r.is_err() {
+                // Not reached: end it where the whole condition would go on failure.
+                self.jump(otherwise);
+                return r;
+            }
+        }
+        Ok(())
     }
 
     fn condition(&mut self, e: &Expr<'a>) -> LResult<Value> {
