@@ -540,11 +540,53 @@ pub fn explain(m: &Module, f: &Function, bta: &Bta) -> String {
                 .collect()
         )
     ));
+    out.push_str(&explain_reach(f, bta));
     out.push_str(&explain_arrays(f, bta));
     for e in &bta.errors {
         out.push_str(&format!("error at {}: {}\n", e.inst, e.message));
     }
     out
+}
+
+/// The reachability part of [`explain`]: each block's reachability condition that is not
+/// `true` (over the static branches, named by their blocks; for a switch, the bits of its
+/// outcome number), with back edges removed and, where that differs, followed; then the
+/// merges and their classes (see [`crate::analysis::reach`]).
+fn explain_reach(f: &Function, bta: &Bta) -> String {
+    use crate::analysis::reach::FunctionReach;
+    let Some(fr) = FunctionReach::compute(f, bta) else {
+        return "reachability conditions: not computed (too many static branches)\n".into();
+    };
+    let r = &fr.reach;
+    let mut out = String::new();
+    let mut merges = Vec::new();
+    for (n, &b) in fr.cfg.blocks().iter().enumerate() {
+        let (a, c) = (r.acyclic[n], r.cyclic[n]);
+        if !a.is_true() || !c.is_true() {
+            out.push_str(&format!("  {b}: {}", fr.text(a)));
+            if a != c {
+                out.push_str(&format!(" (with back edges: {})", fr.text(c)));
+            }
+            out.push('\n');
+        }
+        if let Some(m) = r.merges[n] {
+            merges.push(format!("{b} {}", m.name()));
+        }
+    }
+    let mut text = if out.is_empty() {
+        "reachability conditions: true everywhere\n".to_string()
+    } else {
+        format!("reachability conditions (elsewhere true):\n{out}")
+    };
+    text.push_str(&format!(
+        "merges: {}\n",
+        if merges.is_empty() {
+            "none".to_string()
+        } else {
+            merges.join(", ")
+        }
+    ));
+    text
 }
 
 /// The `local arrays` part of [`explain`]: for each local array (an `array` instruction;

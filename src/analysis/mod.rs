@@ -4,6 +4,7 @@
 //! All of them work on the dense [`cfg::Graph`] of a [`cfg::ControlFlowGraph`] (block `n`
 //! in layout order is node `n`, the entry is node 0) and wrap their results for blocks.
 
+pub mod bdd;
 pub mod cfg;
 pub mod dominators;
 pub mod edges;
@@ -11,4 +12,5 @@ pub mod liveness;
 pub mod loops;
 pub mod order;
 pub mod postdom;
+pub mod reach;
 pub mod topo;

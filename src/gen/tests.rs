@@ -757,3 +757,115 @@ fn work_list_binding_times_equal_the_round_robin_fixed_point() {
     }
     assert!(compared > 0);
 }
+
+/// Reachability conditions against brute force: on random CFGs (structured, with random
+/// edges, random) with a random half of the branching blocks static (some with repeated
+/// targets or three or more outcomes), for every assignment of static outcomes, a block's
+/// condition holds exactly when the block is reachable taking only the chosen outcome at
+/// each static branch, with back edges followed (cyclic) or removed (acyclic); and the
+/// merge classes agree with their definitions over all assignments.
+#[test]
+fn reachability_conditions_agree_with_brute_force() {
+    use crate::analysis::reach::Reach;
+    for seed in 0..cases(DEFAULT_CASES) {
+        let g = random_graph(seed);
+        let n = g.len();
+        let mut rng = Rng::new(seed ^ 0x5eed);
+        let mut outcomes: Vec<Option<Vec<usize>>> = vec![None; n];
+        let mut combos = 1usize;
+        for (v, o) in outcomes.iter_mut().enumerate() {
+            let succs = g.succs[v].to_vec();
+            if succs.len() >= 2 && rng.chance(50) && combos * (succs.len() + 1) <= 4096 {
+                let mut list = succs.clone();
+                if rng.chance(30) {
+                    list.push(*rng.pick(&succs));
+                }
+                combos *= list.len();
+                *o = Some(list);
+            }
+        }
+        let special: Vec<bool> = (0..n).map(|_| rng.chance(10)).collect();
+        let mut r = Reach::compute_graph(&g, &outcomes, &special).expect("within budget");
+        let statics: Vec<usize> = (0..n).filter(|&v| outcomes[v].is_some()).collect();
+        // Per assignment: which nodes are reached, and which acyclic edges are taken.
+        let mut edge_taken_together = vec![false; n];
+        let mut differs_from_idom = vec![false; n];
+        let reachable = reach(&g, 0);
+        let acyclic_edges: Vec<(usize, usize)> = g
+            .edges()
+            .filter(|&(a, b)| reachable[a] && !r.is_back(a, b))
+            .collect();
+        let acyclic_graph = Graph::from_unique_edges(n, &acyclic_edges);
+        let idom = idoms_reference(&acyclic_graph, 0);
+        let mut choice = vec![0usize; n];
+        for mut k in 0..combos {
+            for &v in &statics {
+                let m = outcomes[v].as_ref().unwrap().len();
+                choice[v] = k % m;
+                k /= m;
+            }
+            let taken = |v: usize, s: usize| match &outcomes[v] {
+                Some(o) => o[choice[v]] == s,
+                None => true,
+            };
+            let walk = |follow_back: bool| {
+                let mut seen = vec![false; n];
+                let mut stack = vec![0];
+                seen[0] = true;
+                while let Some(v) = stack.pop() {
+                    for &s in g.succs[v].iter() {
+                        if taken(v, s) && (follow_back || !r.is_back(v, s)) && !seen[s] {
+                            seen[s] = true;
+                            stack.push(s);
+                        }
+                    }
+                }
+                seen
+            };
+            let (cyc, acyc) = (walk(true), walk(false));
+            // Outcome j of a branch with m outcomes is the number m - 1 - j in its bits.
+            let bits = |var: u32| {
+                let v = r.var_node[var as usize];
+                let (first, _) = r.vars[v].unwrap();
+                let m = outcomes[v].as_ref().unwrap().len();
+                (m - 1 - choice[v]) >> (var - first) & 1 == 1
+            };
+            for v in 0..n {
+                assert_eq!(
+                    r.mgr.eval(r.cyclic[v], bits),
+                    cyc[v],
+                    "seed {seed}: cyclic RC of {v}"
+                );
+                assert_eq!(
+                    r.mgr.eval(r.acyclic[v], bits),
+                    acyc[v],
+                    "seed {seed}: acyclic RC of {v}"
+                );
+                let ins = acyclic_graph.preds[v]
+                    .iter()
+                    .filter(|&&u| acyc[u] && taken(u, v))
+                    .count();
+                edge_taken_together[v] |= ins >= 2;
+                if let Some(d) = idom[v] {
+                    differs_from_idom[v] |= acyc[d] != acyc[v];
+                }
+            }
+        }
+        for v in 0..n {
+            let all_ins = g.preds[v].iter().filter(|&&u| reachable[u]).count();
+            let merge = acyclic_graph.preds[v].len() >= 2 || (special[v] && all_ins >= 2);
+            assert_eq!(r.merges[v].is_some(), merge, "seed {seed}: merge {v}");
+            if let Some(m) = r.merges[v] {
+                assert_eq!(
+                    m.constant, !edge_taken_together[v],
+                    "seed {seed}: constant {v}"
+                );
+                assert_eq!(m.weird, differs_from_idom[v], "seed {seed}: weird {v}");
+                assert_eq!(m.special, special[v], "seed {seed}: special {v}");
+            }
+            // Merges are of reachable blocks; following back edges only adds.
+            let (a, c) = (r.acyclic[v], r.cyclic[v]);
+            assert_eq!(r.mgr.implies(a, c), Some(true), "seed {seed}: {v}");
+        }
+    }
+}
