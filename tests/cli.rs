@@ -194,3 +194,23 @@ fn a_closed_pipe_ends_the_tool_quietly() {
     assert!(out.status.code().is_some(), "ended by a signal: {err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn dot_draws_the_cfg_with_binding_times_and_reachability() {
+    let (code, out, err) = dyc(&["dot", "examples/bytecode.dyc", "run"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("digraph \"run\" {"), "{out}");
+    assert!(out.contains("specialization point"), "{out}");
+    assert!(out.contains("constant weird special merge"), "{out}");
+    assert!(
+        out.contains("[style=bold]") && out.contains("[style=dashed]"),
+        "{out}"
+    );
+    assert!(out.contains("label=\"back\""), "{out}");
+    let (code, out, _) = dyc(&["dot", "examples/bytecode.dyc", "run", "--stage", "cfg"]);
+    assert_eq!(code, 0);
+    assert!(!out.contains("RC:") && !out.contains("style=bold"), "{out}");
+    let (code, _, err) = dyc(&["dot", "examples/bytecode.dyc", "run", "--stage", "plan"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("stages are cfg, bta and rc"), "{err}");
+}

@@ -5,6 +5,10 @@
 //! dyc ir FILE                 print the IR of the module
 //! dyc analyze FILE            print each function annotated with its CFG analyses
 //! dyc explain FILE FN         print FN with its binding-time analysis
+//! dyc dot FILE FN [--stage S]  Graphviz of FN's CFG: S = cfg (edges and back edges), bta
+//!                             (static branches bold, dynamic dashed, specialization
+//!                             points and promotions marked) or rc (the default: bta plus
+//!                             each block's reachability condition and merge class)
 //! dyc ge FILE FN              print FN's generating extension (its stitch program)
 //! dyc spec FILE FN ARGS...    specialize FN on its run-time constants among ARGS, print
 //!                             the residual IR, and run it
@@ -55,7 +59,7 @@ macro_rules! out_nonl {
     }};
 }
 
-const USAGE: &str = "usage: dyc check FILE | dyc ir FILE | dyc analyze FILE | dyc explain FILE FN | dyc ge FILE FN | dyc spec FILE FN ARGS... | dyc run FILE FN ARGS...\n(FILE: region source, or IR text ending in .ir)";
+const USAGE: &str = "usage: dyc check FILE | dyc ir FILE | dyc analyze FILE | dyc explain FILE FN | dyc dot FILE FN [--stage cfg|bta|rc] | dyc ge FILE FN | dyc spec FILE FN ARGS... | dyc run FILE FN ARGS...\n(FILE: region source, or IR text ending in .ir)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -142,6 +146,23 @@ fn run(args: &[String]) -> Result<(), Failure> {
             let f = &m.funcs[id];
             let bta = dyc::bta::analyze(&m, f, dyc::bta::Mode::Specialize);
             out_nonl!("{}", dyc::bta::explain(&m, f, &bta));
+        }
+        "dot" => {
+            let m = load(file)?;
+            let (id, _) = function(&m, "dot", file, rest)?;
+            let stage = match rest.get(2).map(String::as_str) {
+                None => "rc",
+                Some("--stage") => rest.get(3).map(String::as_str).unwrap_or(""),
+                Some(other) => other.strip_prefix("--stage=").unwrap_or(""),
+            };
+            if !matches!(stage, "cfg" | "bta" | "rc") {
+                return Err(Failure::Usage(format!(
+                    "`dot` stages are cfg, bta and rc, not `{stage}`"
+                )));
+            }
+            let f = &m.funcs[id];
+            let bta = dyc::bta::analyze(&m, f, dyc::bta::Mode::Specialize);
+            out_nonl!("{}", dot(f, &bta, stage));
         }
         "ge" => {
             let m = load(file)?;
@@ -291,4 +312,88 @@ fn builtin_hosts() -> HostFns {
         _ => Err("abs_i64 takes an i64".into()),
     });
     h
+}
+
+/// Graphviz text of `f`'s CFG at `stage` (`cfg`, `bta` or `rc`; see the module doc).
+fn dot(f: &dyc::ir::Function, bta: &dyc::bta::Bta, stage: &str) -> String {
+    use dyc::analysis::reach::FunctionReach;
+    let with_bta = stage != "cfg";
+    let fr = (stage == "rc")
+        .then(|| FunctionReach::compute(f, bta))
+        .flatten();
+    let edges = dyc::analysis::edges::EdgeClasses::compute(
+        &dyc::analysis::cfg::ControlFlowGraph::compute(f),
+    );
+    let quote = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+    let mut out = format!("digraph \"{}\" {{\n  node [shape=box];\n", quote(&f.name));
+    for &b in f.layout.blocks() {
+        let mut label = b.to_string();
+        let mut style = Vec::new();
+        if with_bta {
+            if bta.is_spec_point(b) {
+                label.push_str("\\nspecialization point");
+                style.push("peripheries=2");
+            }
+            if f.layout.block_insts(b).iter().any(|&i| bta.is_promotion(i)) {
+                label.push_str("\\npromotion");
+                style.push("color=red");
+            }
+        }
+        if let Some(fr) = &fr {
+            let r = &fr.reach;
+            if let Some(k) = fr.cfg.node(b) {
+                label.push_str(&format!("\\nRC: {}", quote(&fr.text(r.acyclic[k]))));
+                if r.acyclic[k] != r.cyclic[k] {
+                    label.push_str(&format!(
+                        "\\nwith back edges: {}",
+                        quote(&fr.text(r.cyclic[k]))
+                    ));
+                }
+                if let Some(m) = r.merges[k] {
+                    label.push_str(&format!("\\n{} merge", m.name()));
+                    style.push(if m.constant {
+                        "style=rounded"
+                    } else {
+                        "style=\"rounded,filled\""
+                    });
+                }
+            }
+        }
+        let extra = if style.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", style.join(", "))
+        };
+        out.push_str(&format!("  \"{b}\" [label=\"{label}\"{extra}];\n"));
+    }
+    for &b in f.layout.blocks() {
+        let is_static = with_bta && bta.branch_is_static(f, b);
+        let branches = f.successors(b).count() > 1;
+        let mut seen = Vec::new();
+        for s in f.successors(b) {
+            if seen.contains(&s) {
+                continue;
+            }
+            seen.push(s);
+            let mut attrs = Vec::new();
+            if edges.kind(b, s) == Some(dyc::analysis::edges::EdgeKind::Back) {
+                attrs.push("constraint=false, color=blue, label=\"back\"");
+            }
+            if with_bta && branches {
+                attrs.push(if is_static {
+                    "style=bold"
+                } else {
+                    "style=dashed"
+                });
+            }
+            let a = if attrs.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", attrs.join(", "))
+            };
+            out.push_str(&format!("  \"{b}\" -> \"{s}\"{a};\n"));
+        }
+    }
+    out.push_str("}\n");
+    out
 }
