@@ -83,8 +83,7 @@ pub struct Reach {
     pub var_node: Vec<usize>,
     /// Per node, its out-edges with their local conditions.
     pub out: Vec<Vec<(usize, Bdd)>>,
-    /// Per node, whether each in-edge `(pred, node)` is a back edge, as a sorted list of
-    /// back edges.
+    /// The back edges `(from, to)`, sorted.
     back: Vec<(usize, usize)>,
     /// Acyclic reachability condition per node (`false` if unreachable).
     pub acyclic: Vec<Bdd>,
@@ -250,20 +249,6 @@ impl Reach {
     /// Whether `a -> b` is a back edge.
     pub fn is_back(&self, a: usize, b: usize) -> bool {
         self.back.binary_search(&(a, b)).is_ok()
-    }
-
-    /// The condition of edge `a -> b`: `RC(a) ∧ cond(a -> b)`, acyclic or cyclic.
-    pub fn edge(&mut self, a: usize, b: usize, cyclic: bool) -> Option<Bdd> {
-        let c = self.out[a]
-            .iter()
-            .find(|&&(s, _)| s == b)
-            .map_or(Bdd::FALSE, |e| e.1);
-        let rc = if cyclic {
-            self.cyclic[a]
-        } else {
-            self.acyclic[a]
-        };
-        self.mgr.and(rc, c)
     }
 }
 

@@ -316,82 +316,74 @@ fn builtin_hosts() -> HostFns {
 
 /// Graphviz text of `f`'s CFG at `stage` (`cfg`, `bta` or `rc`; see the module doc).
 fn dot(f: &dyc::ir::Function, bta: &dyc::bta::Bta, stage: &str) -> String {
+    use dyc::analysis::cfg::ControlFlowGraph;
+    use dyc::analysis::edges::EdgeClasses;
     use dyc::analysis::reach::FunctionReach;
+    use std::collections::HashSet;
     let with_bta = stage != "cfg";
     let fr = (stage == "rc")
         .then(|| FunctionReach::compute(f, bta))
         .flatten();
-    let edges = dyc::analysis::edges::EdgeClasses::compute(
-        &dyc::analysis::cfg::ControlFlowGraph::compute(f),
-    );
+    let cfg = ControlFlowGraph::compute(f);
+    let back: HashSet<_> = EdgeClasses::compute(&cfg).back_edges().collect();
     let quote = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+    // ` [a, b]`, or nothing without attributes.
+    let list = |attrs: &[String]| match attrs {
+        [] => String::new(),
+        _ => format!(" [{}]", attrs.join(", ")),
+    };
     let mut out = format!("digraph \"{}\" {{\n  node [shape=box];\n", quote(&f.name));
-    for &b in f.layout.blocks() {
+    for &b in cfg.blocks() {
         let mut label = b.to_string();
-        let mut style = Vec::new();
+        let mut attrs = Vec::new();
         if with_bta {
             if bta.is_spec_point(b) {
                 label.push_str("\\nspecialization point");
-                style.push("peripheries=2");
+                attrs.push("peripheries=2".to_string());
             }
             if f.layout.block_insts(b).iter().any(|&i| bta.is_promotion(i)) {
                 label.push_str("\\npromotion");
-                style.push("color=red");
+                attrs.push("color=red".to_string());
             }
         }
         if let Some(fr) = &fr {
-            let r = &fr.reach;
-            if let Some(k) = fr.cfg.node(b) {
-                label.push_str(&format!("\\nRC: {}", quote(&fr.text(r.acyclic[k]))));
-                if r.acyclic[k] != r.cyclic[k] {
-                    label.push_str(&format!(
-                        "\\nwith back edges: {}",
-                        quote(&fr.text(r.cyclic[k]))
-                    ));
-                }
-                if let Some(m) = r.merges[k] {
-                    label.push_str(&format!("\\n{} merge", m.name()));
-                    style.push(if m.constant {
-                        "style=rounded"
-                    } else {
-                        "style=\"rounded,filled\""
-                    });
-                }
+            let (r, k) = (&fr.reach, fr.cfg.node(b).expect("in the layout"));
+            label.push_str(&format!("\\nRC: {}", quote(&fr.text(r.acyclic[k]))));
+            if r.acyclic[k] != r.cyclic[k] {
+                label.push_str(&format!(
+                    "\\nwith back edges: {}",
+                    quote(&fr.text(r.cyclic[k]))
+                ));
+            }
+            if let Some(m) = r.merges[k] {
+                label.push_str(&format!("\\n{} merge", m.name()));
+                let style = if m.constant {
+                    "rounded"
+                } else {
+                    "\"rounded,filled\""
+                };
+                attrs.push(format!("style={style}"));
             }
         }
-        let extra = if style.is_empty() {
-            String::new()
-        } else {
-            format!(", {}", style.join(", "))
-        };
-        out.push_str(&format!("  \"{b}\" [label=\"{label}\"{extra}];\n"));
+        attrs.insert(0, format!("label=\"{label}\""));
+        out.push_str(&format!("  \"{b}\"{};\n", list(&attrs)));
     }
-    for &b in f.layout.blocks() {
-        let is_static = with_bta && bta.branch_is_static(f, b);
-        let branches = f.successors(b).count() > 1;
-        let mut seen = Vec::new();
-        for s in f.successors(b) {
-            if seen.contains(&s) {
-                continue;
-            }
-            seen.push(s);
+    for &b in cfg.blocks() {
+        let branches = cfg.succs(b).nth(1).is_some();
+        let style = if bta.branch_is_static(f, b) {
+            "style=bold"
+        } else {
+            "style=dashed"
+        };
+        for s in cfg.succs(b) {
             let mut attrs = Vec::new();
-            if edges.kind(b, s) == Some(dyc::analysis::edges::EdgeKind::Back) {
-                attrs.push("constraint=false, color=blue, label=\"back\"");
+            if back.contains(&(b, s)) {
+                attrs.push("constraint=false, color=blue, label=\"back\"".to_string());
             }
             if with_bta && branches {
-                attrs.push(if is_static {
-                    "style=bold"
-                } else {
-                    "style=dashed"
-                });
+                attrs.push(style.to_string());
             }
-            let a = if attrs.is_empty() {
-                String::new()
-            } else {
-                format!(" [{}]", attrs.join(", "))
-            };
-            out.push_str(&format!("  \"{b}\" -> \"{s}\"{a};\n"));
+            out.push_str(&format!("  \"{b}\" -> \"{s}\"{};\n", list(&attrs)));
         }
     }
     out.push_str("}\n");

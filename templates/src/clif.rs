@@ -1190,14 +1190,13 @@ fn thread_jumps(func: &mut ir::Function) {
         new.clear();
         for dest in dfg.insts[term].branch_destination(&dfg.jump_tables, &dfg.exception_tables) {
             let b = dest.block(&dfg.value_lists);
-            let args: Option<Vec<ir::Value>> =
-                dest.args(&dfg.value_lists).map(|a| a.as_value()).collect();
-            new.push(match (&lone[b], args) {
-                (Some((target, through)), Some(args)) => {
-                    Some((*target, substitute(dfg, b, &args, through)))
-                }
-                _ => None,
-            });
+            new.push(lone[b].as_ref().and_then(|(target, through)| {
+                let args: Vec<ir::Value> = dest
+                    .args(&dfg.value_lists)
+                    .map(|a| a.as_value())
+                    .collect::<Option<_>>()?;
+                Some((*target, substitute(dfg, b, &args, through)))
+            }));
         }
         if new.iter().all(Option::is_none) {
             continue;

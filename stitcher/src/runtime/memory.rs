@@ -1,10 +1,11 @@
 //! Code memory and its reclamation, and the live counts the runtime exposes.
 //!
-//! A [`CodeRegion`] is one cranelift-jit module with the metadata its code refers to (the
-//! fault site records whose addresses the code stores when it faults). It is owned by
-//! what its code belongs to: the runtime (generic code) or one specialization (its entry
-//! unit, wrapper and every continuation stitched later). When its owner goes, the region
-//! frees its code pages (`JITModule::free_memory`) and its metadata.
+//! A [`CodeRegion`] is one cranelift-jit module (made when the first code goes in) with the
+//! metadata its code refers to (the fault site records whose addresses the code stores when
+//! it faults). It is owned by what its code belongs to: the runtime (generic code and the
+//! entry wrappers) or one specialization (its entry unit and every continuation stitched
+//! later). When its owner goes, the region frees its code pages (`JITModule::free_memory`)
+//! and its metadata.
 //!
 //! **Invariant (reclamation).** Code of a region runs only while its owner is alive: a
 //! call into specialized code borrows the specialization's handle for the whole call, and
@@ -69,9 +70,18 @@ pub(crate) struct Module(pub JITModule);
 // code pages and into the process, which every thread may read).
 unsafe impl Send for Module {}
 
+/// A region's module: made on first use (a region that never receives code, such as a
+/// generic entry's, which calls code of the runtime's region, costs no JIT module), then
+/// freed with the region. One per region, moved once: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+enum ModuleState {
+    Pending(JITBuilder),
+    Ready(Module),
+}
+
 /// One module of code with the fault sites its code refers to.
 pub struct CodeRegion {
-    module: Mutex<Option<Module>>,
+    module: Mutex<Option<ModuleState>>,
     bytes: AtomicUsize,
     /// Boxed so that their addresses, which the code stores, never move.
     #[allow(clippy::vec_box)]
@@ -92,7 +102,7 @@ impl CodeRegion {
         builder.symbol_lookup_fn(Box::new(lookup));
         REGIONS.fetch_add(1, Ordering::Relaxed);
         CodeRegion {
-            module: Mutex::new(Some(Module(JITModule::new(builder)))),
+            module: Mutex::new(Some(ModuleState::Pending(builder))),
             bytes: AtomicUsize::new(0),
             faults: Mutex::new(Vec::new()),
             func,
@@ -101,9 +111,16 @@ impl CodeRegion {
 
     /// Runs `f` on the module, under the region's lock.
     pub(crate) fn with_module<T>(&self, f: impl FnOnce(&mut JITModule) -> T) -> T {
-        let mut m = self.module.lock();
-        let m = m.as_mut().expect("a live region has its module");
-        f(&mut m.0)
+        let mut state = self.module.lock();
+        if let Some(ModuleState::Pending(_)) = &*state {
+            if let Some(ModuleState::Pending(builder)) = state.take() {
+                *state = Some(ModuleState::Ready(Module(JITModule::new(builder))));
+            }
+        }
+        match state.as_mut() {
+            Some(ModuleState::Ready(m)) => f(&mut m.0),
+            _ => unreachable!("a live region has its module"),
+        }
     }
 
     /// Records `n` more bytes of code.
@@ -135,7 +152,7 @@ impl CodeRegion {
 
 impl Drop for CodeRegion {
     fn drop(&mut self) {
-        if let Some(m) = self.module.get_mut().take() {
+        if let Some(ModuleState::Ready(m)) = self.module.get_mut().take() {
             // SAFETY: see the reclamation invariant in the module doc: the region's owner
             // is being dropped, so no thread runs its code or holds a pointer into it.
             unsafe { m.0.free_memory() };
