@@ -354,13 +354,17 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
         callees,
         num_regs: f.values.len() as u32,
     };
-    let program = StitchProgram {
+    let mut program = StitchProgram {
         header,
         blocks,
         entry: sge::Block::from_u32(0),
+        plan: None,
     };
     dyc_stitcher::ge::check_cfg(&program)
         .map_err(|e| GeError::Internal(format!("the stitch program does not check:\n{e}")))?;
+    program.plan = crate::transform::plan(&program);
+    dyc_stitcher::ge::check_plan(&program)
+        .map_err(|e| GeError::Internal(format!("the plan does not check:\n{e}")))?;
     Ok(GeneratingExtension {
         program,
         bta,

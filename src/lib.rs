@@ -19,6 +19,7 @@ pub mod ir;
 pub mod lang;
 pub mod residual;
 pub mod semantics;
+pub mod transform;
 pub mod verifier;
 
 pub use api::{Arg, Error, Program, Region, Specialized};

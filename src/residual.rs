@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
-use dyc_stitcher::exec::{Context, Executor, ExecutorKind, PromotionMode};
+use dyc_stitcher::exec::{Context, Executor, ExecutorKind, PromotionMode, Record};
 use dyc_stitcher::ge::{
     self as sge, Budget, CalleeDecl, HostId, PureHosts, SVal, Site, SliceData, SpecError,
 };
@@ -330,10 +330,13 @@ pub struct ResidualRun {
     pub module: Module,
     /// Promotion misses that led to a new specialization.
     pub restarts: usize,
+    /// The (template block, static context) copies the last attempt stitched, in order.
+    pub stitched: Vec<(sge::Block, Vec<(u8, u64)>)>,
 }
 
 /// Specializes function `fid` of `m` on the key parameters in `args` and runs the residual
-/// code on `args` (slices in `mem`, which receives the effects of the final run).
+/// code on `args` (slices in `mem`, which receives the effects of the final run), with the
+/// default executor.
 pub fn run(
     m: &Module,
     fid: FuncId,
@@ -342,6 +345,30 @@ pub fn run(
     hosts: &mut HostFns,
     fuel: u64,
     budget: Budget,
+) -> Result<ResidualRun, ResidualError> {
+    run_with(
+        m,
+        fid,
+        args,
+        mem,
+        hosts,
+        fuel,
+        budget,
+        ExecutorKind::default(),
+    )
+}
+
+/// [`run`] with a chosen executor.
+#[allow(clippy::too_many_arguments)]
+pub fn run_with(
+    m: &Module,
+    fid: FuncId,
+    args: &[Val],
+    mem: &mut Memory,
+    hosts: &mut HostFns,
+    fuel: u64,
+    budget: Budget,
+    executor: ExecutorKind,
 ) -> Result<ResidualRun, ResidualError> {
     let ge = ge::build(m, fid, Mode::Specialize).map_err(|e| match e {
         ge::GeError::Annotations(_) => ResidualError::Unsupported(e.to_string()),
@@ -394,7 +421,7 @@ pub fn run(
             .iter()
             .map(|s| s.as_ref().map(|d| d.data.len() as u64))
             .collect();
-        let mut em = Fold::new(em, lens);
+        let mut em = Record::new(Fold::new(em, lens));
         let lookup = |s: &Site| {
             known
                 .borrow()
@@ -414,14 +441,15 @@ pub fn run(
                 mode: PromotionMode::Inline(&lookup),
                 budget,
             };
-            ExecutorKind::WorkList
+            executor
                 .run(&cx, prog.entry, &key, &mut em)
                 .map_err(|e: SpecError| match e {
                     SpecError::BudgetExceeded { .. } => ResidualError::Budget(e.to_string()),
                     SpecError::Internal(m) => ResidualError::Internal(m),
                 })?
         };
-        let mut em = em.backend;
+        let stitched = std::mem::take(&mut em.stitched);
+        let mut em = em.inner.backend;
         // The entry passes the dynamic parameters to the unit's first block.
         let dyn_params: Vec<Value> = em
             .func
@@ -499,6 +527,7 @@ pub fn run(
                     result,
                     module: rm,
                     restarts,
+                    stitched,
                 })
             }
             (Err(e), _) => return Err(ResidualError::Runtime(e)),
@@ -518,7 +547,7 @@ mod tests {
     #[test]
     fn residual_code_agrees_with_the_interpreter_on_random_programs() {
         let (mut compared, mut keyed, mut promoted) = (0, 0, 0);
-        let (mut refused, mut over_budget) = (0, 0);
+        let (mut refused, mut over_budget, mut planned_same, mut with_plan) = (0, 0, 0, 0);
         for seed in 0..cases(1000) {
             let _seed = crate::gen::SeedGuard(seed);
             let mut rng = Rng::new(seed);
@@ -527,6 +556,7 @@ mod tests {
                 let mut mem = Memory::default();
                 let args = crate::gen::tests::random_args(&mut rng, &f.sig.params, &mut mem);
                 let mut mem2 = mem.clone();
+                let mut mem3 = mem.clone();
                 let mut interp = Interpreter::new(&m);
                 interp.hosts = func::hosts();
                 interp.fuel = 20_000;
@@ -543,6 +573,61 @@ mod tests {
                     max_units: 100,
                 };
                 let got = run(&m, id, &args, &mut mem2, &mut hosts, 200_000, budget);
+                // The work-list executor (the reference) makes the same copies and the same
+                // code as the planned stitcher (the default).
+                let mut hosts3 = func::hosts();
+                let reference = run_with(
+                    &m,
+                    id,
+                    &args,
+                    &mut mem3,
+                    &mut hosts3,
+                    200_000,
+                    budget,
+                    ExecutorKind::WorkList,
+                );
+                match (&got, &reference) {
+                    (Ok(a), Ok(b)) => {
+                        let set = |r: &ResidualRun| {
+                            let mut s = r.stitched.clone();
+                            s.sort();
+                            let n = s.len();
+                            s.dedup();
+                            assert_eq!(n, s.len(), "seed {seed}: a copy stitched twice");
+                            s
+                        };
+                        if set(a) != set(b) {
+                            let g = ge::build(&m, id, Mode::Specialize).expect("built before");
+                            panic!(
+                                "seed {seed}: planned {:?}\nwork list {:?}\n{}{}",
+                                a.stitched,
+                                b.stitched,
+                                dyc_stitcher::ge::print_cfg(&g.program),
+                                dyc_stitcher::ge::print_plan(&g.program)
+                            );
+                        }
+                        assert_eq!(format!("{:?}", a.result), format!("{:?}", b.result));
+                    }
+                    // Errors agree on kind and source position (instruction numbers
+                    // follow the order of stitching).
+                    (a, b) => {
+                        let outcome = |r: &Result<ResidualRun, ResidualError>| match r {
+                            Ok(r) => format!("{:?}", r.result),
+                            Err(ResidualError::Runtime(e)) => format!("{:?} {:?}", e.kind, e.loc),
+                            Err(e) => format!("{e}"),
+                        };
+                        assert_eq!(
+                            outcome(a),
+                            outcome(b),
+                            "seed {seed}: planned and work list disagree"
+                        );
+                    }
+                }
+                planned_same += 1;
+                if matches!(ge::build(&m, id, Mode::Specialize), Ok(g) if g.program.plan.is_some())
+                {
+                    with_plan += 1;
+                }
                 let got = match got {
                     Ok(r) => {
                         promoted += (r.restarts > 0) as usize;
@@ -590,7 +675,19 @@ mod tests {
         let total = cases(1000) as usize;
         assert!(compared >= total, "only {compared} functions compared");
         // Most runs are compared: refused annotations and spent budgets stay a minority.
-        println!("{compared} compared, {refused} refused, {over_budget} over budget");
+        println!(
+            "{compared} compared ({planned_same} planned = work list, {with_plan} with a plan), \
+             {refused} refused, {over_budget} over budget"
+        );
+        assert!(
+            planned_same >= total,
+            "only {planned_same} planned runs compared"
+        );
+        // Programs without a plan (over its budget) run on the work list: a small minority.
+        assert!(
+            with_plan * 10 >= planned_same * 9,
+            "only {with_plan} had a plan"
+        );
         assert!(
             (refused + over_budget) * 5 <= compared,
             "{refused} refused and {over_budget} over budget for {compared} compared"

@@ -3,11 +3,12 @@
 //! An [`Executor`] takes a [`Context`] (the stitch program, the contents of static slices,
 //! pure hosts, how promotions are emitted, the budget), a start block and the static values
 //! of its key, and drives an [`Emitter`] (any backend, or the residual-IR emitter of the
-//! tests). Executors: the work-list executor ([`worklist`], the reference), and the
-//! planned stitcher that follows the linearized form (to come). [`ExecutorKind`] selects
-//! one per region; [`Record`] wraps any emitter and records which (block, static context)
+//! tests). Executors: the planned stitcher that follows the linearized form ([`planned`],
+//! the default) and the work-list executor ([`worklist`], the reference). [`ExecutorKind`]
+//! selects one per region; [`Record`] wraps any emitter and records which (block, static context)
 //! pairs an executor stitched, in order, so that tests can assert properties of stitching.
 
+pub mod planned;
 pub mod record;
 pub mod worklist;
 
@@ -16,6 +17,7 @@ use dyc_templates::template::Emitter;
 
 use crate::ge::{Block, Budget, PureHosts, SVal, Site, SliceData, SpecError, StitchProgram};
 
+pub use planned::Planned;
 pub use record::Record;
 pub use worklist::WorkList;
 
@@ -48,6 +50,11 @@ pub struct Unit<B> {
     pub blocks: usize,
     /// Setup and template operations processed.
     pub ops: usize,
+    /// Memo lookups (the work-list executor: one per edge stitched; the planned stitcher:
+    /// has-been-stitched lookups at roots only).
+    pub lookups: usize,
+    /// Blocks the planned stitcher stitched only if needed (NTBS tests).
+    pub tests: usize,
 }
 
 /// Everything a specialization reads besides its start: the program, the contents of its
@@ -76,8 +83,11 @@ pub trait Executor {
 /// The executors, selectable per region.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ExecutorKind {
-    /// The work-list executor over the CFG form.
+    /// The planned stitcher over the linearized form (the work-list executor when the
+    /// program has no plan).
     #[default]
+    Planned,
+    /// The work-list executor over the CFG form.
     WorkList,
 }
 
@@ -90,6 +100,7 @@ impl Executor for ExecutorKind {
         emitter: &mut E,
     ) -> Result<Unit<E::Block>, SpecError> {
         match self {
+            ExecutorKind::Planned => Planned.run(cx, start, key, emitter),
             ExecutorKind::WorkList => WorkList.run(cx, start, key, emitter),
         }
     }

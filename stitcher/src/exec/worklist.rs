@@ -35,8 +35,8 @@ use dyc_templates::types::{Scalar, SrcLoc, Type};
 
 use super::{Context, Executor, PromotionMode, Unit};
 use crate::ge::{
-    Block, Budget, BudgetKind, CalleeDecl, Edge, Op, Operand, Param, PureHosts, Reg, SVal, SetupOp,
-    Site, SliceData, SpecError, StitchProgram, Term,
+    Block, Budget, BudgetKind, CalleeDecl, Edge, Op, Operand, Param, Plan, PureHosts, Reg, SVal,
+    SetupOp, Site, SliceData, SpecError, StitchProgram, Term,
 };
 
 /// The work-list executor.
@@ -51,42 +51,13 @@ impl Executor for WorkList {
         key: &[SVal],
         emitter: &mut E,
     ) -> Result<Unit<E::Block>, SpecError> {
-        let prog = cx.prog;
-        if prog.blocks.get(start).is_none() {
-            return internal(format!("start block {start} does not exist"));
-        }
-        let mut s = Spec {
-            prog,
-            slices: cx.slices,
-            hosts: cx.hosts,
-            em: emitter,
-            mode: &cx.mode,
-            budget: cx.budget,
-            memo: HashMap::new(),
-            work: Vec::new(),
-            sites: Vec::new(),
-            site_index: HashMap::new(),
-            blocks: 0,
-            ops: 0,
-            env_s: vec![None; prog.header.num_regs as usize],
-            env_d: vec![None; prog.header.num_regs as usize],
-            env_a: vec![None; prog.header.num_regs as usize],
-            touched: Vec::new(),
-            stubs: Vec::new(),
-            current: start,
-            last_loc: SrcLoc::default(),
-        };
+        let mut s = Spec::new(cx, start, emitter, None)?;
         let entry = s.copy_of(start, key.to_vec())?;
         while let Some((b, key, res)) = s.work.pop() {
             s.current = b;
             s.stitch(b, &key, res)?;
         }
-        Ok(Unit {
-            entry,
-            sites: s.sites,
-            blocks: s.blocks,
-            ops: s.ops,
-        })
+        Ok(s.unit(entry))
     }
 }
 
@@ -102,15 +73,29 @@ struct Inputs<V> {
     args: Vec<V>,
 }
 
-struct Spec<'a, E: Emitter> {
-    prog: &'a StitchProgram,
+pub(super) struct Spec<'a, E: Emitter> {
+    pub(super) prog: &'a StitchProgram,
+    /// The plan, when the planned stitcher runs: copies of non-root blocks live in
+    /// `slots` for one run of a tree, and only roots go through `memo` and `work`.
+    pub(super) plan: Option<&'a Plan>,
     slices: &'a [Option<SliceData>],
     hosts: &'a dyn PureHosts,
     em: &'a mut E,
     mode: &'a PromotionMode<'a>,
     budget: Budget,
     memo: HashMap<(Block, KeyBits), E::Block>,
-    work: Vec<(Block, Vec<SVal>, E::Block)>,
+    pub(super) work: Vec<(Block, Vec<SVal>, E::Block)>,
+    /// Planned stitcher: per block, its copy in the current run of a tree, with its static
+    /// key and whether it was stitched; `filled` lists the blocks with a slot.
+    pub(super) slots: Vec<Option<Slot<E::Block>>>,
+    pub(super) filled: Vec<Block>,
+    /// The edge the last stitched block's static branch took (its index in
+    /// [`Term::edges`] order), `None` if it did not end in one or did not reach it.
+    pub(super) taken: Option<usize>,
+    /// Lookups of `memo` (has-been-stitched lookups under the planned stitcher) and
+    /// blocks stitched only if needed (NTBS tests).
+    pub(super) lookups: usize,
+    pub(super) tests: usize,
     sites: Vec<Site>,
     site_index: HashMap<(Block, KeyBits), u32>,
     blocks: usize,
@@ -126,27 +111,117 @@ struct Spec<'a, E: Emitter> {
     stubs: Vec<Stub<E::Block>>,
     /// The template block being stitched and the last source position met (for budget
     /// errors).
-    current: Block,
+    pub(super) current: Block,
     last_loc: SrcLoc,
 }
 
 type Stub<B> = (B, Block, Vec<SVal>, Vec<SVal>);
 
+/// A copy of a non-root block in one run of a tree (planned stitcher).
+pub(super) struct Slot<B> {
+    pub(super) block: B,
+    pub(super) key: Vec<SVal>,
+    pub(super) stitched: bool,
+}
+
 fn internal<T>(m: impl Into<String>) -> Result<T, SpecError> {
     Err(SpecError::Internal(m.into()))
 }
 
-impl<E: Emitter> Spec<'_, E> {
-    /// The specialized copy of `b` for static values `key`, created (and queued) if new.
-    fn copy_of(&mut self, b: Block, key: Vec<SVal>) -> Result<E::Block, SpecError> {
-        let bits: KeyBits = key.iter().map(SVal::key_bits).collect();
-        if let Some(&res) = self.memo.get(&(b, bits.clone())) {
-            return Ok(res);
+impl<'a, E: Emitter> Spec<'a, E> {
+    /// A specialization of the unit that starts at `start`.
+    pub(super) fn new(
+        cx: &'a Context,
+        start: Block,
+        em: &'a mut E,
+        plan: Option<&'a Plan>,
+    ) -> Result<Spec<'a, E>, SpecError> {
+        let prog = cx.prog;
+        if prog.blocks.get(start).is_none() {
+            return internal(format!("start block {start} does not exist"));
         }
+        let n = prog.header.num_regs as usize;
+        Ok(Spec {
+            prog,
+            plan,
+            slices: cx.slices,
+            hosts: cx.hosts,
+            em,
+            mode: &cx.mode,
+            budget: cx.budget,
+            memo: HashMap::new(),
+            work: Vec::new(),
+            slots: Vec::new(),
+            filled: Vec::new(),
+            taken: None,
+            lookups: 0,
+            tests: 0,
+            sites: Vec::new(),
+            site_index: HashMap::new(),
+            blocks: 0,
+            ops: 0,
+            env_s: vec![None; n],
+            env_d: vec![None; n],
+            env_a: vec![None; n],
+            touched: Vec::new(),
+            stubs: Vec::new(),
+            current: start,
+            last_loc: SrcLoc::default(),
+        })
+    }
+
+    /// What the unit produced.
+    pub(super) fn unit(self, entry: E::Block) -> Unit<E::Block> {
+        Unit {
+            entry,
+            sites: self.sites,
+            blocks: self.blocks,
+            ops: self.ops,
+            lookups: self.lookups,
+            tests: self.tests,
+        }
+    }
+
+    /// Counts one more block copy against the budget.
+    fn count_block(&mut self) -> Result<(), SpecError> {
         self.blocks += 1;
         if self.blocks > self.budget.max_blocks {
             return Err(self.exceeded(BudgetKind::Blocks, self.budget.max_blocks));
         }
+        Ok(())
+    }
+
+    /// The specialized copy of `b` for static values `key`, created (and queued) if new.
+    /// Under a plan, a non-root block's copy is its slot in the current run of the tree
+    /// (created here, stitched when the tree's step reaches it).
+    pub(super) fn copy_of(&mut self, b: Block, key: Vec<SVal>) -> Result<E::Block, SpecError> {
+        if let Some(plan) = self.plan {
+            if !plan.is_root(b) {
+                let i = b.index();
+                if let Some(s) = self.slots.get(i).and_then(Option::as_ref) {
+                    return Ok(s.block);
+                }
+                self.count_block()?;
+                let res = self.em.create_block(&self.prog.blocks[b].input_types());
+                if self.slots.len() <= i {
+                    self.slots
+                        .resize_with(self.prog.blocks.len().max(i + 1), || None);
+                }
+                self.slots[i] = Some(Slot {
+                    block: res,
+                    key,
+                    stitched: false,
+                });
+                self.filled.push(b);
+                return Ok(res);
+            }
+        }
+        self.lookups += 1;
+        let bits: KeyBits = key.iter().map(SVal::key_bits).collect();
+        if let Some(&res) = self.memo.get(&(b, bits.clone())) {
+            return Ok(res);
+        }
+        self.count_block()?;
         let res = self.em.create_block(&self.prog.blocks[b].input_types());
         self.memo.insert((b, bits), res);
         self.work.push((b, key, res));
@@ -229,7 +304,13 @@ impl<E: Emitter> Spec<'_, E> {
     }
 
     /// Specializes block `b` for `key` into the emitter's block `res`.
-    fn stitch(&mut self, b: Block, key: &[SVal], res: E::Block) -> Result<(), SpecError> {
+    pub(super) fn stitch(
+        &mut self,
+        b: Block,
+        key: &[SVal],
+        res: E::Block,
+    ) -> Result<(), SpecError> {
+        self.taken = None;
         let prog = self.prog;
         let sb = &prog.blocks[b];
         // Clear what the previous block set (not the whole register file: this runs once
@@ -354,6 +435,7 @@ impl<E: Emitter> Spec<'_, E> {
                         c => return internal(format!("branch on {c:?}")),
                     };
                     let e = if taken { then_edge } else { else_edge };
+                    self.taken = Some(usize::from(!taken));
                     if let Some((t, args)) = self.edge(e)? {
                         self.em.jump(t, &args);
                     }
@@ -375,11 +457,9 @@ impl<E: Emitter> Spec<'_, E> {
                         Const::Int(_, k) => k,
                         c => return internal(format!("switch on {c:?}")),
                     };
-                    let e = cases
-                        .iter()
-                        .find(|(c, _)| *c == k)
-                        .map(|(_, e)| e)
-                        .unwrap_or(default);
+                    let arm = cases.iter().position(|(c, _)| *c == k);
+                    let e = arm.map_or(default, |a| &cases[a].1);
+                    self.taken = Some(arm.unwrap_or(cases.len()));
                     if let Some((t, args)) = self.edge(e)? {
                         self.em.jump(t, &args);
                     }

@@ -263,4 +263,6 @@ pub struct StitchProgram {
     pub header: ProgramHeader,
     pub blocks: PrimaryMap<Block, BlockData>,
     pub entry: Block,
+    /// The linearized form laid over the blocks, if the static transform made one.
+    pub plan: Option<super::linear::Plan>,
 }

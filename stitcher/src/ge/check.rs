@@ -30,13 +30,13 @@
 //!   has parameters; lazy points and promotions name existing units, with as many
 //!   arguments as the unit has inputs; flags are below `num_flags`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use dyc_templates::template::TOp;
 
 use super::cfg::{CalleeDecl, Edge, Op, Operand, Param, ProgramHeader, SetupOp, Term};
-use super::entities::{Block, Reg};
-use super::linear::{Dir, LinearProgram, LinearUnit, Target};
+use super::entities::Reg;
+use super::linear::Step;
 use super::{CalleeId, StitchProgram};
 
 /// A violated invariant.
@@ -77,8 +77,6 @@ struct Env {
 
 struct Checker {
     num_regs: u32,
-    /// Registers are variables (the linearized form's setup code), not SSA values.
-    redefine: bool,
     errors: Vec<CheckError>,
     entity: String,
 }
@@ -101,10 +99,9 @@ impl Checker {
 
     /// A checker for a program with header `h`, whose key and tables it checks first
     /// (both forms share them).
-    fn new(h: &ProgramHeader, redefine: bool) -> Checker {
+    fn new(h: &ProgramHeader) -> Checker {
         let mut c = Checker {
             num_regs: h.num_regs,
-            redefine,
             errors: Vec::new(),
             entity: h.name.clone(),
         };
@@ -130,7 +127,7 @@ impl Checker {
 
     fn def_static(&mut self, env: &mut Env, r: Reg) {
         env.dyns.remove(&r);
-        if self.reg(r) && !self.redefine && (env.statics.contains(&r) || env.dyns.contains(&r)) {
+        if self.reg(r) && (env.statics.contains(&r) || env.dyns.contains(&r)) {
             self.err(format!("{r} is defined twice"));
         }
         env.statics.insert(r);
@@ -138,7 +135,7 @@ impl Checker {
 
     fn def_dyn(&mut self, env: &mut Env, r: Reg) {
         env.statics.remove(&r);
-        if self.reg(r) && !self.redefine && (env.statics.contains(&r) || env.dyns.contains(&r)) {
+        if self.reg(r) && (env.statics.contains(&r) || env.dyns.contains(&r)) {
             self.err(format!("{r} is defined twice"));
         }
         env.dyns.insert(r);
@@ -200,7 +197,7 @@ impl Checker {
 
 /// Checks a stitch program in CFG form.
 pub fn check_cfg(p: &StitchProgram) -> Result<(), CheckErrors> {
-    let mut c = Checker::new(&p.header, false);
+    let mut c = Checker::new(&p.header);
     match p.blocks.get(p.entry) {
         None => c.err(format!("entry block {} does not exist", p.entry)),
         Some(b) => {
@@ -334,330 +331,123 @@ pub fn check_cfg(p: &StitchProgram) -> Result<(), CheckErrors> {
     }
 }
 
-/// The state of the walk through a unit.
-#[derive(Clone)]
-struct LState {
-    env: Env,
-    open: bool,
-}
-
-struct LinearChecker<'a> {
-    c: Checker,
-    p: &'a LinearProgram,
-    /// Parameter counts of the blocks each unit labels.
-    labels: HashMap<Block, usize>,
-    /// For each enclosing loop, the states at its `break`s.
-    breaks: Vec<Vec<LState>>,
-}
-
-impl LinearChecker<'_> {
-    fn need_open(&mut self, st: &LState, what: &str) {
-        if !st.open {
-            self.c.err(format!("{what} without an open block"));
-        }
-    }
-
-    fn target(&mut self, st: &LState, t: &Target) {
-        for &r in &t.key {
-            self.c.use_static(&st.env, r, "key register");
-        }
-        for &a in &t.args {
-            self.c.operand(&st.env, a, "argument");
-        }
-        match self.labels.get(&t.block) {
-            None => self
-                .c
-                .err(format!("target {} is not labelled in this unit", t.block)),
-            Some(&n) if n != t.args.len() => self.c.err(format!(
-                "target {} passes {} arguments for {n} parameters",
-                t.block,
-                t.args.len()
-            )),
-            Some(_) => {}
-        }
-    }
-
-    fn unit_args(&mut self, st: &LState, unit: super::UnitId, args: &[Operand]) {
-        for &a in args {
-            self.c.operand(&st.env, a, "argument");
-        }
-        match self.p.units.get(unit) {
-            None => self.c.err(format!("unit {unit} does not exist")),
-            Some(u) if u.inputs.len() != args.len() => self.c.err(format!(
-                "{unit} takes {} inputs, {} given",
-                u.inputs.len(),
-                args.len()
-            )),
-            Some(_) => {}
-        }
-    }
-
-    /// Joins the states after two alternatives.
-    fn join(&mut self, a: LState, b: LState, what: &str) -> LState {
-        if a.open != b.open {
-            self.c.err(format!(
-                "the sides of {what} leave the block differently open"
-            ));
-        }
-        LState {
-            open: a.open,
-            env: Env {
-                statics: a
-                    .env
-                    .statics
-                    .intersection(&b.env.statics)
-                    .copied()
-                    .collect(),
-                dyns: a.env.dyns.intersection(&b.env.dyns).copied().collect(),
-            },
-        }
-    }
-
-    fn flag(&mut self, f: super::FlagId) {
-        if f.as_u32() >= self.p.num_flags {
-            self.c
-                .err(format!("flag {f} is beyond the {} flags", self.p.num_flags));
-        }
-    }
-
-    fn seq(&mut self, mut st: LState, ds: &[Dir]) -> LState {
-        let is_host = |callee| self.p.header.callee_is_host(callee);
-        for d in ds {
-            match d {
-                Dir::Setup { dst, op, .. } => {
-                    self.c.setup(&st.env, op, &is_host);
-                    self.c.def_static(&mut st.env, *dst);
-                }
-                Dir::Label { key, params, .. } => {
-                    if st.open {
-                        self.c.err("label while a block is open".into());
-                    }
-                    for &r in key {
-                        self.c.use_static(&st.env, r, "key register");
-                    }
-                    st.env.dyns.clear();
-                    for &(r, _) in params {
-                        self.c.def_dyn(&mut st.env, r);
-                    }
-                    st.open = true;
-                }
-                Dir::Emit { dst, op, args, .. } => {
-                    self.need_open(&st, "emit");
-                    self.c.emit(&st.env, op, args, self.p.header.callees.len());
-                    if let Some(r) = dst {
-                        self.c.def_dyn(&mut st.env, *r);
-                    }
-                }
-                Dir::Lift { dst, src } => {
-                    self.need_open(&st, "lift");
-                    self.c.operand(&st.env, *src, "lifted operand");
-                    self.c.def_dyn(&mut st.env, *dst);
-                }
-                Dir::If {
-                    cond,
-                    then_dirs,
-                    else_dirs,
-                } => {
-                    self.c.use_static(&st.env, *cond, "condition");
-                    let a = self.seq(st.clone(), then_dirs);
-                    let b = self.seq(st, else_dirs);
-                    st = self.join(a, b, "a static branch");
-                }
-                Dir::Switch {
-                    arg,
-                    cases,
-                    default,
-                } => {
-                    self.c.use_static(&st.env, *arg, "switch operand");
-                    let mut out = self.seq(st.clone(), default);
-                    for (_, body) in cases {
-                        let s = self.seq(st.clone(), body);
-                        out = self.join(out, s, "a static switch");
-                    }
-                    st = out;
-                }
-                Dir::Loop { dirs } => {
-                    self.breaks.push(Vec::new());
-                    let end = self.seq(st.clone(), dirs);
-                    if end.open != st.open {
-                        self.c
-                            .err("a loop iteration leaves the block differently open".into());
-                    }
-                    let mut outs = self.breaks.pop().unwrap_or_default().into_iter();
-                    match outs.next() {
-                        None => self.c.err("a loop without a break".into()),
-                        Some(first) => {
-                            // After the loop: what was defined before it, and whether the
-                            // breaks (which must agree) leave a block open.
-                            let mut out = first;
-                            for o in outs {
-                                out = self.join(out, o, "the breaks of a loop");
-                            }
-                            st = LState {
-                                env: st.env,
-                                open: out.open,
-                            };
-                        }
-                    }
-                }
-                Dir::Break => match self.breaks.last_mut() {
-                    Some(b) => b.push(st.clone()),
-                    None => self.c.err("break outside a loop".into()),
-                },
-                Dir::SetFlag(f) => self.flag(*f),
-                Dir::IfFlag { flag, dirs } => {
-                    self.flag(*flag);
-                    let s = self.seq(st.clone(), dirs);
-                    st = self.join(st, s, "a flag test");
-                }
-                Dir::Stitched { key, hit, miss, .. } => {
-                    for &r in key {
-                        self.c.use_static(&st.env, r, "key register");
-                    }
-                    let a = self.seq(st.clone(), hit);
-                    let b = self.seq(st, miss);
-                    st = self.join(a, b, "a has-been-stitched lookup");
-                }
-                Dir::Jump(t) => {
-                    self.need_open(&st, "jump");
-                    self.target(&st, t);
-                    st.open = false;
-                }
-                Dir::Branch {
-                    cond,
-                    then_target,
-                    else_target,
-                } => {
-                    self.need_open(&st, "branch");
-                    self.c.use_dyn(&st.env, *cond, "condition");
-                    self.target(&st, then_target);
-                    self.target(&st, else_target);
-                    st.open = false;
-                }
-                Dir::SwitchDyn {
-                    arg,
-                    cases,
-                    default,
-                } => {
-                    self.need_open(&st, "switch");
-                    self.c.use_dyn(&st.env, *arg, "switch operand");
-                    for (_, t) in cases {
-                        self.target(&st, t);
-                    }
-                    self.target(&st, default);
-                    st.open = false;
-                }
-                Dir::Return(v) => {
-                    self.need_open(&st, "return");
-                    if v.is_some() != self.p.header.ret.is_some() {
-                        self.c
-                            .err("return does not match the function's result".into());
-                    }
-                    if let Some(v) = v {
-                        self.c.operand(&st.env, *v, "returned value");
-                    }
-                    st.open = false;
-                }
-                Dir::Trap(_) => {
-                    self.need_open(&st, "trap");
-                    st.open = false;
-                }
-                Dir::Lazy { unit, args } => {
-                    self.need_open(&st, "lazy point");
-                    self.unit_args(&st, *unit, args);
-                    if let Some(u) = self.p.units.get(*unit) {
-                        for &r in &u.key {
-                            self.c
-                                .use_static(&st.env, r, "key register of the lazy unit");
-                        }
-                    }
-                    st.open = false;
-                }
-                Dir::Promote {
-                    unit,
-                    promoted,
-                    args,
-                } => {
-                    self.need_open(&st, "promotion");
-                    for &r in promoted {
-                        self.c.use_dyn(&st.env, r, "promoted variable");
-                    }
-                    self.unit_args(&st, *unit, args);
-                    st.open = false;
-                }
-            }
-        }
-        st
-    }
-}
-
-fn labels(ds: &[Dir], out: &mut HashMap<Block, usize>) {
-    for d in ds {
-        match d {
-            Dir::Label { block, params, .. } => {
-                out.insert(*block, params.len());
-            }
-            Dir::If {
-                then_dirs,
-                else_dirs,
-                ..
-            } => {
-                labels(then_dirs, out);
-                labels(else_dirs, out);
-            }
-            Dir::Switch { cases, default, .. } => {
-                for (_, b) in cases {
-                    labels(b, out);
-                }
-                labels(default, out);
-            }
-            Dir::IfFlag { dirs, .. } | Dir::Loop { dirs } => labels(dirs, out),
-            Dir::Stitched { hit, miss, .. } => {
-                labels(hit, out);
-                labels(miss, out);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Checks a stitch program in linearized form.
-pub fn check_linear(p: &LinearProgram) -> Result<(), CheckErrors> {
-    let mut lc = LinearChecker {
-        c: Checker::new(&p.header, true),
-        p,
-        labels: HashMap::new(),
-        breaks: Vec::new(),
+/// Checks the plan of a stitch program (nothing to check without one): every block has
+/// a root entry, the entry and every promotion block are roots, every step position is in
+/// range, `stitch` names existing non-root blocks or roots at their tree's first step,
+/// `fork` follows a `stitch` of the same block, which ends in a static branch with one arm
+/// per edge, and every tree ends (the steps form no cycle, so every path reaches `end`).
+pub fn check_plan(p: &StitchProgram) -> Result<(), CheckErrors> {
+    let Some(plan) = &p.plan else {
+        return Ok(());
     };
-    if p.units.get(p.entry).is_none() {
-        lc.c.err(format!("entry unit {} does not exist", p.entry));
+    let mut c = Checker::new(&p.header);
+    let n = plan.steps.len() as u32;
+    if plan.roots.len() != p.blocks.len() {
+        c.err(format!(
+            "{} root entries for {} blocks",
+            plan.roots.len(),
+            p.blocks.len()
+        ));
+        return Err(CheckErrors(c.errors));
     }
-    for (id, u) in p.units.iter() {
-        lc.c.entity = id.to_string();
-        check_unit(&mut lc, u);
+    for (b, d) in p.blocks.iter() {
+        c.entity = b.to_string();
+        if (b == p.entry || !d.promote.is_empty()) && !plan.is_root(b) {
+            c.err("the entry and promotion blocks must be roots".to_string());
+        }
+        if let Some(pc) = plan.root(b) {
+            if !matches!(plan.steps.get(pc as usize), Some(Step::Stitch { block, .. }) if *block == b)
+            {
+                c.err(format!("its tree starts at {pc}, which does not stitch it"));
+            }
+        }
     }
-    if lc.c.errors.is_empty() {
+    for (pc, step) in plan.steps.iter().enumerate() {
+        c.entity = format!("step {pc}");
+        match step {
+            Step::Stitch { block, .. } => {
+                if p.blocks.get(*block).is_none() {
+                    c.err(format!("{block} does not exist"));
+                } else if plan.is_root(*block) && plan.root(*block) != Some(pc as u32) {
+                    c.err(format!("root {block} stitched inside a tree"));
+                }
+                if pc as u32 + 1 >= n {
+                    c.err("the last step stitches".to_string());
+                }
+            }
+            Step::Fork { block, arms } => {
+                let prev = pc.checked_sub(1).and_then(|k| plan.steps.get(k));
+                if !matches!(prev, Some(Step::Stitch { block: b, .. }) if b == block) {
+                    c.err(format!("fork on {block} does not follow its stitch"));
+                }
+                match p.blocks.get(*block).map(|d| &d.term) {
+                    Some(
+                        t @ Term::Branch {
+                            cond: Operand::Static(_),
+                            ..
+                        },
+                    )
+                    | Some(
+                        t @ Term::Switch {
+                            arg: Operand::Static(_),
+                            ..
+                        },
+                    ) => {
+                        if t.edges().len() != arms.len() {
+                            c.err(format!("{} arms for {} edges", arms.len(), t.edges().len()));
+                        }
+                    }
+                    _ => c.err(format!("{block} does not end in a static branch")),
+                }
+                for &a in arms {
+                    if a >= n {
+                        c.err(format!("arm {a} is out of range"));
+                    }
+                }
+            }
+            Step::Goto(t) => {
+                if *t >= n {
+                    c.err(format!("goto {t} is out of range"));
+                }
+            }
+            Step::End => {}
+        }
+    }
+    if c.errors.is_empty() {
+        // Every path ends: no cycle (arms and `goto`s may lead to shared suffixes).
+        let mut state = vec![0u8; n as usize]; // 0 new, 1 on the stack, 2 done
+        for start in 0..n as usize {
+            let mut stack = vec![(start, false)];
+            while let Some((pc, leaving)) = stack.pop() {
+                if leaving {
+                    state[pc] = 2;
+                    continue;
+                }
+                match state[pc] {
+                    2 => continue,
+                    1 => {
+                        c.entity = format!("step {pc}");
+                        c.err("steps form a cycle".to_string());
+                        return Err(CheckErrors(c.errors));
+                    }
+                    _ => {}
+                }
+                state[pc] = 1;
+                stack.push((pc, true));
+                match &plan.steps[pc] {
+                    Step::Stitch { .. } => stack.push((pc + 1, false)),
+                    Step::Fork { arms, .. } => {
+                        stack.extend(arms.iter().map(|&a| (a as usize, false)))
+                    }
+                    Step::Goto(t) => stack.push((*t as usize, false)),
+                    Step::End => {}
+                }
+            }
+        }
+    }
+    if c.errors.is_empty() {
         Ok(())
     } else {
-        Err(CheckErrors(lc.c.errors))
-    }
-}
-
-fn check_unit(lc: &mut LinearChecker, u: &LinearUnit) {
-    lc.labels.clear();
-    labels(&u.body, &mut lc.labels);
-    let mut st = LState {
-        env: Env::default(),
-        open: true,
-    };
-    for &r in &u.key {
-        lc.c.def_static(&mut st.env, r);
-    }
-    for &(r, _) in &u.inputs {
-        lc.c.def_dyn(&mut st.env, r);
-    }
-    let end = lc.seq(st, &u.body);
-    if end.open {
-        lc.c.err("the unit ends with an open block".into());
+        Err(CheckErrors(c.errors))
     }
 }

@@ -23,12 +23,6 @@ entity_impl!(Block, "b");
 pub struct SiteId(u32);
 entity_impl!(SiteId, "site");
 
-/// A unit of the linearized form: code stitched by one run of the stitcher, entered at
-/// a region entry, a promotion or a lazy point.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct UnitId(u32);
-entity_impl!(UnitId, "u");
-
 /// An entry of a program's callee table (what a template `call` calls).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CalleeId(u32);
@@ -38,9 +32,3 @@ entity_impl!(CalleeId, "c");
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct HostId(u32);
 entity_impl!(HostId, "h");
-
-/// A flag of the linearized form (NTBS: "need to be stitched"), set on edges and tested
-/// before blocks that only some paths need.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FlagId(u32);
-entity_impl!(FlagId, "f");

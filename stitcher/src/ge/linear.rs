@@ -1,130 +1,110 @@
-//! The linearized form of a stitch program (the form the DyC static transform produces;
-//! see the [module documentation](super) for its semantics). A program is a set of
-//! **units**; a unit is a sequence of [`Dir`]ectives that the planned stitcher follows
-//! from top to bottom, with no work list: straight runs of setup and emit operations,
-//! static branches that choose between nested sequences, NTBS flags, has-been-stitched
-//! lookups, and unit boundaries (lazy points and promotions).
+//! The linearized form of a stitch program: a **plan** that the DyC static transform lays
+//! over the CFG form (see the [module documentation](super) for the overview), so that the
+//! planned stitcher follows it with no work list.
+//!
+//! A plan is a forest of **trees**, one per **root**: a block where stitching may begin or
+//! must look up what was already stitched (the region entry, promotion blocks, special
+//! merges, loop heads that need it, and blocks that several trees or several runs of one
+//! tree reach with the same key). A tree is a sequence of [`Step`]s in topological order
+//! of the region's acyclic graph: `Stitch` copies one block for the current static values
+//! (its setup code, templates and terminator come from the CFG form), `Fork` follows the
+//! static branch that ended the last stitched block, so each outcome of the static
+//! branches runs exactly the steps of the blocks it reaches; identical suffixes are shared
+//! (`Goto`), which is tail merging.
+//!
+//! At stitch time, within one run of a tree every non-root block has at most one copy, so
+//! an edge to a non-root block names a **slot** (an array indexed by block, cleared after
+//! the run) instead of a memo entry; the slot being filled is the block's NTBS flag (an
+//! edge that needs it was stitched). An edge to a root is a **has-been-stitched lookup**
+//! on (root, static values): a hit links to the copy, a miss creates it and pushes the
+//! root on the stitch-time stack (multi-way unrolling, specialization at special merges).
 
-use cranelift_codegen::entity::PrimaryMap;
-use dyc_templates::template::TOp;
-use dyc_templates::types::{SrcLoc, Type};
+use super::entities::Block;
 
-use super::cfg::{Operand, ProgramHeader, SetupOp};
-use super::entities::{Block, FlagId, Reg, UnitId};
-
-/// A reference to the specialized copy of template block `block` for the current values
-/// of its `key` registers, with the arguments for the copy's dynamic parameters. The copy
-/// is created at its first reference and stitched when its [`Dir::Label`] is reached.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Target {
-    pub block: Block,
-    pub key: Vec<Reg>,
-    pub args: Vec<Operand>,
+/// Why a block is a root of the plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RootKind {
+    /// The region entry.
+    Entry,
+    /// A promotion block: the start of a promotion unit and the target of inline
+    /// dispatch on known promoted values.
+    Promotion,
+    /// A special merge: static parameters with two or more in-edges (their values differ
+    /// by path), e.g. the head of a multi-way unrolled loop.
+    Special,
+    /// A loop head whose loop is entered other than through it, or contains another
+    /// root, so that the back edge cannot rely on the copy made earlier in the same run.
+    LoopHead,
+    /// A block reached from the trees of two roots (its copies must be shared).
+    Shared,
+    /// A block reached by a tree that runs several times per unit, whose key does not
+    /// include the tree root's key (two runs could reach the same copy).
+    Key,
 }
 
-/// One directive of a unit.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Dir {
-    /// Setup code: computes static register `dst`.
-    Setup { dst: Reg, op: SetupOp, loc: SrcLoc },
-    /// Starts stitching the copy of `block` for the current values of `key`; its dynamic
-    /// parameters are bound to `params`. No emitted block may be open.
-    Label {
-        block: Block,
-        key: Vec<Reg>,
-        params: Vec<(Reg, Type)>,
-    },
-    /// A template operation with its holes filled, into the open block.
-    Emit {
-        dst: Option<Reg>,
-        op: TOp,
-        args: Vec<Operand>,
-        loc: SrcLoc,
-    },
-    /// A dynamic copy of an operand.
-    Lift { dst: Reg, src: Operand },
-    /// A static branch: runs `then_dirs` if static `cond` is true, else `else_dirs`.
-    If {
-        cond: Reg,
-        then_dirs: Vec<Dir>,
-        else_dirs: Vec<Dir>,
-    },
-    /// A static multi-way branch on static integer `arg`.
-    Switch {
-        arg: Reg,
-        cases: Vec<(u64, Vec<Dir>)>,
-        default: Vec<Dir>,
-    },
-    /// Setup code's own loop (a static back edge): runs `dirs` again and again until a
-    /// [`Dir::Break`] in them runs; falling off the end starts the next iteration. Static
-    /// registers are variables of the setup code, redefined by each iteration.
-    Loop { dirs: Vec<Dir> },
-    /// Leaves the innermost [`Dir::Loop`].
-    Break,
-    /// Sets NTBS flag `flag` (an edge that makes a later block needed was taken).
-    SetFlag(FlagId),
-    /// Runs `dirs` only if `flag` is set (a block that only some paths need).
-    IfFlag { flag: FlagId, dirs: Vec<Dir> },
-    /// A has-been-stitched lookup: `hit` runs if the copy of `block` for the current values
-    /// of `key` was already stitched in this specialization, `miss` otherwise (loop heads
-    /// under multi-way unrolling, specialization roots).
-    Stitched {
-        block: Block,
-        key: Vec<Reg>,
-        hit: Vec<Dir>,
-        miss: Vec<Dir>,
-    },
-    /// Ends the open block with a jump.
-    Jump(Target),
-    /// Ends the open block with a dynamic two-way branch.
-    Branch {
-        cond: Reg,
-        then_target: Target,
-        else_target: Target,
-    },
-    /// Ends the open block with a dynamic multi-way branch.
-    SwitchDyn {
-        arg: Reg,
-        cases: Vec<(u64, Target)>,
-        default: Target,
-    },
-    /// Ends the open block with a return.
-    Return(Option<Operand>),
-    /// Ends the open block with a fault.
-    Trap(SrcLoc),
-    /// Ends the open block with a lazy edge: a stub that stitches `unit` for the current
-    /// values of its key registers the first time it runs, then patches itself to jump
-    /// there; `args` are the unit's dynamic inputs.
-    Lazy { unit: UnitId, args: Vec<Operand> },
-    /// Ends the open block with a promotion: a cache check of dynamic `promoted` values
-    /// (with the current values of the unit's other key registers); a miss stitches
-    /// `unit`, whose key starts with the promoted values.
-    Promote {
-        unit: UnitId,
-        promoted: Vec<Reg>,
-        args: Vec<Operand>,
-    },
+impl RootKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RootKind::Entry => "entry",
+            RootKind::Promotion => "promotion",
+            RootKind::Special => "special",
+            RootKind::LoopHead => "loop head",
+            RootKind::Shared => "shared",
+            RootKind::Key => "key",
+        }
+    }
 }
 
-/// A unit: what one run of the stitcher produces.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LinearUnit {
-    /// For diagnostics.
-    pub name: String,
-    /// The static registers the unit is specialized on (its cache key), set before the
-    /// body runs.
-    pub key: Vec<Reg>,
-    /// The unit's dynamic inputs, bound to the parameters of its code.
-    pub inputs: Vec<(Reg, Type)>,
-    pub body: Vec<Dir>,
+/// One step of a plan, at a position (`pc`) of [`Plan::steps`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Stitches the copy of `block` for the current static values, if an edge stitched in
+    /// this run of the tree asked for it (its slot is filled); then goes on at the next
+    /// step. `test` marks the blocks the plan inserted without proving them needed (loop
+    /// heads inserted by the reachability test), counted as NTBS tests.
+    Stitch { block: Block, test: bool },
+    /// Follows the static branch that ended the copy of `block`: goes on at `arms[k]` for
+    /// the branch's `k`-th edge (in [`super::Term::edges`] order). If the copy was not
+    /// stitched or did not reach its branch (a static fault), goes on at `arms[0]`.
+    Fork { block: Block, arms: Vec<u32> },
+    /// Goes on at a shared suffix.
+    Goto(u32),
+    /// Ends the run of the tree.
+    End,
 }
 
-/// A stitch program in linearized form.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LinearProgram {
-    pub header: ProgramHeader,
-    pub units: PrimaryMap<UnitId, LinearUnit>,
-    /// The unit of the region entry; its key is the key parameters' registers.
-    pub entry: UnitId,
-    pub num_flags: u32,
+/// The plan of a stitch program.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub steps: Vec<Step>,
+    /// Per block (by index): `(first step of its tree, why)` if the block is a root.
+    pub roots: Vec<Option<(u32, RootKind)>>,
+    /// The number of steps the trees would have without tail merging (saturating).
+    pub unshared_steps: u64,
+}
+
+impl Plan {
+    /// The first step of `b`'s tree, if `b` is a root.
+    #[inline]
+    pub fn root(&self, b: Block) -> Option<u32> {
+        self.roots
+            .get(b.as_u32() as usize)
+            .copied()
+            .flatten()
+            .map(|(pc, _)| pc)
+    }
+
+    /// Whether `b` is a root.
+    #[inline]
+    pub fn is_root(&self, b: Block) -> bool {
+        matches!(self.roots.get(b.as_u32() as usize), Some(Some(_)))
+    }
+
+    /// The roots with their kinds, in block order.
+    pub fn root_blocks(&self) -> impl Iterator<Item = (Block, RootKind)> + '_ {
+        self.roots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.map(|(_, k)| (Block::from_u32(i as u32), k)))
+    }
 }

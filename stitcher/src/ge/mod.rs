@@ -13,38 +13,26 @@
 //! work-list executor memoizes (block, static values of the block's key) and keeps a work
 //! list of copies still to fill.
 //!
-//! **Linearized form** ([`linear`], [`LinearProgram`]): what the DyC static transform
-//! produces, so that stitching needs no work list and few checks. A program is a set of
-//! **units** (code stitched by one run of the stitcher: the region entry, each promotion
-//! continuation, each lazily stitched successor). A unit is a sequence of directives that
-//! the planned stitcher follows from top to bottom:
-//! - *straight runs*: `Setup` (compute a static register), `Label` (start the copy of a
-//!   template block for the current values of its key registers and bind its dynamic
-//!   parameters), `Emit` and `Lift` (template operations into the open copy);
-//! - *static branches*: `If` and `Switch` choose between nested sequences, so that each
-//!   outcome of the static branches runs exactly the directives of the blocks it reaches, in
-//!   topological order; `Loop`/`Break` are the setup code's own loops (static back edges,
-//!   multi-way unrolling);
-//! - *control of the emitted code*: `Jump`, `Branch`, `SwitchDyn`, `Return`, `Trap` close
-//!   the open copy; their targets name copies by (block, key registers) and are created on
-//!   first reference, stitched when their `Label` comes;
-//! - *NTBS flags*: `SetFlag` on an edge whose being taken makes a later block needed,
-//!   `IfFlag` before a block that only some paths need;
-//! - *has-been-stitched lookups*: `Stitched` tests whether the copy of a block for the
-//!   current key was already stitched in this specialization (loop heads under multi-way
-//!   unrolling, specialization roots at special merges) and runs `hit` (link to it) or
-//!   `miss` (stitch it);
-//! - *unit boundaries*: `Lazy` (a stub that stitches a unit the first time it runs, then
-//!   patches its slot) and `Promote` (a cache check on promoted dynamic values whose miss
-//!   stitches a unit); the caches at region entries and promotions are the runtime's.
+//! **Linearized form** ([`linear`], [`Plan`]): what the DyC static transform lays over the
+//! CFG form, so that stitching needs no work list and few checks. A plan is a forest of
+//! trees of [`Step`]s, one tree per **root** (the region entry, promotion blocks, special
+//! merges, and the loop heads and shared blocks that need a has-been-stitched lookup).
+//! A tree stitches blocks in topological order; `fork` follows a static branch, so each
+//! outcome of the static branches runs exactly the blocks it reaches; identical suffixes
+//! are shared. Edges to non-root blocks name a slot of the tree's run (no lookup); edges to
+//! roots are has-been-stitched lookups whose misses go on the stitch-time stack. The
+//! planned stitcher ([`crate::exec::planned`]) runs it; a program without a plan (over the
+//! plan's budget) is run by the work-list executor. A promotion unit starts at its
+//! promotion block's tree; the runtime's caches at region entries and promotions are
+//! unchanged.
 //!
 //! Both forms share a [`ProgramHeader`]: the function's name, parameter types and return
 //! type, the positions of its key parameters, the host and callee tables, and the size of
 //! the register file; the checker checks it the same way for both.
 //!
 //! Both forms have a printer ([`print`]) and a checker ([`check`]): `dyc ge FILE FN`
-//! prints the CFG form of a region, file tests compare printed programs, and tests run the
-//! checker on every program the static compiler builds.
+//! prints the CFG form of a region and its plan, file tests compare printed programs, and
+//! tests run the checkers on every program the static compiler builds.
 //!
 //! # Registers and binding times
 //!
@@ -94,8 +82,8 @@ pub use cfg::{
     BlockData, CalleeDecl, Edge, HostDecl, Op, Operand, Param, ProgramHeader, SetupOp,
     StitchProgram, Term,
 };
-pub use check::{check_cfg, check_linear, CheckError, CheckErrors};
-pub use entities::{Block, CalleeId, FlagId, HostId, Reg, SiteId, UnitId};
-pub use linear::{Dir, LinearProgram, LinearUnit, Target};
-pub use print::{print_cfg, print_linear};
+pub use check::{check_cfg, check_plan, CheckError, CheckErrors};
+pub use entities::{Block, CalleeId, HostId, Reg, SiteId};
+pub use linear::{Plan, RootKind, Step};
+pub use print::{print_cfg, print_plan};
 pub use values::{Budget, BudgetKind, NoHosts, PureHosts, SVal, Site, SliceData, SpecError};

@@ -23,8 +23,8 @@ use dyc_templates::template::TOp;
 use dyc_templates::types::{SrcLoc, Type};
 
 use super::cfg::{BlockData, CalleeDecl, Edge, Op, Operand, Param, ProgramHeader, SetupOp, Term};
-use super::linear::{Dir, LinearProgram, Target};
-use super::{LinearUnit, StitchProgram};
+use super::linear::Step;
+use super::StitchProgram;
 
 impl fmt::Display for Operand {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -239,141 +239,41 @@ pub fn print_cfg(p: &StitchProgram) -> String {
     s
 }
 
-fn target_text(t: &Target) -> String {
-    let mut s = format!("{}[{}]", t.block, list(&t.key));
-    if !t.args.is_empty() {
-        let _ = write!(s, "({})", list(&t.args));
-    }
-    s
-}
-
-fn typed(rs: &[(impl fmt::Display, Type)]) -> String {
-    rs.iter()
-        .map(|(r, t)| format!("{r}: {t}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn dirs(s: &mut String, ds: &[Dir], depth: usize) {
-    let ind = "    ".repeat(depth);
-    for d in ds {
-        let line = match d {
-            Dir::Setup { dst, op, loc: l } => format!("{dst} = {}{}", setup_text(op), loc(*l)),
-            Dir::Label { block, key, params } => {
-                format!("label {block}[{}]({}):", list(key), typed(params))
-            }
-            Dir::Emit {
-                dst,
-                op,
-                args,
-                loc: l,
-            } => emit_text(*dst, op, args, *l),
-            Dir::Lift { dst, src } => format!("d {dst} = lift {src}"),
-            Dir::If {
-                cond,
-                then_dirs,
-                else_dirs,
-            } => {
-                let _ = writeln!(s, "{ind}if {cond} {{");
-                dirs(s, then_dirs, depth + 1);
-                let _ = writeln!(s, "{ind}}} else {{");
-                dirs(s, else_dirs, depth + 1);
-                let _ = writeln!(s, "{ind}}}");
-                continue;
-            }
-            Dir::Switch {
-                arg,
-                cases,
-                default,
-            } => {
-                let _ = writeln!(s, "{ind}switch {arg} {{");
-                for (k, body) in cases {
-                    let _ = writeln!(s, "{ind}case {k}:");
-                    dirs(s, body, depth + 1);
-                }
-                let _ = writeln!(s, "{ind}default:");
-                dirs(s, default, depth + 1);
-                let _ = writeln!(s, "{ind}}}");
-                continue;
-            }
-            Dir::Loop { dirs: body } => {
-                let _ = writeln!(s, "{ind}loop {{");
-                dirs(s, body, depth + 1);
-                let _ = writeln!(s, "{ind}}}");
-                continue;
-            }
-            Dir::Break => "break".into(),
-            Dir::SetFlag(f) => format!("set {f}"),
-            Dir::IfFlag { flag, dirs: body } => {
-                let _ = writeln!(s, "{ind}if_flag {flag} {{");
-                dirs(s, body, depth + 1);
-                let _ = writeln!(s, "{ind}}}");
-                continue;
-            }
-            Dir::Stitched {
-                block,
-                key,
-                hit,
-                miss,
-            } => {
-                let _ = writeln!(s, "{ind}if_stitched {block}[{}] {{", list(key));
-                dirs(s, hit, depth + 1);
-                let _ = writeln!(s, "{ind}}} else {{");
-                dirs(s, miss, depth + 1);
-                let _ = writeln!(s, "{ind}}}");
-                continue;
-            }
-            Dir::Jump(t) => format!("jump {}", target_text(t)),
-            Dir::Branch {
-                cond,
-                then_target,
-                else_target,
-            } => format!(
-                "br d {cond} ? {} : {}",
-                target_text(then_target),
-                target_text(else_target)
-            ),
-            Dir::SwitchDyn {
-                arg,
-                cases,
-                default,
-            } => switch_text(&format!("d {arg}"), cases, default, target_text),
-            Dir::Return(Some(v)) => format!("return {v}"),
-            Dir::Return(None) => "return".into(),
-            Dir::Trap(l) => format!("trap{}", loc(*l)),
-            Dir::Lazy { unit, args } => format!("lazy {unit}({})", list(args)),
-            Dir::Promote {
-                unit,
-                promoted,
-                args,
-            } => format!("promote [{}] {unit}({})", list(promoted), list(args)),
-        };
-        let _ = writeln!(s, "{ind}{line}");
-    }
-}
-
-fn unit_text(s: &mut String, id: impl fmt::Display, u: &LinearUnit, entry: bool) {
-    let e = if entry { "entry " } else { "" };
-    let _ = writeln!(
-        s,
-        "{e}unit {id} [{}]({}):  ; {}",
-        list(&u.key),
-        typed(&u.inputs),
-        u.name
+/// Prints the plan of a stitch program (`no plan` if it has none): its roots with the first
+/// step of their trees, then every step with its position.
+pub fn print_plan(p: &StitchProgram) -> String {
+    let Some(plan) = &p.plan else {
+        return format!(
+            "plan {}: none (the work-list executor runs it)\n",
+            p.header.name
+        );
+    };
+    let mut s = format!(
+        "plan {}: {} steps ({} without tail merging)\n",
+        p.header.name,
+        plan.steps.len(),
+        plan.unshared_steps
     );
-    dirs(s, &u.body, 1);
-}
-
-/// Prints a stitch program in linearized form.
-pub fn print_linear(p: &LinearProgram) -> String {
-    let mut s = String::new();
-    header(&mut s, &p.header, "linear");
-    if p.num_flags > 0 {
-        let _ = writeln!(s, "  flags {}", p.num_flags);
+    for (b, kind) in plan.root_blocks() {
+        let _ = writeln!(
+            s,
+            "  root {b} ({}) at {}",
+            kind.name(),
+            plan.root(b).unwrap_or(0)
+        );
     }
-    tables(&mut s, &p.header);
-    for (id, u) in p.units.iter() {
-        unit_text(&mut s, id, u, id == p.entry);
+    for (pc, step) in plan.steps.iter().enumerate() {
+        let text = match step {
+            Step::Stitch { block, test } => {
+                let name = p.blocks.get(*block).map_or("?", |d| d.name.as_str());
+                let t = if *test { " if needed" } else { "" };
+                format!("stitch {block}{t}  ; {name}")
+            }
+            Step::Fork { block, arms } => format!("fork {block} -> {}", list(arms)),
+            Step::Goto(pc) => format!("goto {pc}"),
+            Step::End => "end".to_string(),
+        };
+        let _ = writeln!(s, "  {pc}: {text}");
     }
     s
 }

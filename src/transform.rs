@@ -1,0 +1,480 @@
+//! The DyC static transform: splitting with topological linearization, from the CFG form
+//! of a stitch program to its plan ([`dyc_stitcher::ge::linear`]), which the planned
+//! stitcher follows with no work list.
+//!
+//! From the DyC design notes ("Splitting and Merging + Topological Sort + Equivalence
+//! Classes on Kconst"; `docs/design.md` and `docs/transform.md` say it in our words). The
+//! result is a forest: one tree per **root**, each a sequence of steps that stitches the
+//! blocks the root reaches in topological order, forking at static branches.
+//!
+//! # Algorithm
+//!
+//! 1. **Back edges** by one depth-first search from the entry, successors in branch order
+//!    (the same search as the reachability conditions of [`crate::analysis::reach`]);
+//!    **topological numbers** are the positions in its reverse post-order, a topological
+//!    order of the graph without back edges.
+//! 2. **Roots**: the entry; promotion blocks (units start there); special merges (static
+//!    parameters and two or more in-edges, back edges included: their values differ by
+//!    path, so a copy per value is looked up, e.g. the heads of multi-way unrolled loops);
+//!    heads of loops with several entries (the head does not dominate the tail). Then, to
+//!    a fixed point, over the trees (blocks reached from a root through forward edges
+//!    without entering another root): a block reached by two trees becomes a root
+//!    (*shared*), a block reached by the tree of a root that may run several times per
+//!    unit whose key does not include that root's key becomes a root (*key*: two runs could
+//!    reach the same copy), and a loop head whose tail lies in another tree becomes a root
+//!    (*loop head*). So within one run of a tree every non-root block has at most one copy,
+//!    and every copy is made once per unit, the same copies the work-list executor makes.
+//! 3. **Linearization**, per root in topological order: a branch of the tree holds the
+//!    sorted list of blocks still to stitch (`NextNodeList`) and the loop list (the
+//!    (head, tail) pairs of the tree's loops, `LoopHeadList`). Until the list is empty:
+//!    prune the loop list and insert a loop head whenever the next block's condition implies
+//!    RC(head) ∧ RC(tail) (cyclic conditions, those that follow back edges); take the
+//!    least block; emit `stitch`; a static branch forks the tree, each arm with a copy of
+//!    the lists plus its edge's target; a dynamic branch or plain edge inserts every
+//!    successor. Roots and back-edge targets are never inserted: edges to them are
+//!    has-been-stitched lookups or links to the copy made earlier in the run.
+//! 4. **Tail merging** by hash-consing: the steps after a point depend only on the two lists,
+//!    so each (list, loop list) state is built once and reached again by `goto`.
+//!
+//! # Decisions where the design notes are silent or ambiguous
+//!
+//! - *DFS successor order*: branch order (`then` before `else`, cases before the default).
+//! - *Which in-edge is "last"*: not needed; merges are stitched once all their forward
+//!   predecessors on the branch are, because the list is sorted by topological number.
+//! - *The assertion on the loop-head list* (`Topo#(head) > Topo#(next)`): not asserted. A
+//!   head behind the next block with its tail ahead only arises when a tree starts inside
+//!   the loop or the loop has several entries, and both make the head a root.
+//! - *Copying the loop lists at forks*: each arm gets its own copy (they are part of the
+//!   state that tail merging compares).
+//! - *An empty list after a special root*: the branch ends (`end`); the root's own tree is
+//!   run when an edge's has-been-stitched lookup misses.
+//! - *How trees are linked*: an edge to a root is a has-been-stitched lookup on (root,
+//!   static values of its key); a miss pushes the root on a stitch-time stack, and the
+//!   stitcher runs the trees on the stack until it is empty. Units (promotions) are linked
+//!   by the runtime's caches as before.
+//! - *Static faults*: a block whose setup code faults ends with the fault, so its
+//!   successors' slots are never filled; the stitcher skips a `stitch` whose slot is empty.
+//! - The begin/end predecessor test is not used: tree membership is plain reachability.
+//!
+//! Budget: a plan over [`MAX_STEPS_PER_BLOCK`] steps per block (tail merging keeps common
+//! programs far below) is not made; such programs, and programs with blocks the entry
+//! does not reach, are run by the work-list executor.
+
+use std::collections::HashMap;
+
+use dyc_stitcher::ge::{Block, Operand, Param, Plan, RootKind, Step, StitchProgram, Term};
+
+use crate::analysis::cfg::Graph;
+use crate::analysis::dominators::{idoms_lengauer_tarjan, DomTree};
+use crate::analysis::edges::{classify_all, EdgeKind};
+use crate::analysis::order::DfsOrder;
+use crate::analysis::reach::Reach;
+
+/// Most steps per block a plan may have.
+pub const MAX_STEPS_PER_BLOCK: usize = 64;
+
+/// The shape of a stitch program that the transform reads.
+struct Shape {
+    /// Out-edge targets per node, in branch order, repeats kept.
+    succs: Vec<Vec<usize>>,
+    static_branch: Vec<bool>,
+    topo: Vec<u32>,
+    back: std::collections::HashSet<(usize, usize)>,
+    /// Back edges `(tail, head)`, in node order.
+    back_edges: Vec<(usize, usize)>,
+    in_degree: Vec<usize>,
+    /// Sorted key registers per node.
+    keys: Vec<Vec<u32>>,
+}
+
+impl Shape {
+    fn new(p: &StitchProgram) -> Option<(Shape, Graph)> {
+        let n = p.blocks.len();
+        if p.entry.as_u32() != 0 {
+            return None;
+        }
+        let mut succs = vec![Vec::new(); n];
+        let mut static_branch = vec![false; n];
+        let mut in_degree = vec![0; n];
+        let mut keys = vec![Vec::new(); n];
+        for (b, d) in p.blocks.iter() {
+            let i = b.as_u32() as usize;
+            for e in d.term.edges() {
+                let t = e.block.as_u32() as usize;
+                if t >= n {
+                    return None;
+                }
+                succs[i].push(t);
+                in_degree[t] += 1;
+            }
+            static_branch[i] = matches!(
+                d.term,
+                Term::Branch {
+                    cond: Operand::Static(_),
+                    ..
+                } | Term::Switch {
+                    arg: Operand::Static(_),
+                    ..
+                }
+            );
+            let mut k: Vec<u32> = d.key_regs().map(|r| r.as_u32()).collect();
+            k.sort_unstable();
+            keys[i] = k;
+        }
+        let g = Graph::from_edges(
+            n,
+            succs
+                .iter()
+                .enumerate()
+                .flat_map(|(a, ss)| ss.iter().map(move |&b| (a, b))),
+        );
+        let dfs = DfsOrder::compute(&g, 0);
+        if (0..n).any(|v| !dfs.is_reachable(v)) {
+            return None;
+        }
+        let mut topo = vec![0; n];
+        for (k, v) in dfs.rpo().into_iter().enumerate() {
+            topo[v] = k as u32;
+        }
+        let back_edges: Vec<(usize, usize)> = classify_all(&g, 0)
+            .into_iter()
+            .filter(|&(_, _, k)| k == EdgeKind::Back)
+            .map(|(a, b, _)| (a, b))
+            .collect();
+        let shape = Shape {
+            succs,
+            static_branch,
+            topo,
+            back: back_edges.iter().copied().collect(),
+            back_edges,
+            in_degree,
+            keys,
+        };
+        Some((shape, g))
+    }
+
+    fn forward(&self, a: usize) -> impl Iterator<Item = usize> + '_ {
+        self.succs[a]
+            .iter()
+            .copied()
+            .filter(move |&b| !self.back.contains(&(a, b)))
+    }
+}
+
+/// Chooses the roots (step 2 of the module documentation). Returns the kind of each root
+/// and the owner (root) of each other block.
+fn roots(p: &StitchProgram, s: &Shape, g: &Graph) -> (Vec<Option<RootKind>>, Vec<usize>) {
+    let n = s.succs.len();
+    let mut kind: Vec<Option<RootKind>> = vec![None; n];
+    kind[0] = Some(RootKind::Entry);
+    for (b, d) in p.blocks.iter() {
+        let i = b.as_u32() as usize;
+        if kind[i].is_some() {
+            continue;
+        }
+        if !d.promote.is_empty() {
+            kind[i] = Some(RootKind::Promotion);
+        } else if s.in_degree[i] >= 2 && d.params.iter().any(|p| matches!(p, Param::Static(_))) {
+            kind[i] = Some(RootKind::Special);
+        }
+    }
+    let dom = DomTree::from_idoms(idoms_lengauer_tarjan(g, 0), 0);
+    for &(t, h) in &s.back_edges {
+        if kind[h].is_none() && !dom.dominates(h, t) {
+            kind[h] = Some(RootKind::LoopHead);
+        }
+    }
+    // Runs once per unit: the entry when nothing jumps to it.
+    let multi = |r: usize| !(r == 0 && s.in_degree[0] == 0);
+    let subset = |a: &[u32], b: &[u32]| a.iter().all(|x| b.binary_search(x).is_ok());
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&v| s.topo[v]);
+    loop {
+        let mut owner = vec![usize::MAX; n];
+        let mut changed = false;
+        for &r in &order {
+            if kind[r].is_none() {
+                continue;
+            }
+            owner[r] = r;
+            let mut stack = vec![r];
+            while let Some(x) = stack.pop() {
+                for y in s.forward(x) {
+                    if kind[y].is_some() || owner[y] == r {
+                        continue;
+                    }
+                    if owner[y] != usize::MAX {
+                        kind[y] = Some(RootKind::Shared);
+                        changed = true;
+                    } else if multi(r) && !subset(&s.keys[r], &s.keys[y]) {
+                        kind[y] = Some(RootKind::Key);
+                        changed = true;
+                    } else {
+                        owner[y] = r;
+                        stack.push(y);
+                    }
+                }
+            }
+        }
+        if !changed {
+            for &(t, h) in &s.back_edges {
+                if kind[h].is_none() && owner[t] != owner[h] {
+                    kind[h] = Some(RootKind::LoopHead);
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            return (kind, owner);
+        }
+    }
+}
+
+/// A branch of a tree under construction: the blocks still to stitch, sorted by
+/// topological number (with whether each was inserted without proof that it is needed),
+/// and the loop list.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct State {
+    pending: Vec<(u32, u32, bool)>,
+    loops: Vec<(u32, u32)>,
+}
+
+impl State {
+    fn insert(&mut self, topo: u32, node: usize, test: bool) {
+        match self.pending.binary_search_by_key(&topo, |e| e.0) {
+            Ok(k) => self.pending[k].2 &= test,
+            Err(k) => self.pending.insert(k, (topo, node as u32, test)),
+        }
+    }
+}
+
+/// Where a sequence's first position goes.
+enum Patch {
+    Root(usize),
+    Arm(usize, usize),
+}
+
+struct Builder<'a> {
+    shape: &'a Shape,
+    kind: &'a [Option<RootKind>],
+    reach: Option<Reach>,
+    steps: Vec<Step>,
+    memo: HashMap<State, u32>,
+    root_pc: Vec<u32>,
+    max_steps: usize,
+}
+
+impl Builder<'_> {
+    /// Whether RC(next) implies RC(head) ∧ RC(tail), on the cyclic conditions (false when
+    /// the conditions are over their budget).
+    fn implies(&mut self, next: usize, head: usize, tail: usize) -> bool {
+        let Some(r) = self.reach.as_mut() else {
+            return false;
+        };
+        let (a, h, t) = (r.cyclic[next], r.cyclic[head], r.cyclic[tail]);
+        match r.mgr.and(h, t) {
+            Some(ht) => r.mgr.implies(a, ht).unwrap_or(false),
+            None => false,
+        }
+    }
+
+    /// Builds the tree of root `root`; `None` over the budget.
+    fn tree(&mut self, root: usize, owner: &[usize]) -> Option<()> {
+        let s = self.shape;
+        let mut loops: Vec<(u32, u32)> = s
+            .back_edges
+            .iter()
+            .filter(|&&(t, h)| self.kind[h].is_none() && owner[t] == root && owner[h] == root)
+            .map(|&(t, h)| (h as u32, t as u32))
+            .collect();
+        loops.sort_by_key(|&(h, t)| (s.topo[h as usize], s.topo[t as usize]));
+        let start = State {
+            pending: vec![(s.topo[root], root as u32, false)],
+            loops,
+        };
+        let mut stack = vec![(start, Patch::Root(root))];
+        while let Some((mut st, patch)) = stack.pop() {
+            let mut first = Some(patch);
+            loop {
+                if self.steps.len() > self.max_steps {
+                    return None;
+                }
+                let known = self.memo.get(&st).copied();
+                if let Some(patch) = first.take() {
+                    let pc = known.unwrap_or(self.steps.len() as u32);
+                    match patch {
+                        Patch::Root(r) => self.root_pc[r] = pc,
+                        Patch::Arm(fork, k) => {
+                            if let Step::Fork { arms, .. } = &mut self.steps[fork] {
+                                arms[k] = pc;
+                            }
+                        }
+                    }
+                    if known.is_some() {
+                        break;
+                    }
+                } else if let Some(pc) = known {
+                    let step = match self.steps[pc as usize] {
+                        Step::End => Step::End,
+                        _ => Step::Goto(pc),
+                    };
+                    self.steps.push(step);
+                    break;
+                }
+                if st.pending.is_empty() {
+                    self.memo.insert(st, self.steps.len() as u32);
+                    self.steps.push(Step::End);
+                    break;
+                }
+                self.memo.insert(st.clone(), self.steps.len() as u32);
+                self.loop_heads(&mut st);
+                let (_, next, test) = st.pending.remove(0);
+                let next = next as usize;
+                if self.kind[next].is_some() && next != root {
+                    // A root is reached through has-been-stitched lookups, not here.
+                    continue;
+                }
+                let block = Block::from_u32(next as u32);
+                self.steps.push(Step::Stitch { block, test });
+                let insertable = |b: usize| !s.back.contains(&(next, b)) && self.kind[b].is_none();
+                if s.static_branch[next] {
+                    let arms: Vec<State> = s.succs[next]
+                        .iter()
+                        .map(|&b| {
+                            let mut a = st.clone();
+                            if insertable(b) {
+                                a.insert(s.topo[b], b, false);
+                            }
+                            a
+                        })
+                        .collect();
+                    if arms.iter().all(|a| *a == arms[0]) {
+                        st = arms.into_iter().next().unwrap_or(st);
+                        continue;
+                    }
+                    let fork = self.steps.len();
+                    self.steps.push(Step::Fork {
+                        block,
+                        arms: vec![0; arms.len()],
+                    });
+                    // Arm 0 is built first (pushed last).
+                    for (k, a) in arms.into_iter().enumerate().rev() {
+                        stack.push((a, Patch::Arm(fork, k)));
+                    }
+                    break;
+                }
+                for b in s.forward(next) {
+                    if self.kind[b].is_none() {
+                        st.insert(s.topo[b], b, false);
+                    }
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// Prunes the loop list before the next block and inserts the loop heads the next
+    /// block may need (step 3 of the module documentation).
+    fn loop_heads(&mut self, st: &mut State) {
+        let s = self.shape;
+        let next = st.pending[0].1 as usize;
+        let mut dropped: Vec<u32> = Vec::new();
+        let mut keep = Vec::with_capacity(st.loops.len());
+        for (h, t) in std::mem::take(&mut st.loops) {
+            if dropped.contains(&h) {
+                continue;
+            }
+            if h as usize == next {
+                dropped.push(h);
+            } else if s.topo[t as usize] < s.topo[next] {
+                // The tail is behind: this pair no longer matters on this branch.
+            } else if self.implies(next, h as usize, t as usize) {
+                st.insert(s.topo[h as usize], h as usize, true);
+                dropped.push(h);
+            } else {
+                keep.push((h, t));
+            }
+        }
+        keep.retain(|(h, _)| !dropped.contains(h));
+        st.loops = keep;
+    }
+}
+
+/// The number of steps of the trees without tail merging (every shared suffix counted
+/// each time it is reached), saturating.
+fn unshared(steps: &[Step], roots: impl Iterator<Item = u32>) -> u64 {
+    let mut size: Vec<Option<u64>> = vec![None; steps.len()];
+    let mut total = 0u64;
+    for r in roots {
+        let mut stack = vec![r as usize];
+        while let Some(&pc) = stack.last() {
+            if size[pc].is_some() {
+                stack.pop();
+                continue;
+            }
+            let deps: Vec<usize> = match &steps[pc] {
+                Step::Stitch { .. } => vec![pc + 1],
+                Step::Fork { arms, .. } => arms.iter().map(|&a| a as usize).collect(),
+                Step::Goto(t) => vec![*t as usize],
+                Step::End => vec![],
+            };
+            let missing: Vec<usize> = deps
+                .iter()
+                .copied()
+                .filter(|&d| size[d].is_none())
+                .collect();
+            if !missing.is_empty() {
+                stack.extend(missing);
+                continue;
+            }
+            let sum = deps
+                .iter()
+                .fold(0u64, |acc, &d| acc.saturating_add(size[d].unwrap_or(0)));
+            size[pc] = Some(match &steps[pc] {
+                Step::Goto(_) => sum,
+                _ => sum.saturating_add(1),
+            });
+            stack.pop();
+        }
+        total = total.saturating_add(size[r as usize].unwrap_or(0));
+    }
+    total
+}
+
+/// The plan of a stitch program; `None` when the work-list executor must run it (blocks
+/// the entry does not reach, or a plan over its budget).
+pub fn plan(p: &StitchProgram) -> Option<Plan> {
+    let (shape, g) = Shape::new(p)?;
+    let n = shape.succs.len();
+    let (kind, owner) = roots(p, &shape, &g);
+    let outcomes: Vec<Option<Vec<usize>>> = (0..n)
+        .map(|v| shape.static_branch[v].then(|| shape.succs[v].clone()))
+        .collect();
+    let special: Vec<bool> = kind
+        .iter()
+        .map(|k| matches!(k, Some(RootKind::Special)))
+        .collect();
+    let reach = Reach::compute_graph(&g, &outcomes, &special);
+    let mut b = Builder {
+        shape: &shape,
+        kind: &kind,
+        reach,
+        steps: Vec::new(),
+        memo: HashMap::new(),
+        root_pc: vec![0; n],
+        max_steps: MAX_STEPS_PER_BLOCK.saturating_mul(n).max(1024),
+    };
+    let mut order: Vec<usize> = (0..n).filter(|&v| kind[v].is_some()).collect();
+    order.sort_by_key(|&v| shape.topo[v]);
+    for &r in &order {
+        b.tree(r, &owner)?;
+    }
+    let roots: Vec<Option<(u32, RootKind)>> =
+        (0..n).map(|v| kind[v].map(|k| (b.root_pc[v], k))).collect();
+    let unshared_steps = unshared(&b.steps, order.iter().map(|&r| b.root_pc[r]));
+    Some(Plan {
+        steps: b.steps,
+        roots,
+        unshared_steps,
+    })
+}

@@ -1,0 +1,107 @@
+//! The planned stitcher: runs a stitch program by following its plan (the linearized form
+//! of [`crate::ge::linear`]), with no work list inside a tree and no memo lookup except at
+//! roots.
+//!
+//! A unit begins with a has-been-stitched lookup of its start block (a root) for its key;
+//! the miss pushes it on the **stitch-time stack**. Each entry popped runs one tree from its
+//! root's first step:
+//! - `stitch b`: if an edge stitched in this run asked for `b` (its slot holds a copy), the
+//!   copy is stitched for the static values stored with it, exactly as the work-list
+//!   executor would (setup code, templates, terminator); edges to non-root blocks fill
+//!   their slots, edges to roots are has-been-stitched lookups on (root, static values)
+//!   whose misses create the copy and push it on the stack. A block whose slot is empty is
+//!   not needed in this run (a static fault ended the block that led to it, or the plan
+//!   inserted it without proof) and is skipped;
+//! - `fork b`: goes on at the arm of the edge `b`'s static branch took;
+//! - `goto`, `end`: shared suffixes and the end of the run, after which every slot must
+//!   have been stitched (a slot left over is an internal error: the plan missed a block).
+//!
+//! So each block copy is made once per unit (roots through the lookup, other blocks
+//! because the plan gives each at most one copy per run of a tree, and a block reached by
+//! several trees or runs is a root), the same copies the work-list executor makes, in
+//! topological order within each run.
+
+use cranelift_codegen::entity::EntityRef;
+use dyc_templates::template::Emitter;
+
+use super::worklist::Spec;
+use super::{Context, Executor, Unit, WorkList};
+use crate::ge::{Block, SVal, SpecError, Step};
+
+/// The planned stitcher. A program without a plan is run by the work-list executor.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Planned;
+
+impl Executor for Planned {
+    fn run<E: Emitter>(
+        &self,
+        cx: &Context,
+        start: Block,
+        key: &[SVal],
+        emitter: &mut E,
+    ) -> Result<Unit<E::Block>, SpecError> {
+        let Some(plan) = cx.prog.plan.as_ref() else {
+            return WorkList.run(cx, start, key, emitter);
+        };
+        if !plan.is_root(start) {
+            return Err(SpecError::Internal(format!(
+                "the unit starts at {start}, which is not a root of the plan"
+            )));
+        }
+        let mut s = Spec::new(cx, start, emitter, Some(plan))?;
+        s.slots.resize_with(cx.prog.blocks.len(), || None);
+        let entry = s.copy_of(start, key.to_vec())?;
+        while let Some((root, key, res)) = s.work.pop() {
+            let Some(mut pc) = plan.root(root) else {
+                return Err(SpecError::Internal(format!("{root} is not a root")));
+            };
+            s.slots[root.index()] = Some(super::worklist::Slot {
+                block: res,
+                key,
+                stitched: false,
+            });
+            s.filled.push(root);
+            loop {
+                match plan.steps.get(pc as usize) {
+                    Some(Step::Stitch { block, test }) => {
+                        s.tests += usize::from(*test);
+                        s.taken = None;
+                        let copy: Option<(E::Block, Vec<SVal>)> =
+                            match s.slots.get_mut(block.index()) {
+                                Some(Some(slot)) if !slot.stitched => {
+                                    slot.stitched = true;
+                                    Some((slot.block, std::mem::take(&mut slot.key)))
+                                }
+                                _ => None,
+                            };
+                        if let Some((res, key)) = copy {
+                            s.current = *block;
+                            s.stitch(*block, &key, res)?;
+                        }
+                        pc += 1;
+                    }
+                    Some(Step::Fork { arms, .. }) => {
+                        pc = match arms.get(s.taken.unwrap_or(0)) {
+                            Some(&a) => a,
+                            None => return Err(SpecError::Internal(format!("fork at {pc}"))),
+                        };
+                    }
+                    Some(Step::Goto(t)) => pc = *t,
+                    Some(Step::End) => break,
+                    None => return Err(SpecError::Internal(format!("no step {pc}"))),
+                }
+            }
+            for b in std::mem::take(&mut s.filled) {
+                match s.slots[b.index()].take() {
+                    Some(slot) if slot.stitched => {}
+                    _ => {
+                        return Err(SpecError::Internal(format!(
+                            "the plan of the tree of {root} left {b} unstitched"
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(s.unit(entry))
+    }
+}
