@@ -9,10 +9,10 @@
 //!
 //! # Algorithm
 //!
-//! 1. **Back edges** by one depth-first search from the entry, successors in branch order
-//!    (the same search as the reachability conditions of [`crate::analysis::reach`]);
+//! 1. **Back edges** by one depth-first search from the entry, last successor first;
 //!    **topological numbers** are the positions in its reverse post-order, a topological
-//!    order of the graph without back edges.
+//!    order of the graph without back edges in which a branch's `then` side comes before
+//!    its `else` side (so `if (D && S) A else B; M` is laid out D S A B M).
 //! 2. **Roots**: the entry; promotion blocks (units start there); special merges (static
 //!    parameters and two or more in-edges, back edges included: their values differ by
 //!    path, so a copy per value is looked up, e.g. the heads of multi-way unrolled loops);
@@ -38,7 +38,10 @@
 //!
 //! # Decisions where the design notes are silent or ambiguous
 //!
-//! - *DFS successor order*: branch order (`then` before `else`, cases before the default).
+//! - *DFS successor order*: last successor first, which numbers `then` before `else` and
+//!   cases before the default. (The reachability conditions number their variables by
+//!   their own search; the loop-head test uses the cyclic conditions, which do not depend
+//!   on any search.)
 //! - *Which in-edge is "last"*: not needed; merges are stitched once all their forward
 //!   predecessors on the branch are, because the list is sorted by topological number.
 //! - *The assertion on the loop-head list* (`Topo#(head) > Topo#(next)`): not asserted. A
@@ -66,7 +69,7 @@ use dyc_stitcher::ge::{Block, Operand, Param, Plan, RootKind, Step, StitchProgra
 
 use crate::analysis::cfg::Graph;
 use crate::analysis::dominators::{idoms_lengauer_tarjan, DomTree};
-use crate::analysis::edges::{classify_all, EdgeKind};
+use crate::analysis::edges::{classify, EdgeKind};
 use crate::analysis::order::DfsOrder;
 use crate::analysis::reach::Reach;
 
@@ -128,7 +131,9 @@ impl Shape {
                 .enumerate()
                 .flat_map(|(a, ss)| ss.iter().map(move |&b| (a, b))),
         );
-        let dfs = DfsOrder::compute(&g, 0);
+        // Last successor first, so that the reverse post-order numbers the `then` side of
+        // a branch before its `else` side.
+        let dfs = DfsOrder::compute_with(&g, 0, true);
         if (0..n).any(|v| !dfs.is_reachable(v)) {
             return None;
         }
@@ -136,10 +141,9 @@ impl Shape {
         for (k, v) in dfs.rpo().into_iter().enumerate() {
             topo[v] = k as u32;
         }
-        let back_edges: Vec<(usize, usize)> = classify_all(&g, 0)
-            .into_iter()
-            .filter(|&(_, _, k)| k == EdgeKind::Back)
-            .map(|(a, b, _)| (a, b))
+        let back_edges: Vec<(usize, usize)> = g
+            .edges()
+            .filter(|&(a, b)| classify(&dfs, a, b) == Some(EdgeKind::Back))
             .collect();
         let shape = Shape {
             succs,
@@ -441,6 +445,117 @@ fn unshared(steps: &[Step], roots: impl Iterator<Item = u32>) -> u64 {
     total
 }
 
+/// A step with its continuations as canonical node numbers (`goto`s resolved).
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Node {
+    Stitch(Block, bool, usize),
+    Fork(Block, Vec<usize>),
+    End,
+}
+
+/// Tail merging proper: shares every identical suffix of the step graph (the states of
+/// the builder tell apart some suffixes whose steps are the same), by hash-consing its
+/// nodes bottom-up, then lays the nodes out again from the roots, falling through to a
+/// `stitch`'s continuation where it is not laid out yet and jumping to it otherwise.
+/// Returns the steps and the new first step of each root (indexed like `root_pc`).
+fn merge_tails(steps: &[Step], order: &[usize], root_pc: &[u32]) -> (Vec<Step>, Vec<u32>) {
+    // Canonical node of each step, in post-order (the step graph is acyclic).
+    let mut canon: Vec<Option<usize>> = vec![None; steps.len()];
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut intern: HashMap<Node, usize> = HashMap::new();
+    for &r in order {
+        let mut stack = vec![root_pc[r] as usize];
+        while let Some(&pc) = stack.last() {
+            if canon[pc].is_some() {
+                stack.pop();
+                continue;
+            }
+            let deps: Vec<usize> = match &steps[pc] {
+                Step::Stitch { .. } => vec![pc + 1],
+                Step::Fork { arms, .. } => arms.iter().map(|&a| a as usize).collect(),
+                Step::Goto(t) => vec![*t as usize],
+                Step::End => vec![],
+            };
+            let missing: Vec<usize> = deps
+                .iter()
+                .copied()
+                .filter(|&d| canon[d].is_none())
+                .collect();
+            if !missing.is_empty() {
+                stack.extend(missing);
+                continue;
+            }
+            let id = |d: usize| canon[d].unwrap_or(0);
+            let node = match &steps[pc] {
+                Step::Stitch { block, test } => Node::Stitch(*block, *test, id(pc + 1)),
+                Step::Fork { block, arms } => {
+                    Node::Fork(*block, arms.iter().map(|&a| id(a as usize)).collect())
+                }
+                Step::Goto(t) => {
+                    canon[pc] = Some(id(*t as usize));
+                    stack.pop();
+                    continue;
+                }
+                Step::End => Node::End,
+            };
+            let k = *intern.entry(node.clone()).or_insert_with(|| {
+                nodes.push(node);
+                nodes.len() - 1
+            });
+            canon[pc] = Some(k);
+            stack.pop();
+        }
+    }
+    // Lay out from the roots.
+    let mut at: Vec<Option<u32>> = vec![None; nodes.len()];
+    let mut out: Vec<Step> = Vec::new();
+    let mut patches: Vec<(usize, usize, usize)> = Vec::new(); // (fork step, arm, node)
+    let mut new_root = vec![0u32; root_pc.len()];
+    let mut queue: Vec<usize> = Vec::new();
+    for &r in order {
+        queue.push(canon[root_pc[r] as usize].unwrap_or(0));
+        while let Some(mut k) = queue.pop() {
+            while at[k].is_none() {
+                at[k] = Some(out.len() as u32);
+                match &nodes[k] {
+                    Node::Stitch(block, test, next) => {
+                        out.push(Step::Stitch {
+                            block: *block,
+                            test: *test,
+                        });
+                        if let Some(pc) = at[*next] {
+                            out.push(match nodes[*next] {
+                                Node::End => Step::End,
+                                _ => Step::Goto(pc),
+                            });
+                        }
+                        k = *next;
+                    }
+                    Node::Fork(block, arms) => {
+                        let fork = out.len();
+                        out.push(Step::Fork {
+                            block: *block,
+                            arms: vec![0; arms.len()],
+                        });
+                        for (j, &a) in arms.iter().enumerate().rev() {
+                            patches.push((fork, j, a));
+                            queue.push(a);
+                        }
+                    }
+                    Node::End => out.push(Step::End),
+                }
+            }
+        }
+        new_root[r] = at[canon[root_pc[r] as usize].unwrap_or(0)].unwrap_or(0);
+    }
+    for (fork, j, a) in patches {
+        if let Step::Fork { arms, .. } = &mut out[fork] {
+            arms[j] = at[a].unwrap_or(0);
+        }
+    }
+    (out, new_root)
+}
+
 /// The plan of a stitch program; `None` when the work-list executor must run it (blocks
 /// the entry does not reach, or a plan over its budget).
 pub fn plan(p: &StitchProgram) -> Option<Plan> {
@@ -469,11 +584,12 @@ pub fn plan(p: &StitchProgram) -> Option<Plan> {
     for &r in &order {
         b.tree(r, &owner)?;
     }
-    let roots: Vec<Option<(u32, RootKind)>> =
-        (0..n).map(|v| kind[v].map(|k| (b.root_pc[v], k))).collect();
     let unshared_steps = unshared(&b.steps, order.iter().map(|&r| b.root_pc[r]));
+    let (steps, root_pc) = merge_tails(&b.steps, &order, &b.root_pc);
+    let roots: Vec<Option<(u32, RootKind)>> =
+        (0..n).map(|v| kind[v].map(|k| (root_pc[v], k))).collect();
     Some(Plan {
-        steps: b.steps,
+        steps,
         roots,
         unshared_steps,
     })

@@ -6,6 +6,7 @@
 //! Kinds (CALL is `f` or `f(args)`, arguments as `dyc run` takes them):
 //! - `explain f`: the binding-time analysis of `f` (`dyc explain`);
 //! - `ge f`: the stitch program of `f` in CFG form (`dyc ge`);
+//! - `plan f`: the plan the static transform lays over it (roots, trees, shared tails);
 //! - `residual f(args)`: the residual IR of `f` specialized on the key arguments among
 //!   `args` (`dyc spec`), then `=> result`;
 //! - `clif f(args)`: the Cranelift IR of the entry unit of that specialization, as the
@@ -76,6 +77,10 @@ fn run(path: &Path, src: &str) -> Result<String, String> {
         "ge" => {
             let ge = dyc::ge::build(&m, id, Mode::Specialize).map_err(|e| e.to_string())?;
             dyc_stitcher::ge::print_cfg(&ge.program)
+        }
+        "plan" => {
+            let ge = dyc::ge::build(&m, id, Mode::Specialize).map_err(|e| e.to_string())?;
+            dyc_stitcher::ge::print_plan(&ge.program)
         }
         "residual" => {
             let mut hosts = HostFns::default();

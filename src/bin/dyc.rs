@@ -170,6 +170,7 @@ fn run(args: &[String]) -> Result<(), Failure> {
             let ge = dyc::ge::build(&m, id, dyc::bta::Mode::Specialize)
                 .map_err(|e| Failure::Error(format!("{file}: {e}")))?;
             out_nonl!("{}", dyc_stitcher::ge::print_cfg(&ge.program));
+            out_nonl!("{}", dyc_stitcher::ge::print_plan(&ge.program));
         }
         "spec" => {
             let m = load(file)?;
