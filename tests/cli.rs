@@ -210,7 +210,27 @@ fn dot_draws_the_cfg_with_binding_times_and_reachability() {
     let (code, out, _) = dyc(&["dot", "examples/bytecode.dyc", "run", "--stage", "cfg"]);
     assert_eq!(code, 0);
     assert!(!out.contains("RC:") && !out.contains("style=bold"), "{out}");
-    let (code, _, err) = dyc(&["dot", "examples/bytecode.dyc", "run", "--stage", "plan"]);
+    let (code, out, err) = dyc(&["dot", "examples/bytecode.dyc", "run", "--stage", "plan"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("digraph \"plan run\" {"), "{out}");
+    assert!(
+        out.contains("root: entry") && out.contains("root: special"),
+        "{out}"
+    );
+    assert!(out.contains("label=\"HBS\""), "{out}");
+    let (code, out, err) = dyc(&[
+        "dot",
+        "tests/stages/plan_d_and_s.dyc",
+        "f",
+        "--stage",
+        "plan",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("[shape=diamond, label=\"2: fork b4\"]"),
+        "{out}"
+    );
+    let (code, _, err) = dyc(&["dot", "examples/bytecode.dyc", "run", "--stage", "flow"]);
     assert_eq!(code, 2);
-    assert!(err.contains("stages are cfg, bta and rc"), "{err}");
+    assert!(err.contains("stages are cfg, bta, rc and plan"), "{err}");
 }

@@ -59,7 +59,7 @@ macro_rules! out_nonl {
     }};
 }
 
-const USAGE: &str = "usage: dyc check FILE | dyc ir FILE | dyc analyze FILE | dyc explain FILE FN | dyc dot FILE FN [--stage cfg|bta|rc] | dyc ge FILE FN | dyc spec FILE FN ARGS... | dyc run FILE FN ARGS...\n(FILE: region source, or IR text ending in .ir)";
+const USAGE: &str = "usage: dyc check FILE | dyc ir FILE | dyc analyze FILE | dyc explain FILE FN | dyc dot FILE FN [--stage cfg|bta|rc|plan] | dyc ge FILE FN | dyc spec FILE FN ARGS... | dyc run FILE FN ARGS...\n(FILE: region source, or IR text ending in .ir)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -155,10 +155,16 @@ fn run(args: &[String]) -> Result<(), Failure> {
                 Some("--stage") => rest.get(3).map(String::as_str).unwrap_or(""),
                 Some(other) => other.strip_prefix("--stage=").unwrap_or(""),
             };
-            if !matches!(stage, "cfg" | "bta" | "rc") {
+            if !matches!(stage, "cfg" | "bta" | "rc" | "plan") {
                 return Err(Failure::Usage(format!(
-                    "`dot` stages are cfg, bta and rc, not `{stage}`"
+                    "`dot` stages are cfg, bta, rc and plan, not `{stage}`"
                 )));
+            }
+            if stage == "plan" {
+                let ge = dyc::ge::build(&m, id, dyc::bta::Mode::Specialize)
+                    .map_err(|e| Failure::Error(format!("{file}: {e}")))?;
+                out_nonl!("{}", dot_plan(&ge.program));
+                return Ok(());
             }
             let f = &m.funcs[id];
             let bta = dyc::bta::analyze(&m, f, dyc::bta::Mode::Specialize);
@@ -316,6 +322,76 @@ fn builtin_hosts() -> HostFns {
 }
 
 /// Graphviz text of `f`'s CFG at `stage` (`cfg`, `bta` or `rc`; see the module doc).
+/// The plan of a stitch program as Graphviz: one node per step (`stitch` boxes named by
+/// their block, roots with a double border and their kind, blocks stitched only if needed
+/// dashed, `fork` diamonds with one edge per arm, `end` points), edges for fall-through,
+/// arms and shared suffixes (`goto`, dotted), and, dashed red, the has-been-stitched
+/// lookups: from each stitched block to the roots its edges lead to.
+fn dot_plan(p: &dyc_stitcher::ge::StitchProgram) -> String {
+    use dyc_stitcher::ge::Step;
+    let Some(plan) = &p.plan else {
+        return format!(
+            "digraph \"{}\" {{\n  label=\"no plan: the work-list executor runs it\";\n}}\n",
+            p.header.name
+        );
+    };
+    let mut out = format!(
+        "digraph \"plan {}\" {{\n  node [shape=box];\n",
+        p.header.name.replace('"', "\\\"")
+    );
+    let name = |b: dyc_stitcher::ge::Block| p.blocks.get(b).map_or("?", |d| d.name.as_str());
+    for (pc, step) in plan.steps.iter().enumerate() {
+        let node = match step {
+            Step::Stitch { block, test } => {
+                let mut attrs = vec![format!("label=\"{pc}: {block} ({})", name(*block))];
+                if plan.root(*block) == Some(pc as u32) {
+                    let kind = plan.roots[block.as_u32() as usize].map_or("", |(_, k)| k.name());
+                    attrs[0].push_str(&format!("\\nroot: {kind}"));
+                    attrs.push("peripheries=2".to_string());
+                }
+                attrs[0].push('"');
+                if *test {
+                    attrs.push("style=dashed".to_string());
+                }
+                format!("[{}]", attrs.join(", "))
+            }
+            Step::Fork { block, .. } => format!("[shape=diamond, label=\"{pc}: fork {block}\"]"),
+            Step::Goto(_) => "[shape=point]".to_string(),
+            Step::End => "[shape=point, label=\"\"]".to_string(),
+        };
+        out.push_str(&format!("  s{pc} {node};\n"));
+    }
+    for (pc, step) in plan.steps.iter().enumerate() {
+        match step {
+            Step::Stitch { block, .. } => {
+                out.push_str(&format!("  s{pc} -> s{};\n", pc + 1));
+                if let Some(d) = p.blocks.get(*block) {
+                    let mut seen = Vec::new();
+                    for e in d.term.edges() {
+                        if let Some(r) = plan.root(e.block) {
+                            if !seen.contains(&r) {
+                                seen.push(r);
+                                out.push_str(&format!(
+                                    "  s{pc} -> s{r} [style=dashed, color=red, constraint=false, label=\"HBS\"];\n"
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+            Step::Fork { arms, .. } => {
+                for (k, a) in arms.iter().enumerate() {
+                    out.push_str(&format!("  s{pc} -> s{a} [style=bold, label=\"{k}\"];\n"));
+                }
+            }
+            Step::Goto(t) => out.push_str(&format!("  s{pc} -> s{t} [style=dotted];\n")),
+            Step::End => {}
+        }
+    }
+    out.push_str("}\n");
+    out
+}
+
 fn dot(f: &dyc::ir::Function, bta: &dyc::bta::Bta, stage: &str) -> String {
     use dyc::analysis::cfg::ControlFlowGraph;
     use dyc::analysis::edges::EdgeClasses;
