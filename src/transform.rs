@@ -404,45 +404,58 @@ impl Builder<'_> {
     }
 }
 
-/// The number of steps of the trees without tail merging (every shared suffix counted
-/// each time it is reached), saturating.
-fn unshared(steps: &[Step], roots: impl Iterator<Item = u32>) -> u64 {
-    let mut size: Vec<Option<u64>> = vec![None; steps.len()];
-    let mut total = 0u64;
-    for r in roots {
-        let mut stack = vec![r as usize];
+/// The steps a step continues at.
+fn continuations(steps: &[Step], pc: usize) -> Vec<usize> {
+    match &steps[pc] {
+        Step::Stitch { .. } => vec![pc + 1],
+        Step::Fork { arms, .. } => arms.iter().map(|&a| a as usize).collect(),
+        Step::Goto(t) => vec![*t as usize],
+        Step::End => vec![],
+    }
+}
+
+/// The steps reachable from `starts`, each once, every step after all its continuations
+/// (the step graph is acyclic).
+fn post_order(steps: &[Step], starts: impl Iterator<Item = u32>) -> Vec<usize> {
+    let mut done = vec![false; steps.len()];
+    let mut out = Vec::new();
+    for s in starts {
+        let mut stack = vec![s as usize];
         while let Some(&pc) = stack.last() {
-            if size[pc].is_some() {
+            if done[pc] {
                 stack.pop();
                 continue;
             }
-            let deps: Vec<usize> = match &steps[pc] {
-                Step::Stitch { .. } => vec![pc + 1],
-                Step::Fork { arms, .. } => arms.iter().map(|&a| a as usize).collect(),
-                Step::Goto(t) => vec![*t as usize],
-                Step::End => vec![],
-            };
-            let missing: Vec<usize> = deps
-                .iter()
-                .copied()
-                .filter(|&d| size[d].is_none())
+            let missing: Vec<usize> = continuations(steps, pc)
+                .into_iter()
+                .filter(|&d| !done[d])
                 .collect();
-            if !missing.is_empty() {
+            if missing.is_empty() {
+                done[pc] = true;
+                out.push(pc);
+                stack.pop();
+            } else {
                 stack.extend(missing);
-                continue;
             }
-            let sum = deps
-                .iter()
-                .fold(0u64, |acc, &d| acc.saturating_add(size[d].unwrap_or(0)));
-            size[pc] = Some(match &steps[pc] {
-                Step::Goto(_) => sum,
-                _ => sum.saturating_add(1),
-            });
-            stack.pop();
         }
-        total = total.saturating_add(size[r as usize].unwrap_or(0));
     }
-    total
+    out
+}
+
+/// The number of steps of the trees without tail merging (every shared suffix counted
+/// each time it is reached), saturating.
+fn unshared(steps: &[Step], roots: impl Iterator<Item = u32> + Clone) -> u64 {
+    let mut size = vec![0u64; steps.len()];
+    for pc in post_order(steps, roots.clone()) {
+        let sum = continuations(steps, pc)
+            .into_iter()
+            .fold(0u64, |acc, d| acc.saturating_add(size[d]));
+        size[pc] = match &steps[pc] {
+            Step::Goto(_) => sum,
+            _ => sum.saturating_add(1),
+        };
+    }
+    roots.fold(0u64, |acc, r| acc.saturating_add(size[r as usize]))
 }
 
 /// A step with its continuations as canonical node numbers (`goto`s resolved).
@@ -460,51 +473,25 @@ enum Node {
 /// Returns the steps and the new first step of each root (indexed like `root_pc`).
 fn merge_tails(steps: &[Step], order: &[usize], root_pc: &[u32]) -> (Vec<Step>, Vec<u32>) {
     // Canonical node of each step, in post-order (the step graph is acyclic).
-    let mut canon: Vec<Option<usize>> = vec![None; steps.len()];
+    let mut canon: Vec<usize> = vec![0; steps.len()];
     let mut nodes: Vec<Node> = Vec::new();
     let mut intern: HashMap<Node, usize> = HashMap::new();
-    for &r in order {
-        let mut stack = vec![root_pc[r] as usize];
-        while let Some(&pc) = stack.last() {
-            if canon[pc].is_some() {
-                stack.pop();
+    for pc in post_order(steps, order.iter().map(|&r| root_pc[r])) {
+        let node = match &steps[pc] {
+            Step::Stitch { block, test } => Node::Stitch(*block, *test, canon[pc + 1]),
+            Step::Fork { block, arms } => {
+                Node::Fork(*block, arms.iter().map(|&a| canon[a as usize]).collect())
+            }
+            Step::Goto(t) => {
+                canon[pc] = canon[*t as usize];
                 continue;
             }
-            let deps: Vec<usize> = match &steps[pc] {
-                Step::Stitch { .. } => vec![pc + 1],
-                Step::Fork { arms, .. } => arms.iter().map(|&a| a as usize).collect(),
-                Step::Goto(t) => vec![*t as usize],
-                Step::End => vec![],
-            };
-            let missing: Vec<usize> = deps
-                .iter()
-                .copied()
-                .filter(|&d| canon[d].is_none())
-                .collect();
-            if !missing.is_empty() {
-                stack.extend(missing);
-                continue;
-            }
-            let id = |d: usize| canon[d].unwrap_or(0);
-            let node = match &steps[pc] {
-                Step::Stitch { block, test } => Node::Stitch(*block, *test, id(pc + 1)),
-                Step::Fork { block, arms } => {
-                    Node::Fork(*block, arms.iter().map(|&a| id(a as usize)).collect())
-                }
-                Step::Goto(t) => {
-                    canon[pc] = Some(id(*t as usize));
-                    stack.pop();
-                    continue;
-                }
-                Step::End => Node::End,
-            };
-            let k = *intern.entry(node.clone()).or_insert_with(|| {
-                nodes.push(node);
-                nodes.len() - 1
-            });
-            canon[pc] = Some(k);
-            stack.pop();
-        }
+            Step::End => Node::End,
+        };
+        canon[pc] = *intern.entry(node.clone()).or_insert_with(|| {
+            nodes.push(node);
+            nodes.len() - 1
+        });
     }
     // Lay out from the roots.
     let mut at: Vec<Option<u32>> = vec![None; nodes.len()];
@@ -513,7 +500,7 @@ fn merge_tails(steps: &[Step], order: &[usize], root_pc: &[u32]) -> (Vec<Step>, 
     let mut new_root = vec![0u32; root_pc.len()];
     let mut queue: Vec<usize> = Vec::new();
     for &r in order {
-        queue.push(canon[root_pc[r] as usize].unwrap_or(0));
+        queue.push(canon[root_pc[r] as usize]);
         while let Some(mut k) = queue.pop() {
             while at[k].is_none() {
                 at[k] = Some(out.len() as u32);
@@ -546,7 +533,7 @@ fn merge_tails(steps: &[Step], order: &[usize], root_pc: &[u32]) -> (Vec<Step>, 
                 }
             }
         }
-        new_root[r] = at[canon[root_pc[r] as usize].unwrap_or(0)].unwrap_or(0);
+        new_root[r] = at[canon[root_pc[r] as usize]].unwrap_or(0);
     }
     for (fork, j, a) in patches {
         if let Step::Fork { arms, .. } = &mut out[fork] {
