@@ -49,7 +49,6 @@ impl Executor for Planned {
             )));
         }
         let mut s = Spec::new(cx, start, emitter, Some(plan))?;
-        s.slots.resize_with(cx.prog.blocks.len(), || None);
         let entry = s.copy_of(start, key.to_vec())?;
         while let Some((root, key, res)) = s.work.pop() {
             let Some(mut pc) = plan.root(root) else {

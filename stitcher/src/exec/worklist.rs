@@ -151,7 +151,10 @@ impl<'a, E: Emitter> Spec<'a, E> {
             budget: cx.budget,
             memo: HashMap::new(),
             work: Vec::new(),
-            slots: Vec::new(),
+            slots: match plan {
+                Some(_) => (0..prog.blocks.len()).map(|_| None).collect(),
+                None => Vec::new(),
+            },
             filled: Vec::new(),
             taken: None,
             lookups: 0,
@@ -203,10 +206,6 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 }
                 self.count_block()?;
                 let res = self.em.create_block(&self.prog.blocks[b].input_types());
-                if self.slots.len() <= i {
-                    self.slots
-                        .resize_with(self.prog.blocks.len().max(i + 1), || None);
-                }
                 self.slots[i] = Some(Slot {
                     block: res,
                     key,
