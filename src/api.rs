@@ -98,7 +98,7 @@ impl std::fmt::Display for Error {
                     if k > 0 {
                         writeln!(f)?;
                     }
-                    write!(f, "unsupported annotation")?;
+                    write!(f, "cannot specialize")?;
                     if loc.is_known() {
                         write!(f, " at line {loc}")?;
                     }
@@ -155,12 +155,8 @@ impl From<runtime::RuntimeError> for Error {
 impl Error {
     fn from_ge(e: ge::GeError, f: &crate::ir::Function) -> Error {
         match e {
-            ge::GeError::Annotations(es) => Error::Unsupported(
-                es.into_iter()
-                    .map(|e| (f.srclocs[e.inst], e.message))
-                    .collect(),
-            ),
             ge::GeError::Internal(m) => Error::Internal(m),
+            e => Error::Unsupported(e.at().into_iter().map(|(i, m)| (f.srclocs[i], m)).collect()),
         }
     }
 }

@@ -28,6 +28,7 @@ use crate::bta::{self, Bta, BtaError, Mode};
 use crate::ir::{
     Block, BlockCall, Callee, Const, FuncId, Function, Inst, InstData, Module, Scalar, Value,
 };
+use crate::reducify::ReducifyError;
 
 /// The generating extension of a function, with the analysis it came from.
 #[derive(Clone, Debug)]
@@ -44,9 +45,29 @@ pub enum GeError {
     /// The binding-time analysis refuses the annotations (each error names the variable
     /// and the reason).
     Annotations(Vec<BtaError>),
+    /// A loop entered at its side could not be made single-entry (see
+    /// [`crate::reducify`]).
+    Reducify(ReducifyError),
     /// The function after splitting does not verify, or the stitch program does not check:
     /// a bug of the static compiler.
     Internal(String),
+}
+
+impl GeError {
+    /// The instructions the error is about, with a message for each (for diagnostics).
+    pub fn at(&self) -> Vec<(Inst, String)> {
+        match self {
+            GeError::Annotations(es) => es.iter().map(|e| (e.inst, e.message.clone())).collect(),
+            GeError::Reducify(e) => {
+                let inst = match *e {
+                    ReducifyError::TooLarge { side_entry, .. } => side_entry,
+                    ReducifyError::ArrayAcrossCopies { array } => array,
+                };
+                vec![(inst, e.to_string())]
+            }
+            GeError::Internal(_) => Vec::new(),
+        }
+    }
 }
 
 impl std::fmt::Display for GeError {
@@ -56,6 +77,7 @@ impl std::fmt::Display for GeError {
                 let ms: Vec<&str> = es.iter().map(|e| e.message.as_str()).collect();
                 write!(f, "{}", ms.join("; "))
             }
+            GeError::Reducify(e) => write!(f, "{e}"),
             GeError::Internal(m) => write!(f, "internal error (a bug): {m}"),
         }
     }
@@ -65,7 +87,17 @@ impl std::fmt::Display for GeError {
 /// after splitting is verified (in debug builds) and the stitch program checked before it
 /// is returned.
 pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, GeError> {
-    let orig = &m.funcs[id];
+    let mut orig = &m.funcs[id];
+    // Specialization follows the plan of the static transform, which needs single-entry
+    // loops; generic code goes to Cranelift as it is.
+    let reduced;
+    if mode == Mode::Specialize {
+        let limit = crate::reducify::max_blocks(orig.layout.blocks().len());
+        if let Some(g) = crate::reducify::reducify(orig, limit).map_err(GeError::Reducify)? {
+            reduced = g;
+            orig = &reduced;
+        }
+    }
     let bta = bta::analyze(m, orig, mode);
     if !bta.errors.is_empty() {
         return Err(GeError::Annotations(bta.errors.clone()));

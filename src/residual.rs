@@ -371,8 +371,8 @@ pub fn run_with(
     executor: ExecutorKind,
 ) -> Result<ResidualRun, ResidualError> {
     let ge = ge::build(m, fid, Mode::Specialize).map_err(|e| match e {
-        ge::GeError::Annotations(_) => ResidualError::Unsupported(e.to_string()),
         ge::GeError::Internal(m) => ResidualError::Internal(m),
+        e => ResidualError::Unsupported(e.to_string()),
     })?;
     let prog = &ge.program;
     let mut key = Vec::new();

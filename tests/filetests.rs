@@ -12,7 +12,9 @@
 //! - `interpret`: one line per `; run: f(args)` line: `f(args) = result` or
 //!   `f(args) -> error`, followed by the final contents of mutable slice arguments;
 //! - `cfg`, `domtree`, `postdom`, `loops`, `edges`, `topo`, `liveness`: the analysis,
-//!   one line per block, loop or edge.
+//!   one line per block, loop or edge;
+//! - `reducify`: each function after making its loops single-entry (or the error), which
+//!   must verify, be reducible, and (with `; run:` lines) compute what the original does.
 //!
 //! Every file that parses is also checked to round-trip, and every analysis file must
 //! verify.
@@ -86,6 +88,39 @@ fn run(kind: &str, src: &str) -> Result<String, String> {
     verify_module(&m).map_err(|e| format!("does not verify:\n{e}"))?;
     match kind {
         "interpret" => out = common::run_lines(&m, src, ";")?,
+        "reducify" => {
+            let mut r = m.clone();
+            for f in r.funcs.values_mut() {
+                let limit = dyc::reducify::max_blocks(f.layout.blocks().len());
+                match dyc::reducify::reducify(f, limit) {
+                    Ok(Some(g)) => *f = g,
+                    Ok(None) => {
+                        let _ = writeln!(out, "; {}: unchanged", f.name);
+                    }
+                    Err(e) => {
+                        let _ = writeln!(out, "; {}: {e}", f.name);
+                    }
+                }
+            }
+            verify_module(&r).map_err(|e| format!("does not verify after reducify:\n{e}"))?;
+            for f in r.funcs.values() {
+                let cfg = ControlFlowGraph::compute(f);
+                if LoopForest::compute(&cfg)
+                    .loops
+                    .iter()
+                    .any(|l| l.is_irreducible())
+                {
+                    let _ = writeln!(out, "; {}: still irreducible", f.name);
+                }
+            }
+            let before = common::run_lines(&m, src, ";")?;
+            let after = common::run_lines(&r, src, ";")?;
+            if before != after {
+                return Err(format!("results differ:\n{before}---\n{after}"));
+            }
+            out.push_str(&print_module(&r));
+            out.push_str(&after);
+        }
         "cfg" => per_function(&m, &mut out, |f, out| {
             let cfg = ControlFlowGraph::compute(f);
             for &b in cfg.blocks() {

@@ -431,3 +431,53 @@ fn strength_reduced_divisions_agree_with_the_interpreter() {
         }
     }
 }
+
+/// A loop with a side entry is copied until it has one entry before specialization, and
+/// the specialized code computes what the interpreter does; a state machine whose copies
+/// would outgrow the budget is refused with an error at the branch of a side entry.
+#[test]
+fn loops_with_side_entries_specialize_or_are_refused_clearly() {
+    let src = "fn zigzag(start_a: bool, n: i64) -> i64 {
+    make_static(start_a);
+    var acc = 0;
+    if start_a { goto a; } else { goto b; }
+a:
+    if n == 0 { return acc; }
+    acc = acc * 10 + 1;
+    n -= 1;
+    goto b;
+b:
+    if n == 0 { return acc; }
+    acc = acc * 10 + 2;
+    n -= 1;
+    goto a;
+}
+";
+    let p = Program::compile(src).expect("compiles");
+    let r = p.region("zigzag").expect("region");
+    for (start, want) in [(true, 12121), (false, 21212)] {
+        let s = r.specialize(&[Arg::from(start)]).expect("specializes");
+        let got = s.call(&mut [Arg::from(5i64)]).expect("runs");
+        assert_eq!(got, Some(Const::Int(Scalar::I64, want as u64)));
+    }
+    // Seven states that all branch to each other.
+    let mut src = String::from("fn machine(x: i64) -> i64 {\n    var n = 0;\n    goto s1;\n");
+    for k in 1..=7 {
+        src.push_str(&format!(
+            "s{k}:\n    n += 1;\n    if n > 50 {{ return n; }}\n"
+        ));
+        for j in (1..=7).filter(|&j| j != k) {
+            src.push_str(&format!("    if x % {j} == {k} % {j} {{ goto s{j}; }}\n"));
+        }
+        src.push_str("    return n;\n");
+    }
+    src.push_str("}\n");
+    let p = Program::compile(&src).expect("compiles");
+    match p.region("machine") {
+        Err(Error::Unsupported(es)) => {
+            assert!(es[0].0.is_known(), "{es:?}");
+            assert!(es[0].1.contains("entered at its side"), "{es:?}");
+        }
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+}
