@@ -89,14 +89,17 @@ impl std::fmt::Display for GeError {
 pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, GeError> {
     let mut orig = &m.funcs[id];
     // Specialization follows the plan of the static transform, which needs single-entry
-    // loops; generic code goes to Cranelift as it is.
-    let reduced;
+    // loops, and runs setup code once per copy, which placement keeps out of loops; generic
+    // code goes to Cranelift as it is.
+    let prepared;
     if mode == Mode::Specialize {
         let limit = crate::reducify::max_blocks(orig.layout.blocks().len());
-        if let Some(g) = crate::reducify::reducify(orig, limit).map_err(GeError::Reducify)? {
-            reduced = g;
-            orig = &reduced;
-        }
+        let mut g = crate::reducify::reducify(orig, limit)
+            .map_err(GeError::Reducify)?
+            .unwrap_or_else(|| orig.clone());
+        crate::placement::place(&mut g);
+        prepared = g;
+        orig = &prepared;
     }
     let bta = bta::analyze(m, orig, mode);
     if !bta.errors.is_empty() {

@@ -17,6 +17,7 @@ pub mod gen;
 pub mod interp;
 pub mod ir;
 pub mod lang;
+pub mod placement;
 pub mod reducify;
 pub mod residual;
 pub mod semantics;

@@ -332,6 +332,8 @@ pub struct ResidualRun {
     pub restarts: usize,
     /// The (template block, static context) copies the last attempt stitched, in order.
     pub stitched: Vec<(sge::Block, Vec<(u8, u64)>)>,
+    /// Setup and template operations the last attempt processed.
+    pub ops: usize,
 }
 
 /// Specializes function `fid` of `m` on the key parameters in `args` and runs the residual
@@ -528,6 +530,7 @@ pub fn run_with(
                     module: rm,
                     restarts,
                     stitched,
+                    ops: unit.ops,
                 })
             }
             (Err(e), _) => return Err(ResidualError::Runtime(e)),

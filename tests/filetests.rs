@@ -14,7 +14,9 @@
 //! - `cfg`, `domtree`, `postdom`, `loops`, `edges`, `topo`, `liveness`: the analysis,
 //!   one line per block, loop or edge;
 //! - `reducify`: each function after making its loops single-entry (or the error), which
-//!   must verify, be reducible, and (with `; run:` lines) compute what the original does.
+//!   must verify, be reducible, and (with `; run:` lines) compute what the original does;
+//! - `place`: each function after code placement, with the number of instructions moved;
+//!   it must verify and compute what the original does.
 //!
 //! Every file that parses is also checked to round-trip, and every analysis file must
 //! verify.
@@ -88,6 +90,21 @@ fn run(kind: &str, src: &str) -> Result<String, String> {
     verify_module(&m).map_err(|e| format!("does not verify:\n{e}"))?;
     match kind {
         "interpret" => out = common::run_lines(&m, src, ";")?,
+        "place" => {
+            let mut r = m.clone();
+            for f in r.funcs.values_mut() {
+                let n = dyc::placement::place(f);
+                let _ = writeln!(out, "; {}: {n} moved", f.name);
+            }
+            verify_module(&r).map_err(|e| format!("does not verify after placement:\n{e}"))?;
+            let before = common::run_lines(&m, src, ";")?;
+            let after = common::run_lines(&r, src, ";")?;
+            if before != after {
+                return Err(format!("results differ:\n{before}---\n{after}"));
+            }
+            out.push_str(&print_module(&r));
+            out.push_str(&after);
+        }
         "reducify" => {
             let mut r = m.clone();
             for f in r.funcs.values_mut() {

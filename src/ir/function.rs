@@ -169,6 +169,19 @@ impl Layout {
         self.inst_block[i] = b.into();
     }
 
+    /// Replaces the instructions of `b` by `insts` (each either in `b` already or in no
+    /// block), in one pass.
+    pub fn set_block_insts(&mut self, b: Block, insts: &[Inst]) {
+        for i in std::mem::take(&mut self.insts[b]) {
+            self.inst_block[i] = None.into();
+        }
+        for &i in insts {
+            assert!(self.inst_block[i].is_none(), "{i} is already in the layout");
+            self.inst_block[i] = b.into();
+        }
+        self.insts[b] = insts.iter().copied().collect();
+    }
+
     pub fn remove_inst(&mut self, i: Inst) {
         if let Some(b) = self.inst_block(i) {
             self.insts[b].retain(|x| *x != i);
