@@ -34,7 +34,14 @@
 //!    successor. Roots and back-edge targets are never inserted: edges to them are
 //!    has-been-stitched lookups or links to the copy made earlier in the run.
 //! 4. **Tail merging** by hash-consing: the steps after a point depend only on the two lists,
-//!    so each (list, loop list) state is built once and reached again by `goto`.
+//!    so each (list, loop list) state is built once and reached again by `goto`; then the
+//!    step graph's identical suffixes are shared bottom-up.
+//! 5. **Near-identical tails** (`merge_near_identical`): where an arm of a fork stitches a
+//!    subsequence of what another arm stitches from the same block on, it jumps into that
+//!    arm, and the blocks it passes over become NTBS tests (`stitch .. if needed`: the
+//!    block's slot, filled by the edges that need it, is its flag). Accepted when the tests
+//!    added are no more than the steps saved, and only where sound: the passed-over blocks
+//!    have no other step in the plan, and a fork after the tail reads the same block.
 //!
 //! # Decisions where the design notes are silent or ambiguous
 //!
@@ -466,6 +473,168 @@ enum Node {
     End,
 }
 
+/// Merges near-identical tails: where one arm of a fork stitches a subsequence of what
+/// another arm stitches from the same block on, before one shared continuation, the
+/// shorter arm jumps into the longer one, and the blocks only the longer one needs become
+/// NTBS tests (the planned stitcher stitches a block only if an edge filled its slot, so on
+/// the shorter arm's path they are skipped).
+///
+/// Acceptance rule: merge when the tests added (blocks the shorter arm now passes over)
+/// are no more than the steps saved (the shorter arm's own steps). Conditions that keep it
+/// sound: the shorter arm's steps are reached from nowhere else (so they do go away), and
+/// every block passed over has one `stitch` step in the whole plan (so its slot cannot be
+/// filled on the shorter arm's path: a block reached there would be in that path's list).
+/// A fork whose arms all merge disappears. Returns the roots' nodes (a root's first node
+/// may be such a fork).
+fn merge_near_identical(nodes: &mut [Node], roots: &[usize]) -> Vec<usize> {
+    let mut indegree = vec![0u32; nodes.len()];
+    let mut steps_of: HashMap<Block, u32> = HashMap::new();
+    let mut seen = vec![false; nodes.len()];
+    let mut stack: Vec<usize> = roots.to_vec();
+    for &r in roots {
+        indegree[r] += 1;
+    }
+    while let Some(k) = stack.pop() {
+        if std::mem::replace(&mut seen[k], true) {
+            continue;
+        }
+        let next: Vec<usize> = match &nodes[k] {
+            Node::Stitch(b, _, n) => {
+                *steps_of.entry(*b).or_default() += 1;
+                vec![*n]
+            }
+            Node::Fork(_, arms) => arms.clone(),
+            Node::End => Vec::new(),
+        };
+        for n in next {
+            indegree[n] += 1;
+            stack.push(n);
+        }
+    }
+    // The chain of `stitch` nodes from `k`: (node, block) up to the first other node.
+    let chain = |nodes: &[Node], mut k: usize| {
+        let mut out = Vec::new();
+        while let Node::Stitch(b, _, n) = &nodes[k] {
+            out.push((k, *b));
+            k = *n;
+        }
+        (out, k)
+    };
+    for f in 0..nodes.len() {
+        let Node::Fork(_, arms) = &nodes[f] else {
+            continue;
+        };
+        if !seen[f] {
+            continue;
+        }
+        let mut arms = arms.clone();
+        for j in 0..arms.len() {
+            // The shorter arm's own steps: up to its first shared node.
+            let (mut short, _) = chain(nodes, arms[j]);
+            let own = short
+                .iter()
+                .position(|&(k, _)| indegree[k] != 1)
+                .unwrap_or(short.len());
+            let tail = match own {
+                k if k < short.len() => short[k].0,
+                _ => chain(nodes, arms[j]).1,
+            };
+            short.truncate(own);
+            // The shorter arm keeps `short[..p]` and jumps into the longer arm where
+            // `short[p]` is stitched; the earliest split that is accepted wins.
+            'split: for p in 0..short.len() {
+                let rest = &short[p..];
+                let first = rest[0].1;
+                for i in (0..arms.len()).filter(|&i| i != j && arms[i] != arms[j]) {
+                    let (long, long_tail) = chain(nodes, arms[i]);
+                    let Some(start) = long.iter().position(|&(_, b)| b == first) else {
+                        continue;
+                    };
+                    // The shorter arm's continuation must be where the longer one goes
+                    // on: inside the longer chain, or the same node after it.
+                    let end = long
+                        .iter()
+                        .position(|&(k, _)| k == tail)
+                        .unwrap_or(long.len());
+                    if end == long.len() && long_tail != tail || end <= start {
+                        continue;
+                    }
+                    let long = &long[start..end];
+                    // The blocks the shorter arm passes over, if it is a subsequence.
+                    let mut extra = Vec::new();
+                    let mut want = rest.iter().map(|&(_, b)| b).peekable();
+                    for &(k, b) in long {
+                        if want.peek() == Some(&b) {
+                            want.next();
+                        } else {
+                            extra.push(k);
+                        }
+                    }
+                    if want.peek().is_some() || extra.len() > rest.len() {
+                        continue;
+                    }
+                    let sound = extra.iter().all(|&k| match &nodes[k] {
+                        Node::Stitch(b, _, _) => steps_of.get(b) == Some(&1),
+                        _ => false,
+                    });
+                    // A fork at the end reads the branch of the block stitched last: both
+                    // arms must end with the same block.
+                    let same_last = !matches!(nodes[tail], Node::Fork(..))
+                        || long.last().map(|&(_, b)| b) == rest.last().map(|&(_, b)| b);
+                    if !sound || !same_last {
+                        continue;
+                    }
+                    for &k in &extra {
+                        if let Node::Stitch(_, test, _) = &mut nodes[k] {
+                            *test = true;
+                        }
+                    }
+                    for &(k, b) in rest {
+                        indegree[k] = 0;
+                        if let Some(c) = steps_of.get_mut(&b) {
+                            *c -= 1;
+                        }
+                    }
+                    let target = long[0].0;
+                    indegree[target] += 1;
+                    match p {
+                        0 => arms[j] = target,
+                        _ => {
+                            if let Node::Stitch(_, _, next) = &mut nodes[short[p - 1].0] {
+                                *next = target;
+                            }
+                        }
+                    }
+                    break 'split;
+                }
+            }
+        }
+        if let Node::Fork(_, a) = &mut nodes[f] {
+            *a = arms;
+        }
+    }
+    // A fork whose arms all merged is no fork any more: its users go to the arm.
+    let resolve = |nodes: &[Node], mut k: usize| {
+        while let Node::Fork(_, arms) = &nodes[k] {
+            if arms.iter().any(|&a| a != arms[0]) {
+                break;
+            }
+            k = arms[0];
+        }
+        k
+    };
+    for k in 0..nodes.len() {
+        match nodes[k].clone() {
+            Node::Stitch(b, t, n) => nodes[k] = Node::Stitch(b, t, resolve(nodes, n)),
+            Node::Fork(b, arms) => {
+                nodes[k] = Node::Fork(b, arms.iter().map(|&a| resolve(nodes, a)).collect())
+            }
+            Node::End => {}
+        }
+    }
+    roots.iter().map(|&r| resolve(nodes, r)).collect()
+}
+
 /// Tail merging proper: shares every identical suffix of the step graph (the states of
 /// the builder tell apart some suffixes whose steps are the same), by hash-consing its
 /// nodes bottom-up, then lays the nodes out again from the roots, falling through to a
@@ -493,14 +662,16 @@ fn merge_tails(steps: &[Step], order: &[usize], root_pc: &[u32]) -> (Vec<Step>, 
             nodes.len() - 1
         });
     }
+    let roots: Vec<usize> = order.iter().map(|&r| canon[root_pc[r] as usize]).collect();
+    let roots = merge_near_identical(&mut nodes, &roots);
     // Lay out from the roots.
     let mut at: Vec<Option<u32>> = vec![None; nodes.len()];
     let mut out: Vec<Step> = Vec::new();
     let mut patches: Vec<(usize, usize, usize)> = Vec::new(); // (fork step, arm, node)
     let mut new_root = vec![0u32; root_pc.len()];
     let mut queue: Vec<usize> = Vec::new();
-    for &r in order {
-        queue.push(canon[root_pc[r] as usize]);
+    for (&r, &node) in order.iter().zip(&roots) {
+        queue.push(node);
         while let Some(mut k) = queue.pop() {
             while at[k].is_none() {
                 at[k] = Some(out.len() as u32);
@@ -533,7 +704,7 @@ fn merge_tails(steps: &[Step], order: &[usize], root_pc: &[u32]) -> (Vec<Step>, 
                 }
             }
         }
-        new_root[r] = at[canon[root_pc[r] as usize]].unwrap_or(0);
+        new_root[r] = at[node].unwrap_or(0);
     }
     for (fork, j, a) in patches {
         if let Step::Fork { arms, .. } = &mut out[fork] {

@@ -15,6 +15,7 @@
 //!   one line per block, loop or edge;
 //! - `reducify`: each function after making its loops single-entry (or the error), which
 //!   must verify, be reducible, and (with `; run:` lines) compute what the original does;
+//! - `plan`: the plan of each function's specialization (`dyc ge`'s second part);
 //! - `place`: each function after code placement, with the number of instructions moved;
 //!   it must verify and compute what the original does.
 //!
@@ -90,6 +91,13 @@ fn run(kind: &str, src: &str) -> Result<String, String> {
     verify_module(&m).map_err(|e| format!("does not verify:\n{e}"))?;
     match kind {
         "interpret" => out = common::run_lines(&m, src, ";")?,
+        "plan" => {
+            for (id, _) in m.funcs.iter() {
+                let ge = dyc::ge::build(&m, id, dyc::bta::Mode::Specialize)
+                    .map_err(|e| e.to_string())?;
+                out.push_str(&dyc_stitcher::ge::print_plan(&ge.program));
+            }
+        }
         "place" => {
             let mut r = m.clone();
             for f in r.funcs.values_mut() {

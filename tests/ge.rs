@@ -168,3 +168,63 @@ fn record_power(executor: ExecutorKind) -> std::collections::BTreeSet<(Block, Ve
     assert_eq!(em.stitched[0].0, p.entry);
     em.stitched.iter().cloned().collect()
 }
+
+/// A plan with near-identical tails merged (`tests/filetests/plan/near_identical_tails.ir`:
+/// one arm jumps into another, passing over a block it does not need): on every outcome
+/// the planned stitcher makes the work-list executor's copies, and the code computes what
+/// the interpreter does; on the arm that jumped, the block passed over is a test that finds
+/// its slot empty.
+#[test]
+fn merged_near_identical_tails_stitch_what_the_work_list_stitches() {
+    use dyc::interp::{Interpreter, Memory, Val};
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/filetests/plan/near_identical_tails.ir"
+    );
+    let src = std::fs::read_to_string(path).expect("readable");
+    let m = dyc::ir::parser::parse_module(&src).expect("parses");
+    let id = m.func_by_name("f").expect("f");
+    let ge = dyc::ge::build(&m, id, Mode::Specialize).expect("builds");
+    let plan = ge.program.plan.as_ref().expect("a plan");
+    assert!(
+        plan.steps
+            .iter()
+            .any(|s| matches!(s, Step::Stitch { test: true, .. })),
+        "no merged tail:\n{}",
+        print_plan(&ge.program)
+    );
+    for s in 0..3i64 {
+        for d in [false, true] {
+            let args = [
+                Val::Scalar(Const::Int(Scalar::I64, s as u64)),
+                Val::Scalar(Const::Bool(d)),
+                Val::Scalar(Const::Int(Scalar::I64, 10)),
+            ];
+            let want = Interpreter::new(&m)
+                .call(id, &args, &mut Memory::default())
+                .expect("runs");
+            let run = |executor| {
+                dyc::residual::run_with(
+                    &m,
+                    id,
+                    &args,
+                    &mut Memory::default(),
+                    &mut Default::default(),
+                    10_000,
+                    Budget::default(),
+                    executor,
+                )
+                .expect("specializes")
+            };
+            let planned = run(ExecutorKind::Planned);
+            let reference = run(ExecutorKind::WorkList);
+            assert_eq!(planned.result, want, "s = {s}, d = {d}");
+            let set = |r: &dyc::residual::ResidualRun| {
+                let mut v = r.stitched.clone();
+                v.sort();
+                v
+            };
+            assert_eq!(set(&planned), set(&reference), "s = {s}, d = {d}");
+        }
+    }
+}
