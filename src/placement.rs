@@ -318,7 +318,7 @@ impl Lifting {
 mod tests {
     use super::*;
     use crate::gen::{cases, func, Rng};
-    use crate::interp::{ErrorKind, Interpreter, Memory};
+    use crate::interp::Memory;
     use crate::ir::printer::print_module;
     use crate::verifier::verify_module;
 
@@ -402,35 +402,15 @@ mod tests {
                 let mut mem = Memory::default();
                 let args = crate::gen::tests::random_args(&mut rng, &f.sig.params, &mut mem);
                 let mut mem2 = mem.clone();
-                let run = |module, mem: &mut Memory| {
-                    let mut interp = Interpreter::new(module);
-                    interp.hosts = func::hosts();
-                    interp.fuel = 20_000;
-                    interp.max_depth = 50;
-                    interp.call(id, &args, mem)
-                };
-                let show = |r: &Result<_, crate::interp::RuntimeError>, mem: &Memory| {
-                    let r = match r {
-                        Ok(v) => format!("{v:?}"),
-                        Err(e) => format!("{:?} in {} at {:?}", e.kind, e.func, e.loc),
-                    };
-                    format!("{r} {mem:?}")
-                };
-                let want = run(&m, &mut mem);
-                let got = run(&p, &mut mem2);
+                let (want, fuel_a) = crate::gen::tests::outcome(&m, id, &args, &mut mem);
+                let (got, fuel_b) = crate::gen::tests::outcome(&p, id, &args, &mut mem2);
                 // Fuel counts instructions, which placement changes.
-                let fuel = |r: &Result<_, crate::interp::RuntimeError>| matches!(r, Err(e) if e.kind == ErrorKind::FuelExhausted);
-                if fuel(&want) || fuel(&got) {
+                if fuel_a || fuel_b {
                     out_of_fuel += 1;
                     continue;
                 }
                 compared += 1;
-                assert_eq!(
-                    show(&got, &mem2),
-                    show(&want, &mem),
-                    "seed {seed}:\n{}",
-                    print_module(&p)
-                );
+                assert_eq!(got, want, "seed {seed}:\n{}", print_module(&p));
             }
         }
         assert!(

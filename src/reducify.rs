@@ -488,7 +488,7 @@ fn copy_block(
 mod tests {
     use super::*;
     use crate::gen::{cases, func, Rng};
-    use crate::interp::{Interpreter, Memory};
+    use crate::interp::Memory;
     use crate::ir::printer::print_module;
     use crate::verifier::verify_module;
 
@@ -549,31 +549,9 @@ mod tests {
                     let mut mem = Memory::default();
                     let args = crate::gen::tests::random_args(&mut rng, &f.sig.params, &mut mem);
                     let mut mem2 = mem.clone();
-                    let run = |module, mem: &mut Memory| {
-                        let mut interp = Interpreter::new(module);
-                        interp.hosts = func::hosts();
-                        interp.fuel = 20_000;
-                        interp.max_depth = 50;
-                        interp.call(id, &args, mem)
-                    };
-                    let want = run(&m, &mut mem);
-                    let got = run(&r, &mut mem2);
-                    // Results through `Debug`, which tells NaNs apart but compares them
-                    // equal; errors by kind and place in the source (a copy has its own
-                    // block and instruction numbers).
-                    let show = |r: &Result<_, crate::interp::RuntimeError>, mem: &Memory| {
-                        let r = match r {
-                            Ok(v) => format!("{v:?}"),
-                            Err(e) => format!("{:?} in {} at {:?}", e.kind, e.func, e.loc),
-                        };
-                        format!("{r} {mem:?}")
-                    };
-                    assert_eq!(
-                        show(&got, &mem2),
-                        show(&want, &mem),
-                        "seed {seed}:\n{}",
-                        print_module(&r)
-                    );
+                    let (want, _) = crate::gen::tests::outcome(&m, id, &args, &mut mem);
+                    let (got, _) = crate::gen::tests::outcome(&r, id, &args, &mut mem2);
+                    assert_eq!(got, want, "seed {seed}:\n{}", print_module(&r));
                 }
             }
         }

@@ -56,6 +56,26 @@ fn per_function(m: &Module, out: &mut String, mut f: impl FnMut(&Function, &mut 
     }
 }
 
+/// Checks a module transformed by `pass` against the original `m` (it verifies, and the
+/// `; run:` lines give the same output) and prints it with that output.
+fn transformed(
+    m: &Module,
+    r: &Module,
+    src: &str,
+    pass: &str,
+    out: &mut String,
+) -> Result<(), String> {
+    verify_module(r).map_err(|e| format!("does not verify after {pass}:\n{e}"))?;
+    let before = common::run_lines(m, src, ";")?;
+    let after = common::run_lines(r, src, ";")?;
+    if before != after {
+        return Err(format!("results differ:\n{before}---\n{after}"));
+    }
+    out.push_str(&print_module(r));
+    out.push_str(&after);
+    Ok(())
+}
+
 fn run(kind: &str, src: &str) -> Result<String, String> {
     let mut out = String::new();
     if kind == "parse-error" {
@@ -104,14 +124,7 @@ fn run(kind: &str, src: &str) -> Result<String, String> {
                 let n = dyc::placement::place(f);
                 let _ = writeln!(out, "; {}: {n} moved", f.name);
             }
-            verify_module(&r).map_err(|e| format!("does not verify after placement:\n{e}"))?;
-            let before = common::run_lines(&m, src, ";")?;
-            let after = common::run_lines(&r, src, ";")?;
-            if before != after {
-                return Err(format!("results differ:\n{before}---\n{after}"));
-            }
-            out.push_str(&print_module(&r));
-            out.push_str(&after);
+            transformed(&m, &r, src, "placement", &mut out)?;
         }
         "reducify" => {
             let mut r = m.clone();
@@ -127,7 +140,6 @@ fn run(kind: &str, src: &str) -> Result<String, String> {
                     }
                 }
             }
-            verify_module(&r).map_err(|e| format!("does not verify after reducify:\n{e}"))?;
             for f in r.funcs.values() {
                 let cfg = ControlFlowGraph::compute(f);
                 if LoopForest::compute(&cfg)
@@ -138,13 +150,7 @@ fn run(kind: &str, src: &str) -> Result<String, String> {
                     let _ = writeln!(out, "; {}: still irreducible", f.name);
                 }
             }
-            let before = common::run_lines(&m, src, ";")?;
-            let after = common::run_lines(&r, src, ";")?;
-            if before != after {
-                return Err(format!("results differ:\n{before}---\n{after}"));
-            }
-            out.push_str(&print_module(&r));
-            out.push_str(&after);
+            transformed(&m, &r, src, "reducify", &mut out)?;
         }
         "cfg" => per_function(&m, &mut out, |f, out| {
             let cfg = ControlFlowGraph::compute(f);

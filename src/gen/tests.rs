@@ -322,6 +322,30 @@ fn liveness_matches_path_definition() {
     }
 }
 
+/// Runs function `id` of `m` on the interpreter with the property tests' limits (fuel
+/// 20,000, depth 50) and describes the outcome so that it compares across transformed
+/// copies of `m`: a result through `Debug` (which compares NaNs equal), an error by kind
+/// and source position (a transformed function numbers its blocks and instructions its own
+/// way), then the memory. Also says whether the fuel ran out.
+pub fn outcome(
+    m: &Module,
+    id: crate::ir::FuncId,
+    args: &[Val],
+    mem: &mut Memory,
+) -> (String, bool) {
+    let mut interp = Interpreter::new(m);
+    interp.hosts = func::hosts();
+    interp.fuel = 20_000;
+    interp.max_depth = 50;
+    let r = interp.call(id, args, mem);
+    let fuel = matches!(&r, Err(e) if e.kind == ErrorKind::FuelExhausted);
+    let r = match r {
+        Ok(v) => format!("{v:?}"),
+        Err(e) => format!("{:?} in {} at {:?}", e.kind, e.func, e.loc),
+    };
+    (format!("{r} {mem:?}"), fuel)
+}
+
 /// Random arguments for a signature: small integers, a few floats, short slices.
 pub fn random_args(rng: &mut Rng, params: &[Type], mem: &mut Memory) -> Vec<Val> {
     params
