@@ -68,7 +68,6 @@ use cranelift_entity::SecondaryMap;
 
 use crate::analysis::cfg::ControlFlowGraph;
 use crate::analysis::loops::LoopForest;
-use crate::analysis::order::DfsOrder;
 use crate::ir::{
     Block, Callee, Function, Inst, InstData, Module, Policy, PolicyGroup, Type, Value, Var,
 };
@@ -184,11 +183,7 @@ pub fn analyze(m: &Module, f: &Function, mode: Mode) -> Bta {
     }
     let cfg = ControlFlowGraph::compute(f);
     let forest = LoopForest::compute(&cfg);
-    let rpo: Vec<Block> = DfsOrder::compute(cfg.graph(), 0)
-        .rpo()
-        .into_iter()
-        .map(|n| cfg.block(n))
-        .collect();
+    let rpo: Vec<Block> = forest.rpo().to_vec();
     // What the annotations ask for, per variable, in one scan: whether it is annotated,
     // and the specialization policy of its first annotation that names one.
     let mut annotated: SecondaryMap<Var, bool> = SecondaryMap::new();

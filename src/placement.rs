@@ -41,7 +41,6 @@ use cranelift_entity::SecondaryMap;
 use crate::analysis::cfg::ControlFlowGraph;
 use crate::analysis::dominators::DominatorTree;
 use crate::analysis::loops::LoopForest;
-use crate::analysis::order::DfsOrder;
 use crate::ir::{BinaryOp, Block, Function, Inst, InstData, Type, Value, ValueDef};
 
 /// The largest loop (in blocks, nested loops included) code is hoisted out of: a value
@@ -73,11 +72,7 @@ pub fn place(f: &mut Function) -> usize {
     let cfg = ControlFlowGraph::compute(f);
     let doms = DominatorTree::compute(&cfg);
     let forest = LoopForest::compute(&cfg);
-    let rpo: Vec<Block> = DfsOrder::compute(cfg.graph(), 0)
-        .rpo()
-        .into_iter()
-        .map(|n| cfg.block(n))
-        .collect();
+    let rpo: Vec<Block> = forest.rpo().to_vec();
     let Some(&entry) = rpo.first() else {
         return 0;
     };

@@ -530,15 +530,12 @@ fn merge_near_identical(nodes: &mut [Node], roots: &[usize]) -> Vec<usize> {
         let mut arms = arms.clone();
         for j in 0..arms.len() {
             // The shorter arm's own steps: up to its first shared node.
-            let (mut short, _) = chain(nodes, arms[j]);
+            let (mut short, after) = chain(nodes, arms[j]);
             let own = short
                 .iter()
                 .position(|&(k, _)| indegree[k] != 1)
                 .unwrap_or(short.len());
-            let tail = match own {
-                k if k < short.len() => short[k].0,
-                _ => chain(nodes, arms[j]).1,
-            };
+            let tail = short.get(own).map_or(after, |&(k, _)| k);
             short.truncate(own);
             // The shorter arm keeps `short[..p]` and jumps into the longer arm where
             // `short[p]` is stitched; the earliest split that is accepted wins.

@@ -377,6 +377,11 @@ impl LoopForest {
         }
     }
 
+    /// The reachable blocks in reverse post-order (of the search the forest was built on).
+    pub fn rpo(&self) -> &[Block] {
+        &self.rpo
+    }
+
     /// The innermost loop containing `b`.
     pub fn innermost(&self, b: Block) -> Option<LoopId> {
         self.innermost.get(b).copied().flatten()
