@@ -1,22 +1,22 @@
 //! Ablation of the stitcher: the planned stitcher (the default, following the plan of the
 //! DyC static transform) against the work-list executor (the reference), on the byte-code
 //! interpreter of `examples/bytecode.dyc` specialized to each of the six programs of
-//! `benches/bytecode.rs`.
+//! `benches/bytecode.rs`, and on the kernels of `examples/kernels.dyc`.
 //!
-//! `cargo bench --bench stitch` prints, per program: the copies stitched and the
-//! instructions generated (the same for both executors, checked), each executor's time
-//! per generated instruction with an emitter that does nothing but count (so the time is
-//! the executor's own: walking the program, setup code, lookups, block bookkeeping), the
-//! memo lookups each made (the work list: one per edge; the planned stitcher: the
-//! has-been-stitched lookups at roots), the NTBS tests the planned stitcher executed, and
-//! the plan's size before and after tail merging. Times are the median of 15 batches;
-//! the ratio of the two executors is taken within one run.
+//! `cargo bench --bench stitch` prints, per region: the plan (roots, steps, steps without
+//! tail merging), the copies stitched and the instructions generated (the same for both
+//! executors, checked), each executor's time per generated instruction with an emitter
+//! that does nothing but count (so the time is the executor's own: walking the program,
+//! setup code, lookups, block bookkeeping), the memo lookups each made (the work list: one per edge; the planned stitcher: the
+//! has-been-stitched lookups at roots) and the NTBS tests the planned stitcher executed.
+//! Times are the median of 15 batches, batches of the two executors alternating; the
+//! ratio is the median of the per-batch ratios.
 
 use std::time::{Duration, Instant};
 
 use dyc::bta::Mode;
 use dyc_stitcher::exec::{Context, Executor, ExecutorKind, PromotionMode, Unit};
-use dyc_stitcher::ge::{Budget, NoHosts, SVal, SliceData};
+use dyc_stitcher::ge::{Budget, NoHosts, SVal, SliceData, StitchProgram};
 use dyc_templates::ops::Const;
 use dyc_templates::template::{Case, Emitter, TOp};
 use dyc_templates::types::{Scalar, SrcLoc, Type};
@@ -44,8 +44,7 @@ impl Emitter for Count {
     type Block = u32;
 
     fn create_block(&mut self, params: &[Type]) -> u32 {
-        self.params
-            .push(Type::flatten(params.iter().copied()).len());
+        self.params.push(params.iter().map(|t| t.flat_len()).sum());
         self.params.len() as u32 - 1
     }
     fn block_params(&self, b: u32) -> Vec<u32> {
@@ -99,44 +98,140 @@ fn run(cx: &Context, key: &[SVal], e: ExecutorKind) -> (Unit<u32>, usize) {
     (unit, em.insts)
 }
 
-/// Median time of one run, over 15 batches sized to take about 20 ms each.
-fn time(cx: &Context, key: &[SVal], e: ExecutorKind) -> Duration {
+/// Times one run of each executor: batches of the two alternate (so that a change of load
+/// hits both), 15 of each sized to take about 20 ms. Returns each executor's median and the
+/// median of the per-batch ratios planned / work list.
+fn time(cx: &Context, key: &[SVal]) -> (Duration, Duration, f64) {
     let t = Instant::now();
     let mut once = 0;
     while t.elapsed() < Duration::from_millis(20) {
-        std::hint::black_box(run(cx, key, e));
+        std::hint::black_box(run(cx, key, ExecutorKind::WorkList));
         once += 1;
     }
-    let mut samples: Vec<Duration> = (0..15)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..once {
-                std::hint::black_box(run(cx, key, e));
-            }
-            t.elapsed() / once
+    let batch = |e: ExecutorKind| {
+        let t = Instant::now();
+        for _ in 0..once {
+            std::hint::black_box(run(cx, key, e));
+        }
+        t.elapsed() / once
+    };
+    let mut work = Vec::new();
+    let mut plan = Vec::new();
+    let mut ratios = Vec::new();
+    for _ in 0..15 {
+        let w = batch(ExecutorKind::WorkList);
+        let p = batch(ExecutorKind::Planned);
+        ratios.push(p.as_secs_f64() / w.as_secs_f64());
+        work.push(w);
+        plan.push(p);
+    }
+    work.sort();
+    plan.sort();
+    ratios.sort_by(f64::total_cmp);
+    (work[7], plan[7], ratios[7])
+}
+
+/// A region to specialize: its stitch program, the static values of its entry key and the
+/// contents of its static slices.
+struct Region {
+    name: String,
+    prog: StitchProgram,
+    key: Vec<SVal>,
+    slices: Vec<Option<SliceData>>,
+}
+
+fn ints(xs: impl IntoIterator<Item = i64>) -> SliceData {
+    SliceData {
+        elem: Scalar::I64,
+        data: xs
+            .into_iter()
+            .map(|x| Const::Int(Scalar::I64, x as u64))
+            .collect(),
+    }
+}
+
+fn int(x: i64) -> SVal {
+    SVal::Scalar(Const::Int(Scalar::I64, x as u64))
+}
+
+fn program(m: &dyc::ir::Module, name: &str) -> StitchProgram {
+    let id = m.func_by_name(name).expect("the region exists");
+    dyc::ge::build(m, id, Mode::Specialize)
+        .expect("builds")
+        .program
+}
+
+/// The interpreter on each byte-code program, then the kernels of `examples/kernels.dyc` on
+/// the run-time constants `benches/kernels.rs` uses.
+fn regions() -> Vec<Region> {
+    let src = include_str!("../examples/bytecode.dyc");
+    let m = dyc::lang::compile("bytecode.dyc", src).expect("the example compiles");
+    let mut regions: Vec<Region> = bytecode::benches()
+        .into_iter()
+        .map(|b| Region {
+            name: b.name.to_string(),
+            prog: program(&m, "run"),
+            key: vec![SVal::Slice(0)],
+            slices: vec![Some(ints(b.code.iter().copied()))],
         })
         .collect();
-    samples.sort();
-    samples[7]
+    let src = include_str!("../examples/kernels.dyc");
+    let m = dyc::lang::compile("kernels.dyc", src).expect("the kernels compile");
+    let slice = |d: SliceData| (SVal::Slice(0), Some(d));
+    // Per kernel, each key value with the contents of its slice if it is one.
+    type Key = Vec<(SVal, Option<SliceData>)>;
+    let kernels: Vec<(&str, Key)> = vec![
+        ("bsearch", vec![slice(ints((0..64).map(|k| 3 * k)))]),
+        (
+            "sparse_dot",
+            vec![slice(ints((0..64).map(|i| {
+                if i % 8 == 3 {
+                    i - 20
+                } else {
+                    0
+                }
+            })))],
+        ),
+        (
+            "chebyshev",
+            vec![slice(SliceData {
+                elem: Scalar::F64,
+                data: (0..16)
+                    .map(|i| Const::F64(1.0 / (1.0 + i as f64)))
+                    .collect(),
+            })],
+        ),
+        ("query", vec![slice(ints([0, 2, 300, 2, 0, 700, 1, 1, 5]))]),
+        ("romberg", vec![(int(8), None)]),
+        (
+            "convolve",
+            vec![slice(ints([0, 1, 0, 1, -4, 1, 0, 1, 0])), (int(3), None)],
+        ),
+        ("power", vec![(int(13), None)]),
+        (
+            "cache_sim",
+            vec![(int(64), None), (int(4), None), (int(32), None)],
+        ),
+    ];
+    for (name, key) in kernels {
+        let (key, slices): (Vec<SVal>, Vec<Option<SliceData>>) = key.into_iter().unzip();
+        regions.push(Region {
+            name: name.to_string(),
+            prog: program(&m, name),
+            key,
+            slices,
+        });
+    }
+    regions
 }
 
 fn main() {
-    let src = include_str!("../examples/bytecode.dyc");
-    let m = dyc::lang::compile("bytecode.dyc", src).expect("the example compiles");
-    let id = m.func_by_name("run").expect("region `run`");
-    let ge = dyc::ge::build(&m, id, Mode::Specialize).expect("builds");
-    let prog = &ge.program;
-    let plan = prog.plan.as_ref().expect("the interpreter has a plan");
     println!(
-        "plan of `run`: {} blocks, {} roots, {} steps ({} without tail merging)\n",
-        prog.blocks.len(),
-        plan.root_blocks().count(),
-        plan.steps.len(),
-        plan.unshared_steps
-    );
-    println!(
-        "{:<20} {:>6} {:>6} | {:>9} {:>9} {:>6} | {:>8} {:>8} {:>5}",
-        "program",
+        "{:<20} {:>5} {:>5} {:>5} | {:>6} {:>6} | {:>9} {:>9} {:>6} | {:>7} {:>7} {:>5}",
+        "region",
+        "roots",
+        "steps",
+        "unmrg",
         "copies",
         "insts",
         "work ns/i",
@@ -147,39 +242,34 @@ fn main() {
         "tests"
     );
     let mut ratios = Vec::new();
-    for b in bytecode::benches() {
-        let slices = [Some(SliceData {
-            elem: Scalar::I64,
-            data: b
-                .code
-                .iter()
-                .map(|&w| Const::Int(Scalar::I64, w as u64))
-                .collect(),
-        })];
+    for r in regions() {
+        let prog = &r.prog;
+        let plan = prog.plan.as_ref().expect("the region has a plan");
         let cx = Context {
             prog,
-            slices: &slices,
+            slices: &r.slices,
             hosts: &NoHosts,
             mode: PromotionMode::Inline(&|_| Vec::new()),
             budget: Budget::default(),
         };
-        let key = [SVal::Slice(0)];
-        let (wu, wi) = run(&cx, &key, ExecutorKind::WorkList);
-        let (pu, pi) = run(&cx, &key, ExecutorKind::Planned);
+        let key = &r.key[..];
+        let (wu, wi) = run(&cx, key, ExecutorKind::WorkList);
+        let (pu, pi) = run(&cx, key, ExecutorKind::Planned);
         assert_eq!(
             (wu.blocks, wi),
             (pu.blocks, pi),
             "{}: executors differ",
-            b.name
+            r.name
         );
-        let tw = time(&cx, &key, ExecutorKind::WorkList);
-        let tp = time(&cx, &key, ExecutorKind::Planned);
+        let (tw, tp, ratio) = time(&cx, key);
         let per = |t: Duration| t.as_nanos() as f64 / wi as f64;
-        let ratio = tp.as_secs_f64() / tw.as_secs_f64();
         ratios.push(ratio);
         println!(
-            "{:<20} {:>6} {:>6} | {:>9.1} {:>9.1} {:>6.2} | {:>8} {:>8} {:>5}",
-            b.name,
+            "{:<20} {:>5} {:>5} {:>5} | {:>6} {:>6} | {:>9.1} {:>9.1} {:>6.2} | {:>7} {:>7} {:>5}",
+            r.name,
+            plan.root_blocks().count(),
+            plan.steps.len(),
+            plan.unshared_steps,
             wu.blocks,
             wi,
             per(tw),

@@ -72,7 +72,10 @@
 
 use std::collections::HashMap;
 
-use dyc_stitcher::ge::{Block, Operand, Param, Plan, RootKind, Step, StitchProgram, Term};
+use dyc_stitcher::ge::{
+    Block, Op, Operand, Param, Plan, RootKind, SetupOp, Step, StitchProgram, Term,
+};
+use dyc_templates::ops::{BinaryOp, Const, UnaryOp};
 
 use crate::analysis::cfg::Graph;
 use crate::analysis::dominators::{idoms_lengauer_tarjan, DomTree};
@@ -197,7 +200,7 @@ fn roots(p: &StitchProgram, s: &Shape, g: &Graph) -> (Vec<Option<RootKind>>, Vec
     }
     // Runs once per unit: the entry when nothing jumps to it.
     let multi = |r: usize| !(r == 0 && s.in_degree[0] == 0);
-    let subset = |a: &[u32], b: &[u32]| a.iter().all(|x| b.binary_search(x).is_ok());
+    let defs = Defs::new(p, s);
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&v| s.topo[v]);
     loop {
@@ -217,7 +220,7 @@ fn roots(p: &StitchProgram, s: &Shape, g: &Graph) -> (Vec<Option<RootKind>>, Vec
                     if owner[y] != usize::MAX {
                         kind[y] = Some(RootKind::Shared);
                         changed = true;
-                    } else if multi(r) && !subset(&s.keys[r], &s.keys[y]) {
+                    } else if multi(r) && !defs.key_determines(&s.keys[y], r, &s.keys[r], &owner) {
                         kind[y] = Some(RootKind::Key);
                         changed = true;
                     } else {
@@ -238,6 +241,97 @@ fn roots(p: &StitchProgram, s: &Shape, g: &Graph) -> (Vec<Option<RootKind>>, Vec
         if !changed {
             return (kind, owner);
         }
+    }
+}
+
+/// How the static registers of a stitch program are defined, as far as the *key* rule
+/// needs: the operand an injective setup operation (or the one in-edge of a block, for a
+/// static parameter) computes each register from.
+struct Defs {
+    /// Per register: the register it is an injective function of, and the block that
+    /// computes it.
+    from: HashMap<u32, (u32, usize)>,
+}
+
+impl Defs {
+    fn new(p: &StitchProgram, s: &Shape) -> Defs {
+        let mut from = HashMap::new();
+        let consts: std::collections::HashSet<u32> = p
+            .blocks
+            .values()
+            .flat_map(|d| &d.ops)
+            .filter_map(|op| match op {
+                Op::Setup {
+                    dst,
+                    op: SetupOp::Const(Const::Int(..)),
+                    ..
+                } => Some(dst.as_u32()),
+                _ => None,
+            })
+            .collect();
+        for (b, d) in p.blocks.iter() {
+            let x = b.as_u32() as usize;
+            for op in &d.ops {
+                let Op::Setup { dst, op, .. } = op else {
+                    continue;
+                };
+                // Injective in one operand whatever it holds (integers wrap; `not` is
+                // bitwise or logical); `add`/`sub`/`xor` only with an integer constant.
+                let src = match *op {
+                    SetupOp::Copy(a) | SetupOp::Unary(UnaryOp::Not, a) => Some(a),
+                    SetupOp::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Xor, a, c)
+                        if consts.contains(&c.as_u32()) =>
+                    {
+                        Some(a)
+                    }
+                    SetupOp::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Xor, c, a)
+                        if consts.contains(&c.as_u32()) =>
+                    {
+                        Some(a)
+                    }
+                    _ => None,
+                };
+                if let Some(a) = src {
+                    from.insert(dst.as_u32(), (a.as_u32(), x));
+                }
+            }
+            for e in d.term.edges() {
+                let t = &p.blocks[e.block];
+                if s.in_degree[e.block.as_u32() as usize] != 1 {
+                    continue;
+                }
+                for (param, arg) in t.params.iter().zip(&e.args) {
+                    if let (Param::Static(r), Operand::Static(a)) = (param, arg) {
+                        from.insert(r.as_u32(), (a.as_u32(), x));
+                    }
+                }
+            }
+        }
+        Defs { from }
+    }
+
+    /// Whether the static values of a key with registers `key` determine those of root
+    /// `r`'s key `root_key`: each register of `root_key` is in `key` or is the origin of a
+    /// chain of injective computations, all made in `r`'s tree (`owner`), that ends in a
+    /// register of `key`. Then two runs of the tree with different root keys reach the
+    /// block with different keys, so no copy is shared between runs and no lookup is
+    /// needed (an interpreter's handler whose key holds `pc + 4` rather than `pc`).
+    fn key_determines(&self, key: &[u32], r: usize, root_key: &[u32], owner: &[usize]) -> bool {
+        let origin = |mut v: u32| {
+            // Chains are acyclic (single assignment) and at most as long as the program.
+            for _ in 0..=self.from.len() {
+                if root_key.binary_search(&v).is_ok() {
+                    return Some(v);
+                }
+                match self.from.get(&v) {
+                    Some(&(a, x)) if owner[x] == r => v = a,
+                    _ => return None,
+                }
+            }
+            None
+        };
+        let reached: Vec<u32> = key.iter().filter_map(|&v| origin(v)).collect();
+        root_key.iter().all(|k| reached.contains(k))
     }
 }
 

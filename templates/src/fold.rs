@@ -54,6 +54,10 @@ pub trait Backend {
     fn note_copy(&mut self, b: Self::Block, template: u32, context: &[(u8, u64)]) {
         let _ = (b, template, context);
     }
+    /// See [`Emitter::notes_copies`].
+    fn notes_copies(&self) -> bool {
+        false
+    }
 
     /// A constant in code, in the current block.
     fn constant(&mut self, c: Const) -> Self::Value;
@@ -383,6 +387,10 @@ where
 
     fn note_copy(&mut self, b: B::Block, template: u32, context: &[(u8, u64)]) {
         self.backend.note_copy(b, template, context);
+    }
+
+    fn notes_copies(&self) -> bool {
+        self.backend.notes_copies()
     }
 
     fn block_params(&self, b: B::Block) -> Vec<Self::Value> {

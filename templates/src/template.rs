@@ -88,6 +88,11 @@ pub trait Emitter {
     fn note_copy(&mut self, b: Self::Block, template: u32, context: &[(u8, u64)]) {
         let _ = (b, template, context);
     }
+    /// Whether [`Emitter::note_copy`] does anything (executors skip building the context
+    /// otherwise).
+    fn notes_copies(&self) -> bool {
+        false
+    }
     fn block_params(&self, b: Self::Block) -> Vec<Self::Value>;
     fn switch_to_block(&mut self, b: Self::Block);
 

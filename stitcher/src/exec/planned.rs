@@ -56,26 +56,36 @@ impl Executor for Planned {
             };
             s.slots[root.index()] = Some(super::worklist::Slot {
                 block: res,
-                key,
                 stitched: false,
             });
             s.filled.push(root);
+            // The root starts the run from its key; the other blocks of the tree read the
+            // registers the run sets.
+            let mut key = Some(key);
             loop {
                 match plan.steps.get(pc as usize) {
                     Some(Step::Stitch { block, test }) => {
                         s.tests += usize::from(*test);
                         s.taken = None;
-                        let copy: Option<(E::Block, Vec<SVal>)> =
-                            match s.slots.get_mut(block.index()) {
-                                Some(Some(slot)) if !slot.stitched => {
-                                    slot.stitched = true;
-                                    Some((slot.block, std::mem::take(&mut slot.key)))
-                                }
-                                _ => None,
-                            };
-                        if let Some((res, key)) = copy {
+                        let copy = match s.slots.get_mut(block.index()) {
+                            Some(Some(slot)) if !slot.stitched => {
+                                slot.stitched = true;
+                                Some(slot.block)
+                            }
+                            _ => None,
+                        };
+                        if let Some(res) = copy {
                             s.current = *block;
-                            s.stitch(*block, &key, res)?;
+                            let start = match (*block == root, key.is_some()) {
+                                (true, _) => key.take(),
+                                (false, false) => None,
+                                (false, true) => {
+                                    return Err(SpecError::Internal(format!(
+                                        "the tree of {root} stitches {block} before its root"
+                                    )))
+                                }
+                            };
+                            s.stitch(*block, start.as_deref(), res)?;
                         }
                         pc += 1;
                     }

@@ -39,6 +39,9 @@ impl<E: Emitter> Emitter for Record<E> {
             .push((Block::from_u32(template), context.to_vec()));
         self.inner.note_copy(b, template, context);
     }
+    fn notes_copies(&self) -> bool {
+        true
+    }
     fn create_block(&mut self, params: &[Type]) -> E::Block {
         self.inner.create_block(params)
     }

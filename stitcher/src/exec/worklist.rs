@@ -27,6 +27,9 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+
 use cranelift_codegen::entity::EntityRef;
 use dyc_templates::ops::{BinaryOp, CmpOp, Const};
 use dyc_templates::semantics::{self, Fault};
@@ -55,7 +58,7 @@ impl Executor for WorkList {
         let entry = s.copy_of(start, key.to_vec())?;
         while let Some((b, key, res)) = s.work.pop() {
             s.current = b;
-            s.stitch(b, &key, res)?;
+            s.stitch(b, Some(&key), res)?;
         }
         Ok(s.unit(entry))
     }
@@ -63,14 +66,21 @@ impl Executor for WorkList {
 
 type KeyBits = Vec<(u8, u64)>;
 
+/// Values of a few operands, kept inline.
+type Vals<V> = SmallVec<[V; 4]>;
+
+/// The tag of a memo key's first element, which holds the block: [`SVal::key_bits`] tags
+/// are below it.
+const BLOCK_TAG: u8 = u8::MAX;
+
 /// A branch target: block and arguments.
-type Target<E> = (<E as Emitter>::Block, Vec<<E as Emitter>::Value>);
+type Target<E> = (<E as Emitter>::Block, Vals<<E as Emitter>::Value>);
 
 /// What an edge gives its target: static parameters, static live-ins, dynamic inputs.
 struct Inputs<V> {
     params: Vec<SVal>,
     live: Vec<SVal>,
-    args: Vec<V>,
+    args: Vals<V>,
 }
 
 pub(super) struct Spec<'a, E: Emitter> {
@@ -83,7 +93,12 @@ pub(super) struct Spec<'a, E: Emitter> {
     em: &'a mut E,
     mode: &'a PromotionMode<'a>,
     budget: Budget,
-    memo: HashMap<(Block, KeyBits), E::Block>,
+    /// Copies by (block, static values): the block first, tagged [`BLOCK_TAG`], then the
+    /// values' [`SVal::key_bits`]; `probe` is the buffer lookups encode into.
+    memo: FxHashMap<KeyBits, E::Block>,
+    probe: KeyBits,
+    /// Per block, the types of a copy's parameters (computed on first use).
+    input_types: Vec<Option<Vec<Type>>>,
     pub(super) work: Vec<(Block, Vec<SVal>, E::Block)>,
     /// Planned stitcher: per block, its copy in the current run of a tree, with its static
     /// key and whether it was stitched; `filled` lists the blocks with a slot.
@@ -117,10 +132,9 @@ pub(super) struct Spec<'a, E: Emitter> {
 
 type Stub<B> = (B, Block, Vec<SVal>, Vec<SVal>);
 
-/// A copy of a non-root block in one run of a tree (planned stitcher).
+/// A copy of a block in one run of a tree (planned stitcher).
 pub(super) struct Slot<B> {
     pub(super) block: B,
-    pub(super) key: Vec<SVal>,
     pub(super) stitched: bool,
 }
 
@@ -149,7 +163,9 @@ impl<'a, E: Emitter> Spec<'a, E> {
             em,
             mode: &cx.mode,
             budget: cx.budget,
-            memo: HashMap::new(),
+            memo: FxHashMap::default(),
+            probe: Vec::new(),
+            input_types: vec![None; prog.blocks.len()],
             work: Vec::new(),
             slots: match plan {
                 Some(_) => (0..prog.blocks.len()).map(|_| None).collect(),
@@ -195,36 +211,30 @@ impl<'a, E: Emitter> Spec<'a, E> {
     }
 
     /// The specialized copy of `b` for static values `key`, created (and queued) if new.
-    /// Under a plan, a non-root block's copy is its slot in the current run of the tree
-    /// (created here, stitched when the tree's step reaches it).
+    /// Under a plan, only roots are looked up (see [`Spec::tree_edge`]).
     pub(super) fn copy_of(&mut self, b: Block, key: Vec<SVal>) -> Result<E::Block, SpecError> {
-        if let Some(plan) = self.plan {
-            if !plan.is_root(b) {
-                let i = b.index();
-                if let Some(s) = self.slots.get(i).and_then(Option::as_ref) {
-                    return Ok(s.block);
-                }
-                self.count_block()?;
-                let res = self.em.create_block(&self.prog.blocks[b].input_types());
-                self.slots[i] = Some(Slot {
-                    block: res,
-                    key,
-                    stitched: false,
-                });
-                self.filled.push(b);
-                return Ok(res);
-            }
+        if self.plan.is_some_and(|plan| !plan.is_root(b)) {
+            return internal(format!("a lookup of {b}, which is not a root of the plan"));
         }
         self.lookups += 1;
-        let bits: KeyBits = key.iter().map(SVal::key_bits).collect();
-        if let Some(&res) = self.memo.get(&(b, bits.clone())) {
+        self.probe.clear();
+        self.probe.push((BLOCK_TAG, u64::from(b.as_u32())));
+        self.probe.extend(key.iter().map(SVal::key_bits));
+        if let Some(&res) = self.memo.get(self.probe.as_slice()) {
             return Ok(res);
         }
         self.count_block()?;
-        let res = self.em.create_block(&self.prog.blocks[b].input_types());
-        self.memo.insert((b, bits), res);
+        let res = self.create_block(b);
+        self.memo.insert(self.probe.clone(), res);
         self.work.push((b, key, res));
         Ok(res)
+    }
+
+    /// A new emitter block for a copy of `b`.
+    fn create_block(&mut self, b: Block) -> E::Block {
+        let prog = self.prog;
+        let types = self.input_types[b.index()].get_or_insert_with(|| prog.blocks[b].input_types());
+        self.em.create_block(types)
     }
 
     /// The error for budget `budget` running out while stitching the current block.
@@ -302,36 +312,46 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
     }
 
-    /// Specializes block `b` for `key` into the emitter's block `res`.
+    /// Specializes block `b` for its static values into the emitter's block `res`: those
+    /// in `key` (which starts afresh: what earlier blocks set is cleared), or, with `None`,
+    /// those the registers hold (the planned stitcher within one run of a tree, where
+    /// registers are set once, so every static value a block reads is still there).
     pub(super) fn stitch(
         &mut self,
         b: Block,
-        key: &[SVal],
+        key: Option<&[SVal]>,
         res: E::Block,
     ) -> Result<(), SpecError> {
         self.taken = None;
         let prog = self.prog;
         let sb = &prog.blocks[b];
-        // Clear what the previous block set (not the whole register file: this runs once
-        // per stitched block).
-        for r in self.touched.drain(..) {
-            self.env_s[r.index()] = None;
-            self.env_d[r.index()] = None;
-            self.env_a[r.index()] = None;
+        if let Some(key) = key {
+            // Clear what earlier blocks set (not the whole register file: this runs once
+            // per copy or run of a tree).
+            for r in self.touched.drain(..) {
+                self.env_s[r.index()] = None;
+                self.env_d[r.index()] = None;
+                self.env_a[r.index()] = None;
+            }
+            let nregs = sb.key_regs().count();
+            if nregs != key.len() {
+                return internal(format!(
+                    "{}: key of {} values for {nregs} registers",
+                    sb.name,
+                    key.len(),
+                ));
+            }
+            for (r, &v) in sb.key_regs().zip(key) {
+                self.set_s(r, v);
+            }
         }
-        let nregs = sb.key_regs().count();
-        if nregs != key.len() {
-            return internal(format!(
-                "{}: key of {} values for {nregs} registers",
-                sb.name,
-                key.len(),
-            ));
+        if self.em.notes_copies() {
+            let context = sb
+                .key_regs()
+                .map(|r| Ok(self.get_s(r)?.key_bits()))
+                .collect::<Result<KeyBits, SpecError>>()?;
+            self.em.note_copy(res, b.as_u32(), &context);
         }
-        for (r, &v) in sb.key_regs().zip(key) {
-            self.set_s(r, v);
-        }
-        let context: KeyBits = key.iter().map(SVal::key_bits).collect();
-        self.em.note_copy(res, b.as_u32(), &context);
         self.switch_to(res);
         let params = self.em.block_params(res);
         let mut params = params.into_iter();
@@ -372,7 +392,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     let vals = args
                         .iter()
                         .map(|&a| self.operand(a))
-                        .collect::<Result<Vec<_>, _>>()?;
+                        .collect::<Result<Vals<_>, _>>()?;
                     let r = self.em.op(op, &vals, *loc);
                     if let (Some(d), Some(r)) = (dst, r) {
                         self.set_d(*d, r);
@@ -468,7 +488,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     let mut cs = Vec::new();
                     for (k, e) in cases {
                         let (t, args) = self.edge_block(e)?;
-                        cs.push((*k, t, args));
+                        cs.push((*k, t, args.to_vec()));
                     }
                     let (d, dargs) = self.edge_block(default)?;
                     self.em.switch(a, &cs, (d, &dargs));
@@ -604,9 +624,9 @@ impl<'a, E: Emitter> Spec<'a, E> {
             ));
         }
         let mut inputs = Inputs {
-            params: Vec::new(),
+            params: Vec::with_capacity(tb.params.len() + tb.static_live_in.len()),
             live: Vec::new(),
-            args: Vec::new(),
+            args: Vals::new(),
         };
         for (p, &a) in tb.params.iter().zip(&e.args) {
             match (p, a) {
@@ -623,19 +643,78 @@ impl<'a, E: Emitter> Spec<'a, E> {
         for &r in &tb.static_live_in {
             inputs.live.push(self.get_s(r)?);
         }
-        for &(r, ty) in &tb.dyn_live_in {
+        self.live_args(e.block, &mut inputs.args)?;
+        Ok(inputs)
+    }
+
+    /// Appends the values of `b`'s dynamic live-ins (arrays element by element).
+    fn live_args(&mut self, b: Block, args: &mut Vals<E::Value>) -> Result<(), SpecError> {
+        let prog = self.prog;
+        for &(r, ty) in &prog.blocks[b].dyn_live_in {
             if ty.is_array() {
-                inputs.args.extend_from_slice(self.array(r)?);
+                args.extend_from_slice(self.array(r)?);
             } else {
-                inputs.args.push(self.operand(Operand::Dyn(r))?);
+                args.push(self.operand(Operand::Dyn(r))?);
             }
         }
-        Ok(inputs)
+        Ok(())
+    }
+
+    /// Planned stitcher: the copy and arguments of an edge to a non-root block, which is in
+    /// the current tree. Its copy in this run of the tree is its slot (created here, stitched
+    /// when the tree's step reaches it); its static values are the registers this run set,
+    /// so no key is built and nothing is looked up: the edge only sets the block's static
+    /// parameters (a non-root block with static parameters has this one in-edge).
+    fn tree_edge(&mut self, e: &Edge) -> Result<Target<E>, SpecError> {
+        let prog = self.prog;
+        let tb = &prog.blocks[e.block];
+        if tb.params.len() != e.args.len() {
+            return internal(format!(
+                "edge to {} with {} arguments",
+                tb.name,
+                e.args.len()
+            ));
+        }
+        let i = e.block.index();
+        let fresh = matches!(self.slots.get(i), Some(None));
+        let mut args = Vals::new();
+        for (p, &a) in tb.params.iter().zip(&e.args) {
+            match (p, a) {
+                (Param::Static(r), Operand::Static(src)) => {
+                    if fresh {
+                        let v = self.get_s(src)?;
+                        self.set_s(*r, v);
+                    }
+                }
+                (Param::Static(_), Operand::Dyn(_)) => {
+                    return internal(format!(
+                        "dynamic argument for a static parameter of {}",
+                        tb.name
+                    ))
+                }
+                (Param::Dyn(..), a) => args.push(self.operand(a)?),
+            }
+        }
+        self.live_args(e.block, &mut args)?;
+        if let Some(Some(slot)) = self.slots.get(i) {
+            return Ok((slot.block, args));
+        }
+        self.count_block()?;
+        let block = self.create_block(e.block);
+        self.slots[i] = Some(Slot {
+            block,
+            stitched: false,
+        });
+        self.filled.push(e.block);
+        Ok((block, args))
     }
 
     /// The copy an edge leads to and its arguments, for a branch from the current block.
     /// An edge into a promotion block gets a dispatch block of its own.
     fn edge_block(&mut self, e: &Edge) -> Result<Target<E>, SpecError> {
+        if self.plan.is_some_and(|plan| !plan.is_root(e.block)) {
+            return self.tree_edge(e);
+        }
         let inputs = self.target_inputs(e)?;
         if self.prog.blocks[e.block].promote.is_empty() {
             let mut key = inputs.params;
