@@ -840,6 +840,10 @@ pub fn plan(p: &StitchProgram) -> Option<Plan> {
     Some(Plan {
         steps,
         roots,
+        rank: shape.topo.clone(),
         unshared_steps,
     })
 }
+
+#[cfg(test)]
+mod tests;

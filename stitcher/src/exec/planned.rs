@@ -3,13 +3,15 @@
 //! roots.
 //!
 //! A unit begins with a has-been-stitched lookup of its start block (a root) for its key;
-//! the miss pushes it on the **stitch-time stack**. Each entry popped runs one tree from its
-//! root's first step:
+//! the miss queues it. Queued roots run least topological number first ([`Plan::rank`];
+//! copies of one root in the order they were made), so a root is stitched after every
+//! block of other trees that leads to it through forward edges. Each runs one tree from
+//! its root's first step:
 //! - `stitch b`: if an edge stitched in this run asked for `b` (its slot holds a copy), the
 //!   copy is stitched for the static values stored with it, exactly as the work-list
 //!   executor would (setup code, templates, terminator); edges to non-root blocks fill
 //!   their slots, edges to roots are has-been-stitched lookups on (root, static values)
-//!   whose misses create the copy and push it on the stack. A block whose slot is empty is
+//!   whose misses create the copy and queue it. A block whose slot is empty is
 //!   not needed in this run (a static fault ended the block that led to it, or the plan
 //!   inserted it without proof) and is skipped;
 //! - `fork b`: goes on at the arm of the edge `b`'s static branch took;
@@ -21,12 +23,37 @@
 //! several trees or runs is a root), the same copies the work-list executor makes, in
 //! topological order within each run.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use cranelift_codegen::entity::EntityRef;
 use dyc_templates::template::Emitter;
 
 use super::worklist::Spec;
 use super::{Context, Executor, Unit, WorkList};
-use crate::ge::{Block, SVal, SpecError, Step};
+use crate::ge::{Block, Plan, SVal, SpecError, Step};
+
+/// Roots waiting to run, least (rank, order made) first; each entry's copy is in `copies`.
+struct Queue<B> {
+    heap: BinaryHeap<Reverse<(u32, usize)>>,
+    copies: Vec<Option<(Block, Vec<SVal>, B)>>,
+}
+
+impl<B> Queue<B> {
+    /// Moves the copies `made` (in the order they were made) into the queue.
+    fn add(&mut self, plan: &Plan, made: &mut Vec<(Block, Vec<SVal>, B)>) {
+        for copy in made.drain(..) {
+            let rank = plan.rank.get(copy.0.index()).copied().unwrap_or(u32::MAX);
+            self.heap.push(Reverse((rank, self.copies.len())));
+            self.copies.push(Some(copy));
+        }
+    }
+
+    fn pop(&mut self) -> Option<(Block, Vec<SVal>, B)> {
+        let Reverse((_, k)) = self.heap.pop()?;
+        self.copies.get_mut(k)?.take()
+    }
+}
 
 /// The planned stitcher. A program without a plan is run by the work-list executor.
 #[derive(Clone, Copy, Debug, Default)]
@@ -50,7 +77,12 @@ impl Executor for Planned {
         }
         let mut s = Spec::new(cx, start, emitter, Some(plan))?;
         let entry = s.copy_of(start, key.to_vec())?;
-        while let Some((root, key, res)) = s.work.pop() {
+        let mut queue = Queue {
+            heap: BinaryHeap::new(),
+            copies: Vec::new(),
+        };
+        queue.add(plan, &mut s.work);
+        while let Some((root, key, res)) = queue.pop() {
             let Some(mut pc) = plan.root(root) else {
                 return Err(SpecError::Internal(format!("{root} is not a root")));
             };
@@ -110,6 +142,7 @@ impl Executor for Planned {
                     }
                 }
             }
+            queue.add(plan, &mut s.work);
         }
         Ok(s.unit(entry))
     }

@@ -342,10 +342,11 @@ pub fn check_plan(p: &StitchProgram) -> Result<(), CheckErrors> {
     };
     let mut c = Checker::new(&p.header);
     let n = plan.steps.len() as u32;
-    if plan.roots.len() != p.blocks.len() {
+    if plan.roots.len() != p.blocks.len() || plan.rank.len() != p.blocks.len() {
         c.err(format!(
-            "{} root entries for {} blocks",
+            "{} root entries and {} ranks for {} blocks",
             plan.roots.len(),
+            plan.rank.len(),
             p.blocks.len()
         ));
         return Err(CheckErrors(c.errors));

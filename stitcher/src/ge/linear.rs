@@ -16,8 +16,9 @@
 //! an edge to a non-root block names a **slot** (an array indexed by block, cleared after
 //! the run) instead of a memo entry; the slot being filled is the block's NTBS flag (an
 //! edge that needs it was stitched). An edge to a root is a **has-been-stitched lookup**
-//! on (root, static values): a hit links to the copy, a miss creates it and pushes the
-//! root on the stitch-time stack (multi-way unrolling, specialization at special merges).
+//! on (root, static values): a hit links to the copy, a miss creates it and queues the
+//! root (multi-way unrolling, specialization at special merges); queued roots run in
+//! topological order ([`Plan::rank`]), copies of one root in the order they were made.
 
 use super::entities::Block;
 
@@ -79,6 +80,9 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// Per block (by index): `(first step of its tree, why)` if the block is a root.
     pub roots: Vec<Option<(u32, RootKind)>>,
+    /// Per block (by index): its topological number. Pending roots run least first, so
+    /// that a root is stitched after the blocks of other trees that lead to it.
+    pub rank: Vec<u32>,
     /// The number of steps the trees would have without tail merging (saturating).
     pub unshared_steps: u64,
 }
