@@ -230,7 +230,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
         Ok(res)
     }
 
-    /// A new emitter block for a copy of `b`.
+    /// A new emitter block with the inputs of a copy of `b` (parameter types computed
+    /// once per block).
     fn create_block(&mut self, b: Block) -> E::Block {
         let prog = self.prog;
         let types = self.input_types[b.index()].get_or_insert_with(|| prog.blocks[b].input_types());
@@ -721,9 +722,9 @@ impl<'a, E: Emitter> Spec<'a, E> {
             key.extend(inputs.live);
             return Ok((self.copy_of(e.block, key)?, inputs.args));
         }
-        let types: Vec<Type> = self.prog.blocks[e.block].input_types();
-        // Filled once the current block is finished (emitters fill one block at a time).
-        let stub = self.em.create_block(&types);
+        // A dispatch block with the promotion block's inputs, filled once the current
+        // block is finished (emitters fill one block at a time).
+        let stub = self.create_block(e.block);
         self.stubs.push((stub, e.block, inputs.params, inputs.live));
         Ok((stub, inputs.args))
     }
