@@ -45,20 +45,24 @@
 //! ```
 
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
+
+use crossbeam_epoch::Guard;
+use parking_lot::Mutex;
 
 use dyc_stitcher::exec::ExecutorKind;
 use dyc_stitcher::ge::StitchProgram;
 use dyc_stitcher::ge::{BudgetKind, SVal, SliceData, SpecError};
-use dyc_stitcher::runtime::cache::{hash_bytes, Cache};
+use dyc_stitcher::runtime::cache::{self, hash_bytes, Cache};
 use dyc_stitcher::runtime::{
-    self, const_to_word, RunError, Runtime, RuntimeOptions, Specialization,
+    self, const_to_word, OnExceeded, RunError, Runtime, RuntimeOptions, Specialization,
 };
 
 use crate::bta::Mode;
 use crate::ge::{self, GeneratingExtension};
 use crate::interp::{Memory, Val};
-use crate::ir::{Const, FuncId, Module, Scalar, SrcLoc, Type};
+use crate::ir::{Const, FuncId, InstData, Module, Policy, PolicyGroup, Scalar, SrcLoc, Type};
 use crate::lang::{self, Diagnostics};
 
 /// Everything that can go wrong. Each variant says what kind of failure it is, so that a
@@ -256,6 +260,10 @@ struct ProgramInner {
     runtime: Runtime,
     /// Per function: its region state, made on first use and shared by every handle.
     regions: Vec<OnceLock<Arc<RegionState>>>,
+    /// The clock of last uses: advanced by every specialization cached, read by hits.
+    tick: AtomicU64,
+    /// Serializes eviction (which scans every region's cache).
+    evicting: Mutex<()>,
 }
 
 impl Program {
@@ -291,6 +299,8 @@ impl Program {
                 module,
                 runtime,
                 regions,
+                tick: AtomicU64::new(0),
+                evicting: Mutex::new(()),
             }),
         })
     }
@@ -312,6 +322,55 @@ impl Program {
     #[doc(hidden)]
     pub fn inject_panic(&self) {
         self.inner.runtime.inject_panic();
+    }
+
+    /// Evicts least recently used versions of any region entry until the program's cached
+    /// specializations fit [`runtime::Limits::max_specializations`] and
+    /// [`runtime::Limits::max_code_bytes`]. Each round scans every cache once (linear in the
+    /// versions kept; it follows a specialization, which costs far more).
+    fn enforce_limits(&self, guard: &Guard) {
+        let inner = &*self.inner;
+        let limits = inner.runtime.options().limits;
+        let _evicting = inner.evicting.lock();
+        loop {
+            let (mut count, mut bytes) = (0usize, 0usize);
+            let mut victim: Option<(u64, &Arc<RegionState>, Vec<u64>)> = None;
+            for st in inner.regions.iter().filter_map(OnceLock::get) {
+                st.cache.for_each(|key, v, used| {
+                    count += 1;
+                    bytes += v.code_bytes();
+                    if victim.as_ref().is_none_or(|(u, _, _)| used < *u) {
+                        victim = Some((used, st, key.to_vec()));
+                    }
+                });
+            }
+            if count <= limits.max_specializations && bytes <= limits.max_code_bytes {
+                return;
+            }
+            let Some((_, st, key)) = victim else { return };
+            if let Some(v) = st.cache.remove(&key, guard) {
+                st.counters.evictions.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    region = %inner.module.funcs[st.id].name,
+                    code_bytes = v.code_bytes(),
+                    cached_bytes = bytes,
+                    "evicted"
+                );
+            }
+        }
+    }
+
+    /// Statistics of every region used so far, by name.
+    pub fn stats(&self) -> Vec<(String, RegionStats)> {
+        let m = &self.inner.module;
+        m.funcs
+            .iter()
+            .filter_map(|(id, f)| {
+                self.inner.regions[id.as_u32() as usize].get()?;
+                let r = self.region(&f.name).ok()?;
+                Some((f.name.clone(), r.stats()))
+            })
+            .collect()
     }
 
     /// The region (function) `name`. Every handle of one region shares its state: its
@@ -348,12 +407,190 @@ struct RegionState {
     keys: Vec<usize>,
     /// Whether a key parameter is a slice (keyed by a content hash).
     slice_keys: bool,
-    /// Specializations by key words (`cache_all`): see [`Region::call`].
-    cache: Cache<Arc<Specialized>>,
+    /// The caching policy of the region entry.
+    caching: Caching,
+    /// Versions by key words: see [`Region::call`].
+    cache: Cache<Version>,
+    /// Misses whose key hashes to one stripe specialize one at a time, so that racing
+    /// threads specialize a key once (different keys mostly go in parallel).
+    stitching: [Mutex<()>; STRIPES],
+    counters: Counters,
     /// The generic code's entry, made on first use.
     generic: OnceLock<Arc<Specialized>>,
     /// The executor of new specializations.
     executor: RwLock<ExecutorKind>,
+}
+
+/// Stripes of the specialization locks of a region entry.
+const STRIPES: usize = 16;
+
+/// How a region entry caches its specializations: DyC's caching policies, given on the
+/// `make_static` of the region's key parameters (the first such annotation that names one;
+/// `cache_all` by default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Caching {
+    /// Every version, looked up by the key's values; a static slice is keyed by its
+    /// contents, checked on every hit.
+    #[default]
+    All,
+    /// Every version, looked up by the key's words without checking contents: a static
+    /// slice is keyed by its address and length, so the caller promises that the contents
+    /// behind a slice given once never change.
+    AllUnchecked,
+    /// One version, checked: a call with another key specializes again and replaces it.
+    One,
+    /// One version, unchecked: the first specialization serves every later call, whatever
+    /// its key; nothing about the key is even read.
+    OneUnchecked,
+    /// No reuse: every call specializes afresh.
+    Replicate,
+}
+
+impl Caching {
+    fn of(p: Policy) -> Caching {
+        match p {
+            Policy::CacheAllUnchecked => Caching::AllUnchecked,
+            Policy::CacheOne => Caching::One,
+            Policy::CacheOneUnchecked => Caching::OneUnchecked,
+            Policy::Replicate => Caching::Replicate,
+            _ => Caching::All,
+        }
+    }
+
+    /// Whether a call checks its key against the version it finds.
+    fn checked(self) -> bool {
+        matches!(self, Caching::All | Caching::One)
+    }
+
+    /// Whether the entry keeps one version at most.
+    fn single(self) -> bool {
+        matches!(self, Caching::One | Caching::OneUnchecked)
+    }
+}
+
+/// A cached version of a region entry: a specialization, or the generic code (for a key
+/// whose specialization ran out of budget under [`OnExceeded::Fallback`]).
+enum Version {
+    Spec(Arc<Specialized>),
+    Generic,
+}
+
+impl Version {
+    fn code_bytes(&self) -> usize {
+        match self {
+            Version::Spec(s) => s.code_bytes(),
+            Version::Generic => 0,
+        }
+    }
+}
+
+/// What a region entry did, counted as it goes (see [`RegionStats`]).
+#[derive(Default)]
+struct Counters {
+    hits: Striped,
+    misses: AtomicU64,
+    specializations: AtomicU64,
+    evictions: AtomicU64,
+    fallbacks: AtomicU64,
+    stitch_ns: AtomicU64,
+    compile_ns: AtomicU64,
+}
+
+/// A counter bumped on every hit: one cache line per stripe, a thread bumping the stripe
+/// of its own index, so that threads hitting one region do not contend for one line.
+#[derive(Default)]
+struct Striped([Padded; STRIPES]);
+
+#[derive(Default)]
+#[repr(align(128))]
+struct Padded(AtomicU64);
+
+thread_local! {
+    /// This thread's stripe.
+    static STRIPE: usize = {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed) as usize % STRIPES
+    };
+}
+
+impl Striped {
+    #[inline]
+    fn bump(&self) {
+        let k = STRIPE.with(|k| *k);
+        self.0[k].0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn sum(&self) -> u64 {
+        self.0.iter().map(|p| p.0.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// What one region entry did since the region was first used, and what it keeps now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegionStats {
+    /// Calls that found their version in the cache.
+    pub hits: u64,
+    /// Calls that did not (each specialized, or fell back to generic code).
+    pub misses: u64,
+    /// Specializations made (`replicate`: one per call).
+    pub specializations: u64,
+    /// Versions evicted to stay within the limits.
+    pub evictions: u64,
+    /// Calls that ran generic code because a limit or a budget was reached.
+    pub fallbacks: u64,
+    /// Time spent stitching and compiling the specializations' entry units.
+    pub stitch_ns: u64,
+    pub compile_ns: u64,
+    /// Versions cached now, and the bytes of code they hold.
+    pub versions: usize,
+    pub code_bytes: usize,
+}
+
+impl std::fmt::Display for RegionStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let calls = self.hits + self.misses;
+        let rate = if calls == 0 {
+            0.0
+        } else {
+            100.0 * self.hits as f64 / calls as f64
+        };
+        write!(
+            f,
+            "{} calls, {} hits ({rate:.1}%), {} misses, {} specializations, {} evictions, {} fallbacks; {} versions cached, {} code bytes; stitch {:.3} ms, compile {:.3} ms",
+            calls,
+            self.hits,
+            self.misses,
+            self.specializations,
+            self.evictions,
+            self.fallbacks,
+            self.versions,
+            self.code_bytes,
+            self.stitch_ns as f64 / 1e6,
+            self.compile_ns as f64 / 1e6,
+        )
+    }
+}
+
+/// The caching policy of function `id`'s region entry: that of the first `make_static`
+/// naming one of the entry block's parameters and giving a caching policy.
+fn entry_caching(m: &Module, id: FuncId) -> Caching {
+    let f = &m.funcs[id];
+    let Some(entry) = f.layout.entry_block() else {
+        return Caching::All;
+    };
+    let params = f.block_params(entry);
+    for &b in f.layout.blocks() {
+        for &i in f.layout.block_insts(b) {
+            if let InstData::MakeStatic { args, policies } = &f.insts[i] {
+                if args.iter().any(|(v, _)| params.contains(v)) {
+                    if let Some(p) = policies.get(PolicyGroup::Caching) {
+                        return Caching::of(p);
+                    }
+                }
+            }
+        }
+    }
+    Caching::All
 }
 
 impl RegionState {
@@ -381,7 +618,10 @@ impl RegionState {
                 .any(|&k| f.sig.params[k].is_slice()),
             params: f.sig.params.clone(),
             ge,
+            caching: entry_caching(m, id),
             cache: Cache::default(),
+            stitching: Default::default(),
+            counters: Counters::default(),
             generic: OnceLock::new(),
             executor: RwLock::new(executor),
         })
@@ -551,16 +791,23 @@ impl Region {
         Ok(self.state.generic.get_or_init(|| g).clone())
     }
 
-    /// Calls the region with all its arguments: the specialization for the key arguments'
-    /// values is taken from the region's cache, or made and cached.
+    /// Calls the region with all its arguments: the version for the key arguments' values
+    /// is taken from the region entry's cache, or made and cached, as the entry's caching
+    /// policy says ([`Caching`]).
     ///
     /// The cache key is computed on every call without allocating: a scalar run-time
     /// constant is its word; a static slice is its length and a hash of its contents, and a
     /// hit compares the contents with the copy the specialization was made for. So a
     /// caller may change a slice's contents between calls and get code specialized to the
     /// new contents (correct by default), at a cost linear in the slice's length per call.
-    /// A caller that knows the contents do not change can keep the [`Specialized`] handle
-    /// of [`Region::specialize`] and call it directly instead.
+    /// A caller that knows the contents do not change can use `cache_all_unchecked`, or
+    /// keep the [`Specialized`] handle of [`Region::specialize`] and call it directly.
+    ///
+    /// The cache is bounded ([`runtime::Limits`]): past `max_versions` versions of this
+    /// entry a new key runs the generic code; past the program's `max_specializations` or
+    /// `max_code_bytes` the least recently used versions of any region are evicted (their
+    /// code freed once no call can still be running it). A specialization that runs out of
+    /// budget runs the generic code instead under [`OnExceeded::Fallback`] (the default).
     pub fn call(&self, args: &mut [Arg]) -> Result<Option<Const>, Error> {
         let params = self.params();
         if args.len() != params.len() {
@@ -570,45 +817,166 @@ impl Region {
                 args.len()
             )));
         }
-        let keys = &self.state.keys;
+        let st = &*self.state;
+        let keys = &st.keys;
         let mut key = Words::new();
         for &k in keys {
             check(&args[k], params[k], k)?;
-            match &args[k] {
-                Arg::Scalar(c) => key.push(const_to_word(*c)),
-                Arg::Slice(s) => {
+            match (&args[k], st.caching) {
+                (_, Caching::OneUnchecked | Caching::Replicate) => {}
+                (Arg::Scalar(c), _) => key.push(const_to_word(*c)),
+                (Arg::Slice(s), Caching::AllUnchecked) => {
+                    key.push(s.ptr as u64);
+                    key.push(s.len as u64);
+                }
+                (Arg::Slice(s), _) => {
                     key.push(s.len as u64);
                     key.push(hash_bytes(s.bytes()));
                 }
             }
         }
-        // A hit keyed by a slice's hash is checked against the contents it was made for.
-        let fits = |spec: &Specialized| {
-            !self.state.slice_keys
-                || keys.iter().all(|&k| match &args[k] {
-                    Arg::Slice(s) => spec.spec.static_slice_bytes(k) == Some(s.bytes()),
-                    Arg::Scalar(_) => true,
-                })
-        };
-        let fresh;
-        let spec = match self.state.cache.get(key.as_slice()) {
-            Some(s) if fits(s) => s,
-            hit => {
-                let key_args: Vec<Arg> = keys.iter().map(|&k| reborrow(&args[k])).collect();
-                let s = Arc::new(self.specialize(&key_args)?);
-                if hit.is_none() {
-                    self.state.cache.insert(key.as_slice(), s)
-                } else {
-                    // A content-hash collision: use the new code without caching it.
-                    fresh = s;
-                    &fresh
+        // Pinned for the whole call: a version evicted meanwhile is freed only after.
+        let guard = crossbeam_epoch::pin();
+        if st.caching != Caching::Replicate {
+            let now = self.program.inner.tick.load(Ordering::Relaxed);
+            if let Some(v) = st.cache.get(key.as_slice(), now, &guard) {
+                if !st.caching.checked() || self.fits(v, args) {
+                    st.counters.hits.bump();
+                    return self.run(v, args);
                 }
             }
-        };
-        spec.call_skipping(args, keys)
+        }
+        st.counters.misses.fetch_add(1, Ordering::Relaxed);
+        self.miss(args, key.as_slice(), &guard)
     }
 
-    /// Number of cached specializations.
+    /// Whether version `v` was made for the contents of `args`' static slices (a hit keyed
+    /// by a slice's hash is checked against the contents it was made for).
+    fn fits(&self, v: &Version, args: &[Arg]) -> bool {
+        match v {
+            Version::Spec(spec) => {
+                !self.state.slice_keys
+                    || self.state.keys.iter().all(|&k| match &args[k] {
+                        Arg::Slice(s) => spec.spec.static_slice_bytes(k) == Some(s.bytes()),
+                        Arg::Scalar(_) => true,
+                    })
+            }
+            Version::Generic => true,
+        }
+    }
+
+    /// Runs version `v` on all of the region's arguments.
+    fn run(&self, v: &Version, args: &mut [Arg]) -> Result<Option<Const>, Error> {
+        match v {
+            Version::Spec(s) => s.call_skipping(args, &self.state.keys),
+            Version::Generic => self.generic()?.call(args),
+        }
+    }
+
+    /// The generic code, run because a limit or budget was reached.
+    fn fall_back(&self, args: &mut [Arg], why: &str) -> Result<Option<Const>, Error> {
+        self.state
+            .counters
+            .fallbacks
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(region = %self.name(), why, "running generic code");
+        self.generic()?.call(args)
+    }
+
+    /// A call whose version was not cached: specializes (once per key, even when threads
+    /// race), caches as the policy says, evicts what the limits require, and runs.
+    fn miss(&self, args: &mut [Arg], key: &[u64], guard: &Guard) -> Result<Option<Const>, Error> {
+        let st = &*self.state;
+        let inner = &*self.program.inner;
+        let limits = inner.runtime.options().limits;
+        let stripe = match st.caching {
+            Caching::One | Caching::OneUnchecked => 0,
+            _ => cache::stripe_of(key, STRIPES),
+        };
+        let _stitching = (st.caching != Caching::Replicate).then(|| st.stitching[stripe].lock());
+        if st.caching != Caching::Replicate {
+            let now = inner.tick.load(Ordering::Relaxed);
+            if let Some(v) = st.cache.get(key, now, guard) {
+                if !st.caching.checked() || self.fits(v, args) {
+                    return self.run(v, args);
+                }
+            }
+            if !st.caching.single() && st.cache.len() >= limits.max_versions {
+                return self.fall_back(args, "the region entry has its maximum of versions");
+            }
+        }
+        let key_args: Vec<Arg> = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
+        let version = match self.specialize(&key_args) {
+            Ok(s) => {
+                let c = &st.counters;
+                c.specializations.fetch_add(1, Ordering::Relaxed);
+                c.stitch_ns
+                    .fetch_add(s.stats().stitch_ns, Ordering::Relaxed);
+                c.compile_ns
+                    .fetch_add(s.stats().compile_ns, Ordering::Relaxed);
+                tracing::debug!(
+                    region = %self.name(),
+                    code_bytes = s.code_bytes(),
+                    stitch_ns = s.stats().stitch_ns,
+                    compile_ns = s.stats().compile_ns,
+                    "specialized"
+                );
+                Version::Spec(Arc::new(s))
+            }
+            Err(e @ Error::Budget { .. }) if limits.on_exceeded == OnExceeded::Fallback => {
+                st.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(region = %self.name(), error = %e, "budget exceeded: generic code for this key");
+                Version::Generic
+            }
+            Err(e) => return Err(e),
+        };
+        if st.caching == Caching::Replicate {
+            return self.run(&version, args);
+        }
+        if st.caching.single() {
+            // The one version goes: it is freed once no call still runs it.
+            if let Some((old, _)) = st.cache.least_recent() {
+                if st.cache.remove(&old, guard).is_some() {
+                    st.counters.evictions.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let tick = inner.tick.fetch_add(1, Ordering::Relaxed) + 1;
+        let (v, _) = st.cache.insert(key, version, tick, guard);
+        self.program.enforce_limits(guard);
+        self.run(v, args)
+    }
+
+    /// The region's name.
+    pub fn name(&self) -> &str {
+        &self.program.inner.module.funcs[self.state.id].name
+    }
+
+    /// What this region's entry did so far and what it keeps now.
+    pub fn stats(&self) -> RegionStats {
+        let st = &*self.state;
+        let c = &st.counters;
+        let mut code_bytes = 0;
+        st.cache.for_each(|_, v, _| code_bytes += v.code_bytes());
+        RegionStats {
+            hits: c.hits.sum(),
+            misses: c.misses.load(Ordering::Relaxed),
+            specializations: c.specializations.load(Ordering::Relaxed),
+            evictions: c.evictions.load(Ordering::Relaxed),
+            fallbacks: c.fallbacks.load(Ordering::Relaxed),
+            stitch_ns: c.stitch_ns.load(Ordering::Relaxed),
+            compile_ns: c.compile_ns.load(Ordering::Relaxed),
+            versions: st.cache.len(),
+            code_bytes,
+        }
+    }
+
+    /// The caching policy of the region entry.
+    pub fn caching(&self) -> Caching {
+        self.state.caching
+    }
+
+    /// Number of cached versions.
     pub fn cached(&self) -> usize {
         self.state.cache.len()
     }

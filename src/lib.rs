@@ -24,6 +24,8 @@ pub mod semantics;
 pub mod transform;
 pub mod verifier;
 
-pub use api::{Arg, Error, Program, Region, Specialized};
-pub use dyc_stitcher::runtime::{live as runtime_live, LiveCounts, RunError, RuntimeOptions};
+pub use api::{Arg, Caching, Error, Program, Region, RegionStats, Specialized};
+pub use dyc_stitcher::runtime::{
+    live as runtime_live, Limits, LiveCounts, OnExceeded, RunError, RuntimeOptions,
+};
 pub use ir::Const;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use dyc::interp::{parse_args, ErrorKind, Interpreter, Memory, Val};
 use dyc::ir::{Const, Module, Scalar};
-use dyc::{Arg, Error, Program, RuntimeOptions};
+use dyc::{Arg, Error, Limits, OnExceeded, Program, RuntimeOptions};
 
 /// Typed Rust storage for a slice argument.
 enum Storage {
@@ -376,11 +376,16 @@ fn a_continuation_too_large_to_dispatch_inline_is_stitched_without() {
 }
 
 #[test]
-fn runaway_specialization_ends_with_the_budget_error() {
-    let p = Program::compile(
-        "fn spin(x: i64) -> i64 {\n    var i = 0;\n    make_static(i);\n    loop {\n        i = i + 1;\n        if x == i { return i; }\n    }\n}\n",
-    )
-    .expect("compiles");
+fn runaway_specialization_ends_with_the_budget_error_or_falls_back_to_generic_code() {
+    let src = "fn spin(x: i64) -> i64 {\n    var i = 0;\n    make_static(i);\n    loop {\n        i = i + 1;\n        if x == i { return i; }\n    }\n}\n";
+    let opts = RuntimeOptions {
+        limits: Limits {
+            on_exceeded: OnExceeded::Error,
+            ..Limits::default()
+        },
+        ..RuntimeOptions::default()
+    };
+    let p = Program::compile_with("spin.dyc", src, opts).expect("compiles");
     let r = p
         .region("spin")
         .expect("region")
@@ -395,6 +400,20 @@ fn runaway_specialization_ends_with_the_budget_error() {
         }
         other => panic!("expected the budget error, got {other:?}"),
     }
+    // By default the key whose specialization ran out of budget runs the generic code,
+    // and keeps doing so without specializing again.
+    let p = Program::compile(src).expect("compiles");
+    let spin = p.region("spin").expect("region");
+    for _ in 0..3 {
+        let r = spin.call(&mut [Arg::from(5i64)]).expect("runs");
+        assert_eq!(r.and_then(|c| c.as_i64()), Some(5));
+    }
+    let s = spin.stats();
+    assert_eq!(
+        (s.misses, s.hits, s.fallbacks, s.specializations),
+        (1, 2, 1, 0),
+        "{s}"
+    );
 }
 
 #[test]

@@ -1,6 +1,5 @@
 //! The one cache of specialized code, used at region entries and at promotion sites alike:
-//! a concurrent map from key words to cached values (DyC's `cache_all` policy; the other
-//! caching policies will live here too).
+//! a concurrent map from key words to cached values, with last-use ticks for eviction.
 //!
 //! **Keys** are sequences of 64-bit words: a scalar run-time constant is its word; a
 //! static slice is its length and a hash of its contents ([`hash_bytes`]), so a caller
@@ -10,18 +9,20 @@
 //! compares the slice with the one the specialization was made for), so a collision costs a
 //! miss, never a wrong answer.
 //!
-//! **Thread safety and lifetime.** Entries are immutable and live as long as the cache, so
-//! lookups return references and a warm hit takes no lock (see [`Cache`]); the first
-//! insertion for a key wins and every racer gets the winner's value. Nothing here runs
-//! user code. (Evicting entries, for the bounded policies, will need the runtime's
-//! reclamation scheme: readers may hold references without a lock.)
+//! **Thread safety and lifetime.** Entries are immutable; lookups return references that
+//! live as long as the caller's epoch guard, and a warm hit takes no lock (see [`Cache`]);
+//! the first insertion for a key wins and every racer gets the winner's value. A removed
+//! entry is unlinked at once and freed only when no thread can still hold it (epoch-based
+//! reclamation, [`Cache::remove`]). Nothing here runs user code.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::marker::PhantomData;
 
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::Arc;
 
+use crossbeam_epoch::Guard;
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
@@ -145,26 +146,39 @@ pub fn hash_bytes(bytes: &[u8]) -> u64 {
 /// Slots of a cache's front table (a power of two).
 const FRONT_SLOTS: usize = 64;
 
-/// An entry: its key and value, allocated once and kept until the cache goes.
+/// An entry: its key, its value, and when it was last used (a tick of the owner's clock).
 struct Entry<V> {
     key: Key,
     value: V,
+    used: AtomicU64,
 }
 
-/// A concurrent cache from key words to values.
+/// A pointer to a removed entry, moved into the epoch collector's deferred function.
+struct Retired<V>(*mut Entry<V>);
+
+// SAFETY: a retired entry is reachable from nowhere else (removed from the map and the
+// front table under the cache's lock): the deferred function is its only owner, and moving
+// it to the collecting thread moves a `Box<Entry<V>>`, which is `Send` when `V` is.
+unsafe impl<V: Send> Send for Retired<V> {}
+
+/// A concurrent cache from key words to values, with removal.
 ///
-/// Entries are immutable and live as long as the cache (no eviction), so a lookup can
-/// return a plain reference. A hit usually never touches a lock: a direct-mapped **front
-/// table** of atomic pointers to entries is probed first (one hash, one load, one key
-/// comparison); only a front miss looks in the map (a shard's read lock), and then points
-/// the front slot at the entry it found.
+/// A hit usually never touches a lock: a direct-mapped **front table** of atomic pointers
+/// to entries is probed first (one hash, one load, one key comparison); only a front miss
+/// looks in the map (a shard's read lock), and then points the front slot at the entry it
+/// found. Insertions and removals are serialized by one mutex (they follow a
+/// specialization, which costs far more).
+///
+/// **Reclamation.** Lookups take an epoch [`Guard`] and return references that live as long
+/// as it: a removed entry is unlinked at once (from the map and every front slot) and
+/// freed by the epoch collector only once every thread that was pinned when it was removed
+/// has unpinned, so no reader ever sees a freed entry.
 pub struct Cache<V> {
-    front: Box<[AtomicPtr<Entry<V>>]>,
-    /// Key to entry (the address of a boxed entry in `entries`).
+    front: Arc<[AtomicPtr<Entry<V>>]>,
+    /// Key to entry (the address of a boxed entry this cache owns).
     map: DashMap<Key, usize, BuildHasherDefault<WordHasher>>,
-    /// Owns the entries (boxed: their addresses must not move).
-    #[allow(clippy::vec_box)]
-    entries: Mutex<Vec<Box<Entry<V>>>>,
+    /// Serializes insertions and removals.
+    writers: Mutex<()>,
     /// Lookups hand out `&V` to any thread: the cache is `Sync` only if `V` is.
     _values: PhantomData<V>,
 }
@@ -176,10 +190,22 @@ impl<V> Default for Cache<V> {
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
             map: DashMap::default(),
-            entries: Mutex::new(Vec::new()),
+            writers: Mutex::new(()),
             _values: PhantomData,
         }
     }
+}
+
+/// Clears the front slots that point at `e` (comparing addresses only).
+fn unlink<V>(front: &[AtomicPtr<Entry<V>>], e: *mut Entry<V>) {
+    for slot in front {
+        let _ = slot.compare_exchange(e, std::ptr::null_mut(), Ordering::AcqRel, Ordering::Relaxed);
+    }
+}
+
+/// A stripe in `0..n` (a power of two) for a key, such as the lock a miss on it takes.
+pub fn stripe_of(key: &[u64], n: usize) -> usize {
+    front_slot(key) & (n - 1)
 }
 
 /// The front slot of a key.
@@ -192,46 +218,125 @@ fn front_slot(key: &[u64]) -> usize {
 }
 
 impl<V> Cache<V> {
-    /// The value cached for `key`, if any. Allocates nothing and, when the front table
+    /// The entry cached for `key`, if any. Allocates nothing and, when the front table
     /// holds the key, takes no lock.
-    pub fn get(&self, key: &[u64]) -> Option<&V> {
+    #[inline]
+    fn entry<'a>(&'a self, key: &[u64], _guard: &'a Guard) -> Option<&'a Entry<V>> {
         let slot = &self.front[front_slot(key)];
         let e = slot.load(Ordering::Acquire);
         if !e.is_null() {
-            // SAFETY: front slots only ever hold addresses of boxed entries owned by
-            // `self.entries`, which are never removed or moved while `self` lives; the
-            // Acquire load pairs with the Release store that published the entry.
+            // SAFETY: front slots hold null or addresses of boxed entries this cache
+            // allocated; an entry is freed only after it was unlinked from every slot and
+            // every thread pinned at that time unpinned, and `_guard` pins this thread, so
+            // `e` (loaded while pinned) is alive for the guard's lifetime. The Acquire load
+            // pairs with the Release store that published the entry.
             let e = unsafe { &*e };
             if e.key.words() == key {
-                return Some(&e.value);
+                return Some(e);
             }
         }
         let addr = *self.map.get(key)?;
         slot.store(addr as *mut Entry<V>, Ordering::Release);
-        // SAFETY: map values are addresses of boxed entries owned by `self.entries`, as
-        // above.
-        Some(unsafe { &(*(addr as *const Entry<V>)).value })
+        // SAFETY: map values are addresses of live boxed entries, protected by the guard as
+        // above. The store above may put an entry into a front slot after a removal of it
+        // cleared the slots: [`Cache::remove`] clears them again once every thread pinned
+        // at the removal (so every thread that could make such a store) has unpinned, and
+        // frees the entry only one grace period after that.
+        Some(unsafe { &*(addr as *const Entry<V>) })
     }
 
-    /// Caches `value` for `key` unless a value is already there; returns the cached value.
-    pub fn insert(&self, key: &[u64], value: V) -> &V {
-        let mut entries = self.entries.lock();
-        let addr = match self.map.get(key) {
-            Some(a) => *a,
-            None => {
-                let e = Box::new(Entry {
-                    key: Key::new(key),
-                    value,
-                });
-                let addr = &*e as *const Entry<V> as usize;
-                entries.push(e);
-                self.map.insert(Key::new(key), addr);
-                addr
+    /// The value cached for `key`, if any, marked used at tick `now`.
+    #[inline]
+    pub fn get<'a>(&'a self, key: &[u64], now: u64, guard: &'a Guard) -> Option<&'a V> {
+        let e = self.entry(key, guard)?;
+        if e.used.load(Ordering::Relaxed) != now {
+            e.used.store(now, Ordering::Relaxed);
+        }
+        Some(&e.value)
+    }
+
+    /// Caches `value` for `key` unless a value is already there; returns the cached value
+    /// and whether it is `value` (false: a racer's value was there first).
+    pub fn insert<'a>(
+        &'a self,
+        key: &[u64],
+        value: V,
+        now: u64,
+        guard: &'a Guard,
+    ) -> (&'a V, bool) {
+        let _w = self.writers.lock();
+        if let Some(e) = self.entry(key, guard) {
+            return (&e.value, false);
+        }
+        let e = Box::into_raw(Box::new(Entry {
+            key: Key::new(key),
+            value,
+            used: AtomicU64::new(now),
+        }));
+        self.map.insert(Key::new(key), e as usize);
+        self.front[front_slot(key)].store(e, Ordering::Release);
+        // SAFETY: just allocated and published; freed only by `remove` or `drop`, as above.
+        (unsafe { &(*e).value }, true)
+    }
+
+    /// Removes the entry for `key`, if any, and returns a reference to its value that is
+    /// valid while `guard` lives. The entry is unlinked at once (from the map, then from
+    /// the front table) and freed in two steps, each after a grace period of the epoch
+    /// scheme: after the first, no thread can still be storing it into a front slot (only
+    /// threads that found it in the map before the removal do, while pinned), so the front
+    /// table is cleared of it for good; after the second, no thread can still hold it
+    /// from a front slot, so it is freed.
+    pub fn remove<'a>(&'a self, key: &[u64], guard: &'a Guard) -> Option<&'a V>
+    where
+        V: Send + 'static,
+    {
+        let _w = self.writers.lock();
+        let (_, addr) = self.map.remove(key)?;
+        let e = addr as *mut Entry<V>;
+        unlink(&self.front, e);
+        let front = self.front.clone();
+        let retired = Retired(e);
+        guard.defer(move || {
+            let r = retired;
+            unlink(&front, r.0);
+            crossbeam_epoch::pin().defer(move || {
+                let r = r;
+                // SAFETY: see `Retired` and above: the entry is in no map or front slot,
+                // and every thread that could hold it has unpinned since it left the last
+                // one; this closure is its only owner and runs once.
+                drop(unsafe { Box::from_raw(r.0) });
+            });
+        });
+        // SAFETY: the entry is freed only after `guard` (pinned now) is dropped.
+        Some(unsafe { &(*e).value })
+    }
+
+    /// The key of the least recently used entry and its last-use tick, if any.
+    pub fn least_recent(&self) -> Option<(Vec<u64>, u64)> {
+        let mut best: Option<(Vec<u64>, u64)> = None;
+        for r in self.map.iter() {
+            // SAFETY: map values are live entries; the shard's read lock held by the
+            // iterator keeps `remove` (which takes the shard's write lock) from retiring it.
+            let used = unsafe {
+                (*(*r.value() as *const Entry<V>))
+                    .used
+                    .load(Ordering::Relaxed)
+            };
+            if best.as_ref().is_none_or(|(_, u)| used < *u) {
+                best = Some((r.key().words().to_vec(), used));
             }
-        };
-        self.front[front_slot(key)].store(addr as *mut Entry<V>, Ordering::Release);
-        // SAFETY: as in `get`.
-        unsafe { &(*(addr as *const Entry<V>)).value }
+        }
+        best
+    }
+
+    /// Calls `f` on every entry's key, value and last-use tick (entries inserted or
+    /// removed meanwhile may or may not be seen).
+    pub fn for_each(&self, mut f: impl FnMut(&[u64], &V, u64)) {
+        for r in self.map.iter() {
+            // SAFETY: as in `least_recent`.
+            let e = unsafe { &*(*r.value() as *const Entry<V>) };
+            f(r.key().words(), &e.value, e.used.load(Ordering::Relaxed));
+        }
     }
 
     /// Number of entries.
@@ -244,6 +349,17 @@ impl<V> Cache<V> {
     }
 }
 
+impl<V> Drop for Cache<V> {
+    fn drop(&mut self) {
+        for r in self.map.iter() {
+            // SAFETY: dropping the cache: no reader holds a reference (they borrow the
+            // cache), and entries still in the map were never retired, so each is freed
+            // exactly once, here.
+            drop(unsafe { Box::from_raw(*r.value() as *mut Entry<V>) });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,22 +367,73 @@ mod tests {
     #[test]
     fn keys_of_every_length_round_trip_and_first_insert_wins() {
         let c: Cache<u32> = Cache::default();
+        let g = crossbeam_epoch::pin();
         // More keys than front slots, so that front slots are overwritten; lengths 0 to 10.
         let mut keys: Vec<Vec<u64>> = (0..199)
             .map(|n| (0..n % 10 + 1).map(|k| k * 7 + n).collect())
             .collect();
         keys.push(vec![]);
         for (i, k) in keys.iter().enumerate() {
-            assert_eq!(c.get(k), None, "{k:?}");
-            assert_eq!(*c.insert(k, i as u32), i as u32);
-            assert_eq!(*c.insert(k, 99), i as u32);
+            assert_eq!(c.get(k, 0, &g), None, "{k:?}");
+            assert_eq!(c.insert(k, i as u32, 0, &g), (&(i as u32), true));
+            assert_eq!(c.insert(k, 99, 0, &g), (&(i as u32), false));
         }
         for _ in 0..2 {
             for (i, k) in keys.iter().enumerate() {
-                assert_eq!(c.get(k), Some(&(i as u32)));
+                assert_eq!(c.get(k, 0, &g), Some(&(i as u32)));
             }
         }
         assert_eq!(c.len(), 200);
         assert_ne!(hash_bytes(&[1, 2, 3]), hash_bytes(&[1, 2, 3, 0]));
+    }
+
+    #[test]
+    fn removed_entries_are_gone_and_the_least_recent_is_found() {
+        let c: Cache<Arc<u32>> = Cache::default();
+        let g = crossbeam_epoch::pin();
+        for k in 0..10u64 {
+            c.insert(&[k], Arc::new(k as u32), k, &g);
+        }
+        // Touch key 0 late: key 1 becomes the least recent.
+        assert_eq!(c.get(&[0], 20, &g).map(|v| **v), Some(0));
+        assert_eq!(c.least_recent(), Some((vec![1], 1)));
+        let v = c.remove(&[1], &g).expect("present");
+        // The removed value stays readable while the guard lives.
+        assert_eq!(**v, 1);
+        assert_eq!(c.get(&[1], 21, &g), None);
+        assert_eq!(c.len(), 9);
+        assert_eq!(c.least_recent(), Some((vec![2], 2)));
+        assert!(c.remove(&[1], &g).is_none());
+    }
+
+    #[test]
+    fn racing_readers_and_removers_never_see_a_freed_entry() {
+        // Values own a heap allocation whose contents are checked on every hit: reading a
+        // freed entry would (very likely) show a different value, and Miri or a sanitizer
+        // would flag it.
+        let c: Arc<Cache<Box<[u64; 4]>>> = Arc::new(Cache::default());
+        let keys = 32u64;
+        std::thread::scope(|s| {
+            for t in 0..3u64 {
+                let c = c.clone();
+                s.spawn(move || {
+                    for round in 0..2_000u64 {
+                        let k = (round * 7 + t) % keys;
+                        let g = crossbeam_epoch::pin();
+                        if let Some(v) = c.get(&[k], round, &g) {
+                            assert_eq!(**v, [k, k + 1, k + 2, k + 3]);
+                        }
+                        if round % 3 == t % 3 {
+                            c.remove(&[k], &g);
+                        } else {
+                            let (v, _) =
+                                c.insert(&[k], Box::new([k, k + 1, k + 2, k + 3]), round, &g);
+                            assert_eq!(**v, [k, k + 1, k + 2, k + 3]);
+                        }
+                    }
+                });
+            }
+        });
+        assert!(c.len() <= keys as usize);
     }
 }

@@ -92,6 +92,50 @@ pub struct RuntimeOptions {
     /// The executor that runs stitch programs for generic code, and by default for
     /// specializations ([`Runtime::specialize`] takes one per call, so per region).
     pub executor: ExecutorKind,
+    /// Bounds on what the caches of region entries keep.
+    pub limits: Limits,
+}
+
+/// What to do when a specialization exceeds its [`Budget`] or a region entry has reached
+/// [`Limits::max_versions`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnExceeded {
+    /// Run the region's generic code for that key (the default: a service keeps serving).
+    #[default]
+    Fallback,
+    /// Return the budget error to the caller.
+    Error,
+}
+
+/// Bounds on the specializations cached at region entries, per program (one runtime).
+/// Defaults: 64 versions per region entry, 4,096 specializations and 64 MiB of code in all,
+/// fallback to generic code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Versions one region entry keeps (`cache_all`); a key met once this many are cached
+    /// runs the region's generic code instead (as YJIT caps versions per block), until
+    /// eviction makes room.
+    pub max_versions: usize,
+    /// Specializations kept by all region entries together; beyond it the least recently
+    /// used is evicted.
+    pub max_specializations: usize,
+    /// Bytes of machine code kept by all region entries' specializations together (their
+    /// entry units and every continuation stitched since); beyond it the least recently
+    /// used are evicted.
+    pub max_code_bytes: usize,
+    /// What a specialization that runs out of budget does.
+    pub on_exceeded: OnExceeded,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_versions: 64,
+            max_specializations: 4_096,
+            max_code_bytes: 64 << 20,
+            on_exceeded: OnExceeded::Fallback,
+        }
+    }
 }
 
 impl Default for RuntimeOptions {
@@ -103,6 +147,7 @@ impl Default for RuntimeOptions {
             max_stack: 512 << 10,
             budget: Budget::default(),
             executor: ExecutorKind::default(),
+            limits: Limits::default(),
         }
     }
 }
@@ -802,14 +847,17 @@ impl SpecState {
 
     /// The code of the continuation at `site` for promoted `words`, stitched on a miss.
     fn continuation(&self, site: &Arc<PromoSite>, words: &[u64]) -> Result<usize, RuntimeError> {
-        if let Some(&c) = site.cache.get(words) {
+        // Site entries are never removed (they go with their specialization): the guard
+        // and the tick are those of the cache's interface only.
+        let g = crossbeam_epoch::pin();
+        if let Some(&c) = site.cache.get(words, 0, &g) {
             if let [w] = words {
                 site.install_inline(*w, c);
             }
             return Ok(c);
         }
         let _guard = site.stitching.lock();
-        if let Some(&c) = site.cache.get(words) {
+        if let Some(&c) = site.cache.get(words, 0, &g) {
             return Ok(c);
         }
         let opts = &self.runtime.opts;
@@ -863,7 +911,7 @@ impl SpecState {
                 Ok(module.get_finalized_function(id) as usize)
             })
         })?;
-        site.cache.insert(words, code);
+        site.cache.insert(words, code, 0, &g);
         if let [w] = words {
             site.install_inline(*w, code);
         }
