@@ -260,7 +260,9 @@ struct ProgramInner {
     runtime: Runtime,
     /// Per function: its region state, made on first use and shared by every handle.
     regions: Vec<OnceLock<Arc<RegionState>>>,
-    /// The clock of last uses: advanced by every specialization cached, read by hits.
+    /// The clock of last uses: counts the versions cached. A version cached as the `n`th
+    /// is stamped `2n`; a hit after it (and before the next) stamps `2n + 1`, so a hit is
+    /// more recent than every version made before it.
     tick: AtomicU64,
     /// Serializes eviction (which scans every region's cache).
     evicting: Mutex<()>,
@@ -324,40 +326,62 @@ impl Program {
         self.inner.runtime.inject_panic();
     }
 
-    /// Evicts least recently used versions of any region entry until the program's cached
-    /// specializations fit [`runtime::Limits::max_specializations`] and
-    /// [`runtime::Limits::max_code_bytes`]. Each round scans every cache once (linear in the
-    /// versions kept; it follows a specialization, which costs far more).
-    fn enforce_limits(&self, guard: &Guard) {
+    /// Caches `version` for `key` in region `st`'s entry, first evicting least recently
+    /// used versions of any region entry until the program's cached specializations, the
+    /// new one included, fit [`runtime::Limits::max_specializations`] and
+    /// [`runtime::Limits::max_code_bytes`]. Eviction and insertion happen under one lock,
+    /// so the cached totals never exceed the limits (code that promotions add to a cached
+    /// specialization later counts from the next insertion on). Each round scans every
+    /// cache once (linear in the versions kept; it follows a specialization, which costs
+    /// far more). Returns the cached version (a racer's, if it was first), or gives the
+    /// version back, not cached, when it alone exceeds the code limit or the entry has
+    /// reached [`runtime::Limits::max_versions`] meanwhile.
+    fn cache_version<'g>(
+        &self,
+        st: &'g RegionState,
+        key: &[u64],
+        version: Version,
+        guard: &'g Guard,
+    ) -> Result<&'g Version, Version> {
         let inner = &*self.inner;
         let limits = inner.runtime.options().limits;
+        let new_bytes = version.code_bytes();
+        if new_bytes > limits.max_code_bytes {
+            return Err(version);
+        }
         let _evicting = inner.evicting.lock();
+        // Racers on other stripes may have filled the entry since the miss looked.
+        if !st.caching.single() && st.cache.len() >= limits.max_versions {
+            return Err(version);
+        }
         loop {
-            let (mut count, mut bytes) = (0usize, 0usize);
+            let (mut count, mut bytes) = (1usize, new_bytes);
             let mut victim: Option<(u64, &Arc<RegionState>, Vec<u64>)> = None;
-            for st in inner.regions.iter().filter_map(OnceLock::get) {
-                st.cache.for_each(|key, v, used| {
+            for r in inner.regions.iter().filter_map(OnceLock::get) {
+                r.cache.for_each(|key, v, used| {
                     count += 1;
                     bytes += v.code_bytes();
                     if victim.as_ref().is_none_or(|(u, _, _)| used < *u) {
-                        victim = Some((used, st, key.to_vec()));
+                        victim = Some((used, r, key.to_vec()));
                     }
                 });
             }
             if count <= limits.max_specializations && bytes <= limits.max_code_bytes {
-                return;
+                break;
             }
-            let Some((_, st, key)) = victim else { return };
-            if let Some(v) = st.cache.remove(&key, guard) {
-                st.counters.evictions.fetch_add(1, Ordering::Relaxed);
+            let Some((_, r, key)) = victim else { break };
+            if let Some(v) = r.cache.remove(&key, guard) {
+                r.counters.evictions.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(
-                    region = %inner.module.funcs[st.id].name,
+                    region = %inner.module.funcs[r.id].name,
                     code_bytes = v.code_bytes(),
                     cached_bytes = bytes,
                     "evicted"
                 );
             }
         }
+        let tick = 2 * (inner.tick.fetch_add(1, Ordering::Relaxed) + 1);
+        Ok(st.cache.insert(key, version, tick, guard).0)
     }
 
     /// Statistics of every region used so far, by name.
@@ -838,7 +862,7 @@ impl Region {
         // Pinned for the whole call: a version evicted meanwhile is freed only after.
         let guard = crossbeam_epoch::pin();
         if st.caching != Caching::Replicate {
-            let now = self.program.inner.tick.load(Ordering::Relaxed);
+            let now = 2 * self.program.inner.tick.load(Ordering::Relaxed) + 1;
             if let Some(v) = st.cache.get(key.as_slice(), now, &guard) {
                 if !st.caching.checked() || self.fits(v, args) {
                     st.counters.hits.bump();
@@ -895,7 +919,7 @@ impl Region {
         };
         let _stitching = (st.caching != Caching::Replicate).then(|| st.stitching[stripe].lock());
         if st.caching != Caching::Replicate {
-            let now = inner.tick.load(Ordering::Relaxed);
+            let now = 2 * inner.tick.load(Ordering::Relaxed) + 1;
             if let Some(v) = st.cache.get(key, now, guard) {
                 if !st.caching.checked() || self.fits(v, args) {
                     return self.run(v, args);
@@ -941,10 +965,10 @@ impl Region {
                 }
             }
         }
-        let tick = inner.tick.fetch_add(1, Ordering::Relaxed) + 1;
-        let (v, _) = st.cache.insert(key, version, tick, guard);
-        self.program.enforce_limits(guard);
-        self.run(v, args)
+        match self.program.cache_version(st, key, version, guard) {
+            Ok(v) => self.run(v, args),
+            Err(v) => self.run(&v, args),
+        }
     }
 
     /// The region's name.
@@ -957,7 +981,11 @@ impl Region {
         let st = &*self.state;
         let c = &st.counters;
         let mut code_bytes = 0;
-        st.cache.for_each(|_, v, _| code_bytes += v.code_bytes());
+        {
+            // Versions are cached and evicted under this lock: the sum is a consistent one.
+            let _evicting = self.program.inner.evicting.lock();
+            st.cache.for_each(|_, v, _| code_bytes += v.code_bytes());
+        }
         RegionStats {
             hits: c.hits.sum(),
             misses: c.misses.load(Ordering::Relaxed),

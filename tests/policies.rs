@@ -1,0 +1,212 @@
+//! The caching policies of region entries and the limits on what they keep, tested by
+//! their observable behaviour: results, versions kept, specializations made, hits,
+//! evictions and fallbacks (see `docs/language.md`, "Policies").
+
+use dyc::{Arg, Caching, Limits, Program, RuntimeOptions};
+
+/// `f(k, x) = k * 1000 + x`, specialized on `k`, with the caching policy `policy`.
+fn keyed(policy: &str) -> Program {
+    Program::compile(&format!(
+        "fn f(k: i64, x: i64) -> i64 {{ make_static(k{policy}); return k * 1000 + x; }}"
+    ))
+    .expect("compiles")
+}
+
+fn call(p: &Program, k: i64, x: i64) -> i64 {
+    p.region("f")
+        .expect("region")
+        .call(&mut [Arg::from(k), Arg::from(x)])
+        .expect("runs")
+        .and_then(|c| c.as_i64())
+        .expect("a result")
+}
+
+#[test]
+fn cache_all_keeps_every_version() {
+    let p = keyed("");
+    let f = p.region("f").unwrap();
+    assert_eq!(f.caching(), Caching::All);
+    for round in 0..2 {
+        for k in 1..=3 {
+            assert_eq!(call(&p, k, round), k * 1000 + round);
+        }
+    }
+    let s = f.stats();
+    assert_eq!(
+        (s.versions, s.specializations, s.hits, s.misses),
+        (3, 3, 3, 3),
+        "{s}"
+    );
+    assert!(s.code_bytes > 0 && s.stitch_ns > 0, "{s}");
+}
+
+#[test]
+fn cache_one_keeps_one_version_and_specializes_again_when_the_key_changes() {
+    let p = keyed(": cache_one");
+    let f = p.region("f").unwrap();
+    assert_eq!(f.caching(), Caching::One);
+    for (n, k) in [1, 1, 2, 2, 1, 3].into_iter().enumerate() {
+        assert_eq!(call(&p, k, n as i64), k * 1000 + n as i64);
+        assert_eq!(f.cached(), 1);
+    }
+    let s = f.stats();
+    // Misses at 1, 2, 1, 3; the replaced versions count as evictions.
+    assert_eq!((s.specializations, s.hits, s.evictions), (4, 2, 3), "{s}");
+}
+
+#[test]
+fn cache_one_unchecked_never_looks_at_the_key() {
+    let p = keyed(": cache_one_unchecked");
+    let f = p.region("f").unwrap();
+    assert_eq!(call(&p, 7, 1), 7001);
+    // The caller promised the key would not change: the first version serves.
+    assert_eq!(call(&p, 8, 2), 7002);
+    let s = f.stats();
+    assert_eq!((s.specializations, s.hits, s.versions), (1, 1, 1), "{s}");
+}
+
+#[test]
+fn replicate_specializes_on_every_call_and_keeps_nothing() {
+    let p = keyed(": replicate");
+    let f = p.region("f").unwrap();
+    for n in 0..3 {
+        assert_eq!(call(&p, 4, n), 4000 + n);
+    }
+    let s = f.stats();
+    assert_eq!((s.specializations, s.hits, s.versions), (3, 0, 0), "{s}");
+}
+
+/// `sum(w)`, specialized on the contents of `w`, with caching policy `policy`.
+fn summed(policy: &str) -> Program {
+    Program::compile(&format!(
+        "fn sum(w: [i64]) -> i64 {{ make_static(w{policy}); var s = 0; var i = 0; while i < len(w) {{ s = s + w@[i]; i += 1; }} return s; }}"
+    ))
+    .expect("compiles")
+}
+
+fn sum(p: &Program, w: &[i64]) -> i64 {
+    p.region("sum")
+        .unwrap()
+        .call(&mut [Arg::from(w)])
+        .expect("runs")
+        .and_then(|c| c.as_i64())
+        .expect("a result")
+}
+
+#[test]
+fn cache_all_checks_slice_contents_and_cache_all_unchecked_does_not() {
+    let checked = summed("");
+    let unchecked = summed(": cache_all_unchecked");
+    assert_eq!(
+        unchecked.region("sum").unwrap().caching(),
+        Caching::AllUnchecked
+    );
+    let mut w = vec![1i64, 2, 3];
+    assert_eq!(sum(&checked, &w), 6);
+    assert_eq!(sum(&unchecked, &w), 6);
+    // The same buffer with new contents.
+    w[0] = 100;
+    assert_eq!(sum(&checked, &w), 105);
+    // Unchecked: keyed by the slice's address and length, the old version serves.
+    assert_eq!(sum(&unchecked, &w), 6);
+    assert_eq!(checked.region("sum").unwrap().stats().specializations, 2);
+    assert_eq!(unchecked.region("sum").unwrap().stats().specializations, 1);
+}
+
+fn limited(limits: Limits, src: &str) -> Program {
+    let opts = RuntimeOptions {
+        limits,
+        ..RuntimeOptions::default()
+    };
+    Program::compile_with("limits.dyc", src, opts).expect("compiles")
+}
+
+#[test]
+fn past_the_version_cap_new_keys_run_generic_code() {
+    let src = "fn f(k: i64, x: i64) -> i64 { make_static(k); return k * 1000 + x; }";
+    let p = limited(
+        Limits {
+            max_versions: 2,
+            ..Limits::default()
+        },
+        src,
+    );
+    for k in 1..=5 {
+        assert_eq!(call(&p, k, 3), k * 1000 + 3);
+    }
+    // Keys 1 and 2 still hit their versions.
+    assert_eq!(call(&p, 1, 4), 1004);
+    let s = p.region("f").unwrap().stats();
+    assert_eq!(
+        (s.versions, s.specializations, s.fallbacks, s.hits),
+        (2, 2, 3, 1),
+        "{s}"
+    );
+}
+
+#[test]
+fn the_least_recently_used_versions_of_any_region_are_evicted() {
+    let src = "
+        fn f(k: i64, x: i64) -> i64 { make_static(k); return k * 1000 + x; }
+        fn g(k: i64, x: i64) -> i64 { make_static(k); return k * 2000 + x; }";
+    let p = limited(
+        Limits {
+            max_specializations: 3,
+            ..Limits::default()
+        },
+        src,
+    );
+    let run = |name: &str, k: i64| {
+        p.region(name)
+            .unwrap()
+            .call(&mut [Arg::from(k), Arg::from(1i64)])
+            .unwrap()
+            .and_then(|c| c.as_i64())
+            .unwrap()
+    };
+    assert_eq!(run("f", 1), 1001);
+    assert_eq!(run("g", 1), 2001);
+    assert_eq!(run("f", 2), 2001);
+    // f(1) is used again: g(1) is now the least recently used, and goes first.
+    assert_eq!(run("f", 1), 1001);
+    assert_eq!(run("g", 2), 4001);
+    let (f, g) = (
+        p.region("f").unwrap().stats(),
+        p.region("g").unwrap().stats(),
+    );
+    assert_eq!(f.versions + g.versions, 3);
+    assert_eq!((f.evictions, g.evictions), (0, 1), "{f} / {g}");
+    // g(1) specializes again; f(2), now the least recent, goes.
+    assert_eq!(run("g", 1), 2001);
+    let (f, g) = (
+        p.region("f").unwrap().stats(),
+        p.region("g").unwrap().stats(),
+    );
+    assert_eq!((f.evictions, g.evictions, g.specializations), (1, 1, 3));
+}
+
+#[test]
+fn cached_code_stays_within_the_byte_limit() {
+    let p = summed("");
+    let one = {
+        sum(&p, &[1, 2, 3, 4]);
+        p.region("sum").unwrap().stats().code_bytes
+    };
+    let limit = one * 5 / 2;
+    let p = limited(
+        Limits {
+            max_code_bytes: limit,
+            ..Limits::default()
+        },
+        "fn sum(w: [i64]) -> i64 { make_static(w); var s = 0; var i = 0; while i < len(w) { s = s + w@[i]; i += 1; } return s; }",
+    );
+    for n in 0..20i64 {
+        let w = [n, n + 1, n + 2, n + 3];
+        assert_eq!(sum(&p, &w), 4 * n + 6);
+        let s = p.region("sum").unwrap().stats();
+        assert!(s.code_bytes <= limit, "{s} over {limit}");
+    }
+    let s = p.region("sum").unwrap().stats();
+    assert_eq!(s.versions, 2, "{s}");
+    assert_eq!(s.evictions, 18, "{s}");
+}
