@@ -1,26 +1,56 @@
-//! Cache-hit cost of region entries: the time of a `Region::call` round trip (key from the
-//! arguments, cache lookup, call) against `Specialized::call` on the same specialization
-//! (argument checks, call context, entry wrapper, the code itself), for a key of two
-//! scalars and for a 1,000-element static slice. Run with
+//! Cache-hit cost of region entries, per caching policy: the time of a `Region::call`
+//! round trip (key from the arguments, cache lookup, call) against `Specialized::call` on
+//! the same specialization (argument checks, call context, entry wrapper, the code
+//! itself), for a key of two scalars and for a 1,000-element static slice; then the cost
+//! of a miss that specializes (`replicate`) and of one that also evicts and reclaims a
+//! version (a program limited to one specialization, alternating two keys). Run with
 //! `cargo bench --bench cache`; each figure is the median of 7 runs of 2,000,000 calls
-//! (200,000 for the slice), with the range. `--profile-scalars` instead runs 50,000,000
-//! scalar-key hits and nothing else, for a profiler.
+//! (200,000 for the slice, 300 for misses), with the range. `--profile-scalars` instead
+//! runs 50,000,000 scalar-key hits and nothing else, for a profiler.
 
 use std::hint::black_box;
 use std::time::Instant;
 
-use dyc::{Arg, Program};
+use dyc::{Arg, Limits, Program, Region, RuntimeOptions};
 
 const SRC: &str = "
 fn scalars(a: i64, b: i64, x: i64) -> i64 {
     make_static(a, b);
     return x + a * b;
 }
+fn all_unchecked(a: i64, b: i64, x: i64) -> i64 {
+    make_static(a, b: cache_all_unchecked);
+    return x + a * b;
+}
+fn one(a: i64, b: i64, x: i64) -> i64 {
+    make_static(a, b: cache_one);
+    return x + a * b;
+}
+fn one_unchecked(a: i64, b: i64, x: i64) -> i64 {
+    make_static(a, b: cache_one_unchecked);
+    return x + a * b;
+}
+fn replicate(a: i64, b: i64, x: i64) -> i64 {
+    make_static(a, b: replicate);
+    return x + a * b;
+}
 fn slice(w: [i64], x: i64) -> i64 {
     make_static(w);
     return x + len(w);
 }
+fn slice_unchecked(w: [i64], x: i64) -> i64 {
+    make_static(w: cache_all_unchecked);
+    return x + len(w);
+}
 ";
+
+/// `Region::call` of a two-scalar region on key (6, 7).
+fn hit(r: &Region, i: u64) {
+    black_box(
+        r.call(&mut [Arg::from(6i64), Arg::from(7i64), Arg::from(i as i64)])
+            .expect("runs"),
+    );
+}
 
 /// Median and range of `runs` timings of `n` calls of `f`, in ns per call.
 fn measure(runs: usize, n: u64, mut f: impl FnMut(u64)) -> (f64, f64, f64) {
@@ -77,38 +107,88 @@ fn main() {
     let spec2 = measure(7, n, |i| {
         black_box(spec_scalars.call(&mut [Arg::from(i as i64)]).expect("runs"));
     });
-    let region2 = measure(7, n, |i| {
-        black_box(
-            scalars
-                .call(&mut [Arg::from(6i64), Arg::from(7i64), Arg::from(i as i64)])
-                .expect("runs"),
-        );
-    });
+    let region = |name: &str| {
+        let r = p.region(name).expect("region");
+        hit(&r, 0);
+        r
+    };
+    let policies = [
+        ("cache_all", region("scalars")),
+        ("cache_all_unchecked", region("all_unchecked")),
+        ("cache_one", region("one")),
+        ("cache_one_unchecked", region("one_unchecked")),
+    ]
+    .map(|(name, r)| (name, measure(7, n, |i| hit(&r, i))));
     let ns = n / 10;
     let spec_s = measure(7, ns, |i| {
         black_box(spec_slice.call(&mut [Arg::from(i as i64)]).expect("runs"));
     });
-    let region_s = measure(7, ns, |i| {
+    let slice_call = |r: &Region| {
+        measure(7, ns, |i| {
+            black_box(
+                r.call(&mut [Arg::from(&w[..]), Arg::from(i as i64)])
+                    .expect("runs"),
+            );
+        })
+    };
+    let region_s = slice_call(&slice);
+    let slice_unchecked = region("slice_unchecked");
+    let region_su = slice_call(&slice_unchecked);
+    // Misses: a specialization per call, then one that also evicts a version.
+    let replicate = p.region("replicate").expect("region");
+    let miss = measure(7, 300, |i| hit(&replicate, i));
+    let one_spec = Program::compile_with(
+        "cache.dyc",
+        SRC,
+        RuntimeOptions {
+            limits: Limits {
+                max_specializations: 1,
+                ..Limits::default()
+            },
+            ..RuntimeOptions::default()
+        },
+    )
+    .expect("compiles");
+    let evicting = one_spec.region("scalars").expect("region");
+    let evict = measure(7, 300, |i| {
         black_box(
-            slice
-                .call(&mut [Arg::from(&w[..]), Arg::from(i as i64)])
+            evicting
+                .call(&mut [Arg::from((i % 2) as i64), Arg::from(7i64), Arg::from(1i64)])
                 .expect("runs"),
         );
     });
+    assert!(evicting.stats().evictions >= 2_000);
     println!("| call | median ns | range ns |");
     println!("|---|---|---|");
     row("`Specialized::call`, 1 scalar argument", spec2);
-    row("`Region::call`, key of 2 scalars", region2);
-    diff(
-        "cache hit beyond `Specialized::call`, 2 scalars",
-        region2,
-        spec2,
-    );
+    for (name, t) in policies {
+        row(&format!("`Region::call`, key of 2 scalars, `{name}`"), t);
+        diff(
+            &format!("cache hit beyond `Specialized::call`, `{name}`"),
+            t,
+            spec2,
+        );
+    }
     row("`Specialized::call`, static slice region", spec_s);
-    row("`Region::call`, static slice of 1,000 i64", region_s);
+    row(
+        "`Region::call`, static slice of 1,000 i64, `cache_all`",
+        region_s,
+    );
     diff(
-        "cache hit beyond `Specialized::call`, 1,000-element slice",
+        "cache hit beyond `Specialized::call`, 1,000-element slice, `cache_all`",
         region_s,
         spec_s,
     );
+    row(
+        "`Region::call`, static slice of 1,000 i64, `cache_all_unchecked`",
+        region_su,
+    );
+    diff(
+        "cache hit beyond `Specialized::call`, 1,000-element slice, `cache_all_unchecked`",
+        region_su,
+        spec_s,
+    );
+    row("miss: specialize and call (`replicate`)", miss);
+    row("miss: specialize, evict the other version, call", evict);
+    diff("eviction and reclamation beyond a miss", evict, miss);
 }

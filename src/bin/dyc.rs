@@ -13,6 +13,10 @@
 //! dyc spec FILE FN ARGS...    specialize FN on its run-time constants among ARGS, print
 //!                             the residual IR, and run it
 //! dyc run FILE FN ARGS...     interpret FN on ARGS; print the result or the error
+//! dyc stats FILE FN ARGS... [--calls N]
+//!                             call FN's region (compiled, through its entry cache) on
+//!                             ARGS N times (3); print the result and the region's
+//!                             statistics
 //! ```
 //!
 //! FILE is a region-language source (`.dyc`, `docs/language.md`) or IR text (`.ir`).
@@ -59,7 +63,7 @@ macro_rules! out_nonl {
     }};
 }
 
-const USAGE: &str = "usage: dyc check FILE | dyc ir FILE | dyc analyze FILE | dyc explain FILE FN | dyc dot FILE FN [--stage cfg|bta|rc|plan] | dyc ge FILE FN | dyc spec FILE FN ARGS... | dyc run FILE FN ARGS...\n(FILE: region source, or IR text ending in .ir)";
+const USAGE: &str = "usage: dyc check FILE | dyc ir FILE | dyc analyze FILE | dyc explain FILE FN | dyc dot FILE FN [--stage cfg|bta|rc|plan] | dyc ge FILE FN | dyc spec FILE FN ARGS... | dyc run FILE FN ARGS... | dyc stats FILE FN ARGS... [--calls N]\n(FILE: region source, or IR text ending in .ir)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -214,6 +218,54 @@ fn run(args: &[String]) -> Result<(), Failure> {
                 }
                 Err(e) => return Err(Failure::Error(e.to_string())),
             }
+        }
+        "stats" => {
+            let m = load(file)?;
+            let mut rest = rest.to_vec();
+            let calls = match rest.iter().position(|a| a == "--calls") {
+                Some(k) if k + 1 < rest.len() => {
+                    let n = rest.remove(k + 1);
+                    rest.remove(k);
+                    n.parse::<u64>()
+                        .map_err(|_| Failure::Usage(format!("--calls takes a count, not `{n}`")))?
+                }
+                Some(_) => return Err(Failure::Usage("--calls takes a count".into())),
+                None => 3,
+            };
+            let rest = &rest[..];
+            let (id, name) = function(&m, "stats", file, rest)?;
+            let mut mem = Memory::default();
+            let vals = call_args(&m, id, &name, rest, &mut mem)?;
+            let program = dyc::Program::from_module(m.clone(), Default::default())
+                .map_err(|e| Failure::Error(e.to_string()))?;
+            for (_, e) in m.externs.iter() {
+                let hosts = std::sync::Mutex::new(builtin_hosts());
+                let host = e.name.clone();
+                program
+                    .register_host(&e.name, move |a| {
+                        hosts
+                            .lock()
+                            .map_err(|_| "a host panicked".to_string())?
+                            .call(&host, a)
+                    })
+                    .map_err(|e| Failure::Error(e.to_string()))?;
+            }
+            let region = program
+                .region(&name)
+                .map_err(|e| Failure::Error(e.to_string()))?;
+            let mut last = None;
+            for _ in 0..calls {
+                let mut mem = mem.clone();
+                let r = region
+                    .call_values(&vals, &mut mem, false)
+                    .map_err(|e| Failure::Error(format!("runtime error: {e}")))?;
+                last = Some(r);
+            }
+            match last.flatten() {
+                Some(c) => out!("{c}"),
+                None => out!("()"),
+            }
+            out!("{name} ({:?}): {}", region.caching(), region.stats());
         }
         "run" => {
             let m = load(file)?;
