@@ -56,7 +56,7 @@ use dyc_stitcher::ge::StitchProgram;
 use dyc_stitcher::ge::{BudgetKind, SVal, SliceData, SpecError};
 use dyc_stitcher::runtime::cache::{self, hash_bytes, Cache};
 use dyc_stitcher::runtime::{
-    self, const_to_word, OnExceeded, RunError, Runtime, RuntimeOptions, Specialization,
+    self, const_to_word, OnExceeded, RunError, Runtime, RuntimeOptions, Specialization, Tier,
 };
 
 use crate::bta::Mode;
@@ -514,6 +514,7 @@ struct Counters {
     hits: Striped,
     misses: AtomicU64,
     specializations: AtomicU64,
+    tier_ups: AtomicU64,
     evictions: AtomicU64,
     fallbacks: AtomicU64,
     stitch_ns: AtomicU64,
@@ -556,8 +557,10 @@ pub struct RegionStats {
     pub hits: u64,
     /// Calls that did not (each specialized, or fell back to generic code).
     pub misses: u64,
-    /// Specializations made (`replicate`: one per call).
+    /// Specializations made (`replicate`: one per call; tier-ups included).
     pub specializations: u64,
+    /// Quick-tier versions specialized again in the optimizing tier once hot.
+    pub tier_ups: u64,
     /// Versions evicted to stay within the limits.
     pub evictions: u64,
     /// Calls that ran generic code because a limit or a budget was reached.
@@ -580,11 +583,12 @@ impl std::fmt::Display for RegionStats {
         };
         write!(
             f,
-            "{} calls, {} hits ({rate:.1}%), {} misses, {} specializations, {} evictions, {} fallbacks; {} versions cached, {} code bytes; stitch {:.3} ms, compile {:.3} ms",
+            "{} calls, {} hits ({rate:.1}%), {} misses, {} specializations ({} tier-ups), {} evictions, {} fallbacks; {} versions cached, {} code bytes; stitch {:.3} ms, compile {:.3} ms",
             calls,
             self.hits,
             self.misses,
             self.specializations,
+            self.tier_ups,
             self.evictions,
             self.fallbacks,
             self.versions,
@@ -764,15 +768,21 @@ impl Region {
         Ok((key, slices))
     }
 
-    /// Specializes the region on the values of its key parameters, given in order. The
-    /// result is not cached; [`Region::call`] caches.
+    /// Specializes the region on the values of its key parameters, given in order, in the
+    /// optimizing tier. The result is not cached; [`Region::call`] caches.
     pub fn specialize(&self, key_args: &[Arg]) -> Result<Specialized, Error> {
+        self.specialize_in(key_args, Tier::Optimizing)
+    }
+
+    /// [`Region::specialize`] with every unit compiled in `tier`.
+    pub fn specialize_in(&self, key_args: &[Arg], tier: Tier) -> Result<Specialized, Error> {
         let (key, slices) = self.key_of(key_args)?;
         let spec = self.program.inner.runtime.specialize(
             self.state.prog.clone(),
             key,
             slices,
             self.executor(),
+            tier,
         )?;
         let keys = &self.state.keys;
         let params = self.params();
@@ -783,6 +793,7 @@ impl Region {
         Ok(Specialized {
             spec,
             params: dynamic,
+            calls: AtomicU64::new(0),
         })
     }
 
@@ -811,6 +822,7 @@ impl Region {
         let g = Arc::new(Specialized {
             spec,
             params: self.params().to_vec(),
+            calls: AtomicU64::new(0),
         });
         Ok(self.state.generic.get_or_init(|| g).clone())
     }
@@ -866,6 +878,11 @@ impl Region {
             if let Some(v) = st.cache.get(key.as_slice(), now, &guard) {
                 if !st.caching.checked() || self.fits(v, args) {
                     st.counters.hits.bump();
+                    if let Version::Spec(quick) = v {
+                        if quick.tier() == Tier::Quick && self.hot(quick) {
+                            return self.tier_up(quick, key.as_slice(), args, &guard);
+                        }
+                    }
                     return self.run(v, args);
                 }
             }
@@ -913,11 +930,7 @@ impl Region {
         let st = &*self.state;
         let inner = &*self.program.inner;
         let limits = inner.runtime.options().limits;
-        let stripe = match st.caching {
-            Caching::One | Caching::OneUnchecked => 0,
-            _ => cache::stripe_of(key, STRIPES),
-        };
-        let _stitching = (st.caching != Caching::Replicate).then(|| st.stitching[stripe].lock());
+        let _stitching = (st.caching != Caching::Replicate).then(|| self.stitching(key).lock());
         if st.caching != Caching::Replicate {
             let now = 2 * inner.tick.load(Ordering::Relaxed) + 1;
             if let Some(v) = st.cache.get(key, now, guard) {
@@ -930,7 +943,7 @@ impl Region {
             }
         }
         let key_args: Vec<Arg> = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
-        let version = match self.specialize(&key_args) {
+        let version = match self.specialize_in(&key_args, inner.runtime.options().tiers.first) {
             Ok(s) => {
                 let c = &st.counters;
                 c.specializations.fetch_add(1, Ordering::Relaxed);
@@ -971,6 +984,67 @@ impl Region {
         }
     }
 
+    /// The lock misses (and tier-ups) on `key` take.
+    fn stitching(&self, key: &[u64]) -> &Mutex<()> {
+        let stripe = match self.state.caching {
+            Caching::One | Caching::OneUnchecked => 0,
+            _ => cache::stripe_of(key, STRIPES),
+        };
+        &self.state.stitching[stripe]
+    }
+
+    /// Counts a call of quick-tier version `v`; true for the one call that makes it hot.
+    fn hot(&self, v: &Specialized) -> bool {
+        let hot = self.program.inner.runtime.options().tiers.hot_calls;
+        v.calls.fetch_add(1, Ordering::Relaxed) + 1 == hot
+    }
+
+    /// Specializes `quick`'s key again in the optimizing tier, replaces `quick` in the
+    /// cache (it is freed once no call still runs it) and runs the call; if that fails,
+    /// `quick` goes on serving.
+    fn tier_up(
+        &self,
+        quick: &Arc<Specialized>,
+        key: &[u64],
+        args: &mut [Arg],
+        guard: &Guard,
+    ) -> Result<Option<Const>, Error> {
+        let st = &*self.state;
+        let _stitching = self.stitching(key).lock();
+        let key_args: Vec<Arg> = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
+        let optimized = match self.specialize_in(&key_args, Tier::Optimizing) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(region = %self.name(), error = %e, "tier-up failed");
+                return quick.call_skipping(args, &st.keys);
+            }
+        };
+        let c = &st.counters;
+        c.specializations.fetch_add(1, Ordering::Relaxed);
+        c.tier_ups.fetch_add(1, Ordering::Relaxed);
+        c.stitch_ns
+            .fetch_add(optimized.stats().stitch_ns, Ordering::Relaxed);
+        c.compile_ns
+            .fetch_add(optimized.stats().compile_ns, Ordering::Relaxed);
+        tracing::debug!(region = %self.name(), code_bytes = optimized.code_bytes(), "tiered up");
+        // Replace the version only if it is still `quick` (eviction may have come first).
+        let still = {
+            let now = 2 * self.program.inner.tick.load(Ordering::Relaxed) + 1;
+            matches!(st.cache.get(key, now, guard), Some(Version::Spec(v)) if Arc::ptr_eq(v, quick))
+        };
+        if !still {
+            return optimized.call_skipping(args, &st.keys);
+        }
+        st.cache.remove(key, guard);
+        match self
+            .program
+            .cache_version(st, key, Version::Spec(Arc::new(optimized)), guard)
+        {
+            Ok(v) => self.run(v, args),
+            Err(v) => self.run(&v, args),
+        }
+    }
+
     /// The region's name.
     pub fn name(&self) -> &str {
         &self.program.inner.module.funcs[self.state.id].name
@@ -990,6 +1064,7 @@ impl Region {
             hits: c.hits.sum(),
             misses: c.misses.load(Ordering::Relaxed),
             specializations: c.specializations.load(Ordering::Relaxed),
+            tier_ups: c.tier_ups.load(Ordering::Relaxed),
             evictions: c.evictions.load(Ordering::Relaxed),
             fallbacks: c.fallbacks.load(Ordering::Relaxed),
             stitch_ns: c.stitch_ns.load(Ordering::Relaxed),
@@ -1100,9 +1175,16 @@ fn reborrow<'b>(a: &'b Arg) -> Arg<'b> {
 pub struct Specialized {
     spec: Specialization,
     params: Vec<Type>,
+    /// Calls through a region entry's cache, counted while in the quick tier.
+    calls: AtomicU64,
 }
 
 impl Specialized {
+    /// The tier its code is compiled in.
+    pub fn tier(&self) -> Tier {
+        self.spec.tier()
+    }
+
     /// Types of the arguments [`Specialized::call`] takes.
     pub fn params(&self) -> &[Type] {
         &self.params
@@ -1258,6 +1340,20 @@ pub(crate) mod tests {
                 max_blocks: 300,
                 max_ops: 20_000,
                 max_units: 50,
+            },
+            // Budget errors are compared out, not run as generic code.
+            limits: runtime::Limits {
+                on_exceeded: OnExceeded::Error,
+                ..runtime::Limits::default()
+            },
+            // Half the modules specialize in the quick tier, moving up after a few calls.
+            tiers: runtime::Tiers {
+                first: if rng.chance(50) {
+                    Tier::Quick
+                } else {
+                    Tier::Optimizing
+                },
+                hot_calls: 3,
             },
             ..RuntimeOptions::default()
         };

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use dyc::interp::{parse_args, ErrorKind, Interpreter, Memory, Val};
 use dyc::ir::{Const, Module, Scalar};
-use dyc::{Arg, Error, Limits, OnExceeded, Program, RuntimeOptions};
+use dyc::{Arg, Error, Limits, OnExceeded, Program, RuntimeOptions, Tier, Tiers};
 
 /// Typed Rust storage for a slice argument.
 enum Storage {
@@ -167,25 +167,36 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
         let Ok(m) = dyc::lang::compile("t.dyc", &src) else {
             continue;
         };
-        let p = Program::from_module(m.clone(), options()).expect("program");
-        jit_hosts(&p);
-        for call in common::directive(&src, "//", "run:") {
-            let (name, rest) = call.split_once('(').expect("run line");
-            let args_text = rest.strip_suffix(')').expect("run line");
-            let Some((expected, spec, generic)) = compare(&m, &p, name.trim(), args_text) else {
-                continue;
-            };
-            compared += 1;
-            if spec != expected || generic != expected {
-                failures.push(format!(
-                    "{}: {call}\n  interpreter: {expected}\n  specialized: {spec}\n  generic:     {generic}",
-                    path.display()
-                ));
+        // Both tiers: specializations in the optimizing tier, and in the quick tier.
+        let quick = RuntimeOptions {
+            tiers: Tiers {
+                first: Tier::Quick,
+                hot_calls: u64::MAX,
+            },
+            ..options()
+        };
+        for (tier, opts) in [("optimizing", options()), ("quick", quick)] {
+            let p = Program::from_module(m.clone(), opts).expect("program");
+            jit_hosts(&p);
+            for call in common::directive(&src, "//", "run:") {
+                let (name, rest) = call.split_once('(').expect("run line");
+                let args_text = rest.strip_suffix(')').expect("run line");
+                let Some((expected, spec, generic)) = compare(&m, &p, name.trim(), args_text)
+                else {
+                    continue;
+                };
+                compared += 1;
+                if spec != expected || generic != expected {
+                    failures.push(format!(
+                        "{}: {call} ({tier} tier)\n  interpreter: {expected}\n  specialized: {spec}\n  generic:     {generic}",
+                        path.display()
+                    ));
+                }
             }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert!(compared >= 80, "only {compared} runs compared");
+    assert!(compared >= 160, "only {compared} runs compared");
 }
 
 #[test]

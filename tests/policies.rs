@@ -2,7 +2,7 @@
 //! their observable behaviour: results, versions kept, specializations made, hits,
 //! evictions and fallbacks (see `docs/language.md`, "Policies").
 
-use dyc::{Arg, Caching, Limits, Program, RuntimeOptions};
+use dyc::{Arg, Caching, Limits, Program, RuntimeOptions, Tier, Tiers};
 
 /// `f(k, x) = k * 1000 + x`, specialized on `k`, with the caching policy `policy`.
 fn keyed(policy: &str) -> Program {
@@ -209,4 +209,44 @@ fn cached_code_stays_within_the_byte_limit() {
     let s = p.region("sum").unwrap().stats();
     assert_eq!(s.versions, 2, "{s}");
     assert_eq!(s.evictions, 18, "{s}");
+}
+
+#[test]
+fn quick_tier_versions_move_to_the_optimizing_tier_once_hot() {
+    let src = "fn f(k: i64, x: i64) -> i64 { make_static(k); var s = 0; var i = 0; while i < k { s = s + x * i; i += 1; } return s; }";
+    let opts = RuntimeOptions {
+        tiers: Tiers {
+            first: Tier::Quick,
+            hot_calls: 3,
+        },
+        ..RuntimeOptions::default()
+    };
+    let p = Program::compile_with("tiers.dyc", src, opts).expect("compiles");
+    let f = p.region("f").unwrap();
+    let expect = |k: i64, x: i64| (0..k).map(|i| x * i).sum::<i64>();
+    for n in 0..6 {
+        for k in [4, 9] {
+            assert_eq!(call(&p, k, n), expect(k, n));
+        }
+    }
+    // Per key: a miss (quick), hits; the third hit tiers up.
+    let s = f.stats();
+    assert_eq!(
+        (s.specializations, s.tier_ups, s.versions),
+        (4, 2, 2),
+        "{s}"
+    );
+    // Both tiers agree on every key.
+    let quick = f.specialize_in(&[Arg::from(7i64)], Tier::Quick).unwrap();
+    let optimizing = f.specialize(&[Arg::from(7i64)]).unwrap();
+    assert_eq!(
+        (quick.tier(), optimizing.tier()),
+        (Tier::Quick, Tier::Optimizing)
+    );
+    for x in -3..3i64 {
+        let q = quick.call(&mut [Arg::from(x)]).unwrap();
+        let o = optimizing.call(&mut [Arg::from(x)]).unwrap();
+        assert_eq!(q, o);
+        assert_eq!(q.and_then(|c| c.as_i64()), Some(expect(7, x)));
+    }
 }

@@ -94,6 +94,39 @@ pub struct RuntimeOptions {
     pub executor: ExecutorKind,
     /// Bounds on what the caches of region entries keep.
     pub limits: Limits,
+    /// The tier new specializations of region entries start in, and when they move up.
+    pub tiers: Tiers,
+}
+
+/// A code-generation tier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Tier {
+    /// Cranelift at `opt_level` `none` with its single-pass register allocator: about
+    /// half the compile time, slower code.
+    Quick,
+    /// Cranelift at `opt_level` `speed` with its backtracking register allocator.
+    #[default]
+    Optimizing,
+}
+
+/// Tiering of region-entry specializations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tiers {
+    /// The tier a region entry's new specialization is compiled in (default
+    /// [`Tier::Optimizing`]: no tiering).
+    pub first: Tier,
+    /// A version of the [`Tier::Quick`] tier is specialized again in the optimizing tier,
+    /// and replaces it in the cache, at its entry after this many calls (default 1,000).
+    pub hot_calls: u64,
+}
+
+impl Default for Tiers {
+    fn default() -> Tiers {
+        Tiers {
+            first: Tier::Optimizing,
+            hot_calls: 1_000,
+        }
+    }
 }
 
 /// What to do when a specialization exceeds its [`Budget`] or a region entry has reached
@@ -148,6 +181,7 @@ impl Default for RuntimeOptions {
             budget: Budget::default(),
             executor: ExecutorKind::default(),
             limits: Limits::default(),
+            tiers: Tiers::default(),
         }
     }
 }
@@ -214,6 +248,8 @@ pub(crate) struct Shared {
     isa: OwnedTargetIsa,
     /// The same target with the linear-time register allocator, for large units.
     large_isa: OwnedTargetIsa,
+    /// The same target for [`Tier::Quick`]: no optimization, single-pass allocation.
+    quick_isa: OwnedTargetIsa,
     pub(crate) hosts: HostTable,
     generic: Vec<Arc<StitchProgram>>,
     /// Symbols code regions import: the helpers, and `dyc_generic_{i}` for the generic
@@ -240,17 +276,17 @@ fn generic_symbol(i: u32) -> String {
 }
 
 /// Defines function `id` from `cctx` in `module` (of `region`), counting its code bytes.
-/// With `large_isa`, a unit of more than [`LARGE_UNIT_BLOCKS`] blocks is compiled with it
-/// (the same target, the linear-time register allocator) and defined from its bytes, as
+/// With `isa`, the function is compiled with it (the same target with other flags: the
+/// linear-time register allocator, or the quick tier) and defined from its bytes, as
 /// `JITModule::define_function` does with the module's own ISA.
 pub(crate) fn define_function(
     region: &CodeRegion,
     module: &mut JITModule,
     id: FuncId,
     cctx: &mut ClifContext,
-    large_isa: Option<&dyn TargetIsa>,
+    isa: Option<&dyn TargetIsa>,
 ) -> Result<(), RuntimeError> {
-    match large_isa.filter(|_| cctx.func.dfg.num_blocks() > LARGE_UNIT_BLOCKS) {
+    match isa {
         Some(isa) => {
             cctx.compile(isa, &mut Default::default())
                 .map_err(|e| RuntimeError::Jit(format!("{:?}", e.inner)))?;
@@ -480,7 +516,14 @@ impl Shared {
             *out = cctx.func.display().to_string();
         }
         let t1 = std::time::Instant::now();
-        define_function(region, module, id, &mut cctx, Some(&*self.large_isa))?;
+        // The quick tier's ISA for its specializations; the linear-time allocator for
+        // large units (more than [`LARGE_UNIT_BLOCKS`] blocks) of the optimizing tier.
+        let isa: Option<&dyn TargetIsa> = match input.spec.map(|s| s.tier) {
+            Some(Tier::Quick) => Some(&*self.quick_isa),
+            _ if cctx.func.dfg.num_blocks() > LARGE_UNIT_BLOCKS => Some(&*self.large_isa),
+            _ => None,
+        };
+        define_function(region, module, id, &mut cctx, isa)?;
         stats.compile_ns = t1.elapsed().as_nanos() as u64;
         Ok(stats)
     }
@@ -521,6 +564,11 @@ impl Runtime {
     fn build(generic: Vec<StitchProgram>, opts: RuntimeOptions) -> Result<Runtime, RuntimeError> {
         let isa = host_isa(opts.jit).map_err(|e| RuntimeError::Jit(e.to_string()))?;
         let large_isa = large_unit_isa(opts.jit).map_err(|e| RuntimeError::Jit(e.to_string()))?;
+        let quick_isa = large_unit_isa(JitOptions {
+            optimize: false,
+            ..opts.jit
+        })
+        .map_err(|e| RuntimeError::Jit(e.to_string()))?;
         let hosts = HostTable::new(
             generic
                 .first()
@@ -546,6 +594,7 @@ impl Runtime {
             opts,
             isa,
             large_isa,
+            quick_isa,
             hosts,
             generic: generic.clone(),
             symbols: Arc::new(HashMap::new()),
@@ -621,16 +670,18 @@ impl Runtime {
 
     /// Specializes `prog` (a specializing program of this runtime's module) on the static
     /// values of its key parameters: `key[i]` for `prog.key_params[i]`, with the contents
-    /// of static slices in `slices[k]` (by parameter position).
+    /// of static slices in `slices[k]` (by parameter position); every unit of it is
+    /// stitched by `executor` and compiled in `tier`.
     pub fn specialize(
         &self,
         prog: Arc<StitchProgram>,
         key: Vec<SVal>,
         slices: Vec<Option<SliceData>>,
         executor: ExecutorKind,
+        tier: Tier,
     ) -> Result<Specialization, RuntimeError> {
         guarded("specializing", || {
-            self.specialize_unguarded(prog, key, slices, executor, None)
+            self.specialize_unguarded(prog, key, slices, executor, tier, None)
         })
     }
 
@@ -646,7 +697,14 @@ impl Runtime {
     ) -> Result<String, RuntimeError> {
         let mut text = String::new();
         guarded("specializing", || {
-            self.specialize_unguarded(prog, key, slices, executor, Some(&mut text))
+            self.specialize_unguarded(
+                prog,
+                key,
+                slices,
+                executor,
+                Tier::Optimizing,
+                Some(&mut text),
+            )
         })?;
         Ok(text)
     }
@@ -657,9 +715,10 @@ impl Runtime {
         key: Vec<SVal>,
         slices: Vec<Option<SliceData>>,
         executor: ExecutorKind,
+        tier: Tier,
         ir_text: Option<&mut String>,
     ) -> Result<Specialization, RuntimeError> {
-        let state = SpecState::new(&self.shared, prog.clone(), slices, executor);
+        let state = SpecState::new(&self.shared, prog.clone(), slices, executor, tier);
         let inputs = prog.blocks[prog.entry].input_types();
         let (entry, stats) = state.region.with_module(|module| {
             let unit = module
@@ -706,7 +765,13 @@ impl Runtime {
             .ok_or_else(|| RuntimeError::Arguments(format!("no function {index}")))?;
         guarded("making an entry", || {
             let executor = self.shared.opts.executor;
-            let state = SpecState::new(&self.shared, prog.clone(), Vec::new(), executor);
+            let state = SpecState::new(
+                &self.shared,
+                prog.clone(),
+                Vec::new(),
+                executor,
+                Tier::Optimizing,
+            );
             let entry = *self
                 .shared
                 .symbols
@@ -748,6 +813,8 @@ pub(crate) struct SpecState {
     lazy_fault: u64,
     /// The executor of this specialization's units.
     executor: ExecutorKind,
+    /// The tier every unit of this specialization is compiled in.
+    tier: Tier,
 }
 
 impl SpecState {
@@ -756,6 +823,7 @@ impl SpecState {
         prog: Arc<StitchProgram>,
         slices: Vec<Option<SliceData>>,
         executor: ExecutorKind,
+        tier: Tier,
     ) -> SpecState {
         let storage = slices
             .iter()
@@ -786,6 +854,7 @@ impl SpecState {
             lazy_stats: Mutex::new(UnitStats::default()),
             lazy_fault,
             executor,
+            tier,
         }
     }
 
@@ -942,6 +1011,11 @@ pub struct Specialization {
 }
 
 impl Specialization {
+    /// The tier its code is compiled in.
+    pub fn tier(&self) -> Tier {
+        self.state.tier
+    }
+
     /// Bytes of machine code this specialization owns so far (entry unit and the
     /// continuations stitched lazily; the entry wrapper is the runtime's).
     pub fn code_bytes(&self) -> usize {
