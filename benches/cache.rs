@@ -132,7 +132,7 @@ fn main() {
         })
     };
     let region_s = slice_call(&slice);
-    let slice_unchecked = region("slice_unchecked");
+    let slice_unchecked = p.region("slice_unchecked").expect("region");
     let region_su = slice_call(&slice_unchecked);
     // Misses: a specialization per call, then one that also evicts a version.
     let replicate = p.region("replicate").expect("region");

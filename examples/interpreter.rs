@@ -11,14 +11,16 @@
 //!   from replacing the loops by closed forms, which no interpreter could match),
 //!
 //! then the speedups, and what each program cost to compile: specialization time and CLIF
-//! instructions beside the hand translation's. Timings are the median of several runs
-//! in one process, side by side.
+//! instructions beside the hand translation's; last, the two tiers side by side (the
+//! quick first tier against the optimizing tier: specialization time per generated
+//! instruction and code speed). Timings are the median of several runs in one process,
+//! side by side.
 //!
 //! Run with `cargo run --release --example interpreter`.
 
 use std::time::Instant;
 
-use dyc::{Arg, Program, RuntimeOptions};
+use dyc::{Arg, Program, RuntimeOptions, Specialized, Tier};
 
 #[path = "../benches/bytecode.rs"]
 mod bytecode;
@@ -68,6 +70,7 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let (mut vs_interp, mut vs_hand, mut vs_rust) = (Vec::new(), Vec::new(), Vec::new());
     let mut costs = Vec::new();
+    let mut tiers = Vec::new();
     for b in benches() {
         let code = &b.code;
         let mem = std::cell::RefCell::new(vec![0i64; b.mem.max(1)]);
@@ -100,6 +103,21 @@ fn main() {
                 .and_then(|c| c.as_i64())
                 .expect("i64")
         });
+        // The quick tier on the same program.
+        let t = Instant::now();
+        let quick = region
+            .specialize_in(&[Arg::from(&code[..])], Tier::Quick)
+            .expect("specializes");
+        let t_quick_spec = t.elapsed().as_secs_f64();
+        let (r_quick, t_quick) = time(runs, reset, || {
+            let mut mem = mem.borrow_mut();
+            let mut args = [Arg::from(b.n), Arg::from(&mut mem[..])];
+            quick
+                .call(&mut args)
+                .expect("runs")
+                .and_then(|c| c.as_i64())
+                .expect("i64")
+        });
         let translated = hand::compile(code);
         let (r_hand, t_hand) = time(runs, reset, || {
             translated
@@ -110,6 +128,7 @@ fn main() {
         for (what, r) in [
             ("generic code", r_generic),
             ("specialized code", r_spec),
+            ("quick-tier code", r_quick),
             ("the hand translation", r_hand),
             ("the hand-written version", r_native),
         ] {
@@ -133,11 +152,14 @@ fn main() {
         vs_hand.push(t_hand / t_specialized);
         vs_rust.push(t_native / t_specialized);
         // Units stitched at promotions while the program ran count too.
-        let (units, lazy) = spec.lazy_stats();
-        let mut st = spec.stats();
-        st.add(&lazy);
-        let t_spec = t_spec + (lazy.stitch_ns + lazy.compile_ns) as f64 * 1e-9;
-        costs.push((b.name, code.len() / 4, 1 + units, st, t_spec, translated));
+        let (units, st, t_spec) = with_lazy(&spec, t_spec);
+        let (_, st_quick, t_quick_spec) = with_lazy(&quick, t_quick_spec);
+        tiers.push((
+            b.name,
+            (st, t_spec, t_specialized),
+            (st_quick, t_quick_spec, t_quick),
+        ));
+        costs.push((b.name, code.len() / 4, units, st, t_spec, translated));
     }
     println!(
         "\nGeometric means of specialized code's speedup: {:.1}x over the Rust interpreter, {:.2}x over the hand translation, {:.2}x over hand-written Rust (above 1 is faster).",
@@ -179,4 +201,45 @@ fn main() {
     println!(
         "\nSpecialization cost per generated Cranelift instruction (mean over programs): {stitch:.0} ns stitching + {compile:.0} ns Cranelift compilation"
     );
+    println!(
+        "\nThe two tiers (specialization includes the units promotions stitched while the code ran; ns per generated Cranelift instruction in parentheses):\n"
+    );
+    println!(
+        "| program | optimizing: specialization | quick: specialization | compile speedup | optimizing: code | quick: code | quick code slowdown |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let (mut speedups, mut slowdowns) = (Vec::new(), Vec::new());
+    for (name, (st_o, spec_o, run_o), (st_q, spec_q, run_q)) in &tiers {
+        println!(
+            "| {name} | {} ({:.0}) | {} ({:.0}) | {:.2}x | {} | {} | {:.2}x |",
+            ms(*spec_o),
+            spec_o * 1e9 / st_o.insts as f64,
+            ms(*spec_q),
+            spec_q * 1e9 / st_q.insts as f64,
+            spec_o / spec_q,
+            ms(*run_o),
+            ms(*run_q),
+            run_q / run_o,
+        );
+        speedups.push(spec_o / spec_q);
+        slowdowns.push(run_q / run_o);
+    }
+    println!(
+        "\nGeometric means: the quick tier specializes {:.2}x faster and its code runs {:.2}x slower than the optimizing tier's.",
+        geomean(&speedups),
+        geomean(&slowdowns)
+    );
+}
+
+/// Units, cost and time of a specialization, the units promotions stitched while it ran
+/// included.
+fn with_lazy(spec: &Specialized, t_spec: f64) -> (usize, dyc_stitcher::runtime::UnitStats, f64) {
+    let (units, lazy) = spec.lazy_stats();
+    let mut st = spec.stats();
+    st.add(&lazy);
+    (
+        1 + units,
+        st,
+        t_spec + (lazy.stitch_ns + lazy.compile_ns) as f64 * 1e-9,
+    )
 }

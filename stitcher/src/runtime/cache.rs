@@ -47,6 +47,7 @@ impl Key {
         }
     }
 
+    #[inline]
     fn words(&self) -> &[u64] {
         match self {
             Key::Inline(n, a) => &a[..*n as usize],
@@ -203,6 +204,13 @@ fn unlink<V>(front: &[AtomicPtr<Entry<V>>], e: *mut Entry<V>) {
     }
 }
 
+/// Whether two keys are equal, compared inline (slice equality calls `memcmp`, which
+/// costs more than the compare for keys of a few words).
+#[inline]
+fn same_words(a: &[u64], b: &[u64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
 /// A stripe in `0..n` (a power of two) for a key, such as the lock a miss on it takes.
 pub fn stripe_of(key: &[u64], n: usize) -> usize {
     front_slot(key) & (n - 1)
@@ -231,7 +239,7 @@ impl<V> Cache<V> {
             // `e` (loaded while pinned) is alive for the guard's lifetime. The Acquire load
             // pairs with the Release store that published the entry.
             let e = unsafe { &*e };
-            if e.key.words() == key {
+            if same_words(e.key.words(), key) {
                 return Some(e);
             }
         }
