@@ -13,7 +13,7 @@
 //!    static operands becoming holes) or a lift (`make_dynamic`); branches become static or
 //!    dynamic terminators.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use cranelift_entity::PrimaryMap;
 use dyc_stitcher::ge::{
@@ -24,9 +24,11 @@ use dyc_templates::template::TOp;
 
 use crate::analysis::cfg::ControlFlowGraph;
 use crate::analysis::liveness::Liveness;
+use crate::analysis::loops::LoopForest;
 use crate::bta::{self, Bta, BtaError, Mode};
 use crate::ir::{
-    Block, BlockCall, Callee, Const, FuncId, Function, Inst, InstData, Module, Scalar, Value,
+    Block, BlockCall, Callee, Const, FuncId, Function, Inst, InstData, Module, Policy, PolicyGroup,
+    Scalar, Value,
 };
 use crate::reducify::ReducifyError;
 
@@ -86,6 +88,76 @@ impl std::fmt::Display for GeError {
 /// Builds the stitch program of function `id` of `m` (a verified module). The function
 /// after splitting is verified (in debug builds) and the stitch program checked before it
 /// is returned.
+/// The region's laziness policy: that of the first `make_static` (in layout order) that
+/// gives one; `eager` by default.
+fn laziness(f: &Function) -> Policy {
+    for &b in f.layout.blocks() {
+        for &i in f.layout.block_insts(b) {
+            if let InstData::MakeStatic { policies, .. } = &f.insts[i] {
+                if let Some(p) = policies.get(PolicyGroup::Laziness) {
+                    return p;
+                }
+            }
+        }
+    }
+    Policy::Eager
+}
+
+/// The blocks dynamic branches enter lazily ([`dyc_stitcher::ge::BlockData::lazy`]), as
+/// the region's laziness policy says (DyC's):
+/// - `lazy`: every successor of a dynamic branch;
+/// - `specialize_lazy`: successors of dynamic branches that are specialization points
+///   (merges with a static parameter, whose values may differ by path);
+/// - `loop_specialize_lazy`: those of them that head a loop (the next iteration of a loop
+///   unrolled on values known only once the previous one has run);
+/// - `eager` and `promote_lazy`: none (promotions are always stitched lazily).
+///
+/// The entry block and promotion blocks are never marked (one is the unit's start, the
+/// other is lazy already); generic code has no lazy blocks.
+fn lazy_blocks(f: &Function, cfg: &ControlFlowGraph, bta: &Bta, mode: Mode) -> HashSet<Block> {
+    let policy = laziness(f);
+    let mut lazy = HashSet::new();
+    if mode != Mode::Specialize || matches!(policy, Policy::Eager | Policy::PromoteLazy) {
+        return lazy;
+    }
+    let loops = (policy == Policy::LoopSpecializeLazy).then(|| LoopForest::compute(cfg));
+    let special =
+        |s: Block| cfg.preds(s).count() >= 2 && f.block_params(s).iter().any(|&p| bta.is_static(p));
+    let entry = f.layout.entry_block();
+    for &b in f.layout.blocks() {
+        let Some(t) = f.terminator(b) else { continue };
+        let dynamic = match &f.insts[t] {
+            InstData::Brif { cond, .. } => !bta.is_static(*cond),
+            InstData::Switch { arg, .. } => !bta.is_static(*arg),
+            _ => false,
+        };
+        if !dynamic {
+            continue;
+        }
+        for s in f.successors(b) {
+            let wanted = match policy {
+                Policy::Lazy => true,
+                Policy::SpecializeLazy => special(s),
+                _ => {
+                    special(s)
+                        && loops
+                            .as_ref()
+                            .is_some_and(|l| l.loops.iter().any(|lp| lp.header == s))
+                }
+            };
+            let promotes = f
+                .layout
+                .block_insts(s)
+                .first()
+                .is_some_and(|&i| bta.is_promotion(i));
+            if wanted && Some(s) != entry && !promotes {
+                lazy.insert(s);
+            }
+        }
+    }
+    lazy
+}
+
 pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, GeError> {
     let mut orig = &m.funcs[id];
     // Specialization follows the plan of the static transform, which needs single-entry
@@ -150,6 +222,7 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
         block: ids[&c.block],
         args: c.args.iter().map(|&a| operand(a)).collect(),
     };
+    let lazy = lazy_blocks(&f, &cfg, &bta, mode);
     let mut blocks = PrimaryMap::new();
     for &b in f.layout.blocks() {
         let params: Vec<Value> = f.block_params(b).to_vec();
@@ -369,6 +442,7 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
             dyn_live_in,
             ops,
             term,
+            lazy: lazy.contains(&b),
         });
     }
     let header = ProgramHeader {

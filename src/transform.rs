@@ -188,6 +188,8 @@ fn roots(p: &StitchProgram, s: &Shape, g: &Graph) -> (Vec<Option<RootKind>>, Vec
         }
         if !d.promote.is_empty() {
             kind[i] = Some(RootKind::Promotion);
+        } else if d.lazy {
+            kind[i] = Some(RootKind::Lazy);
         } else if s.in_degree[i] >= 2 && d.params.iter().any(|p| matches!(p, Param::Static(_))) {
             kind[i] = Some(RootKind::Special);
         }

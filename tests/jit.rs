@@ -161,12 +161,36 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
     let mut files = common::files(&root.join("tests/lang"), "dyc");
     files.extend(common::files(&root.join("examples"), "dyc"));
     let mut compared = 0;
+    let mut lazy_compared = 0;
     let mut failures = Vec::new();
     for path in files {
         let src = std::fs::read_to_string(&path).expect("readable");
         let Ok(m) = dyc::lang::compile("t.dyc", &src) else {
             continue;
         };
+        // The same program with every dynamic branch entered lazily, when its first
+        // annotation gives no policy (the region's laziness is the first one given).
+        if let Some(lazy) = lazy_variant(&src) {
+            if let Ok(lm) = dyc::lang::compile("t.dyc", &lazy) {
+                let p = Program::from_module(lm.clone(), options()).expect("program");
+                jit_hosts(&p);
+                for call in common::directive(&src, "//", "run:") {
+                    let (name, rest) = call.split_once('(').expect("run line");
+                    let args_text = rest.strip_suffix(')').expect("run line");
+                    let Some((expected, spec, generic)) = compare(&lm, &p, name.trim(), args_text)
+                    else {
+                        continue;
+                    };
+                    lazy_compared += 1;
+                    if spec != expected || generic != expected {
+                        failures.push(format!(
+                            "{}: {call} (lazy)\n  interpreter: {expected}\n  specialized: {spec}\n  generic:     {generic}",
+                            path.display()
+                        ));
+                    }
+                }
+            }
+        }
         // Both tiers: specializations in the optimizing tier, and in the quick tier.
         let quick = RuntimeOptions {
             tiers: Tiers {
@@ -197,6 +221,20 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(compared >= 160, "only {compared} runs compared");
+    assert!(
+        lazy_compared >= 15,
+        "only {lazy_compared} lazy runs compared"
+    );
+}
+
+/// `src` with `: lazy` added to its first `make_static`, if that gives no policy.
+fn lazy_variant(src: &str) -> Option<String> {
+    let at = src.find("make_static(")?;
+    let close = at + src[at..].find(')')?;
+    if src[at..close].contains(':') {
+        return None;
+    }
+    Some(format!("{}: lazy{}", &src[..close], &src[close..]))
 }
 
 #[test]

@@ -250,3 +250,82 @@ fn quick_tier_versions_move_to_the_optimizing_tier_once_hot() {
         assert_eq!(q.and_then(|c| c.as_i64()), Some(expect(7, x)));
     }
 }
+
+/// `f(k, x)` with a dynamic branch on `x`, stitched with laziness policy `policy`.
+fn branchy(policy: &str) -> Program {
+    Program::compile(&format!(
+        "fn f(k: i64, x: i64) -> i64 {{
+            make_static(k{policy});
+            var r = 0;
+            if x > 0 {{ r = k * x + 1; }} else {{ r = k - x; }}
+            return r + k;
+        }}"
+    ))
+    .expect("compiles")
+}
+
+#[test]
+fn a_lazy_successor_is_stitched_the_first_time_it_runs_and_never_if_never_taken() {
+    let eager = branchy("");
+    let lazy = branchy(": lazy");
+    let spec = |p: &Program| {
+        p.region("f")
+            .unwrap()
+            .specialize(&[Arg::from(5i64)])
+            .unwrap()
+    };
+    let (e, l) = (spec(&eager), spec(&lazy));
+    let run = |s: &dyc::Specialized, x: i64| {
+        s.call(&mut [Arg::from(x)])
+            .unwrap()
+            .and_then(|c| c.as_i64())
+            .unwrap()
+    };
+    // Eager: both arms in the entry unit; lazy: neither, until taken.
+    assert!(
+        l.stats().blocks < e.stats().blocks,
+        "{:?} / {:?}",
+        l.stats(),
+        e.stats()
+    );
+    for x in [3, 4, 5] {
+        assert_eq!(run(&l, x), 5 * x + 1 + 5);
+        assert_eq!(run(&e, x), 5 * x + 1 + 5);
+    }
+    // The then arm was stitched once, as a unit of its own; the else arm never ran.
+    assert_eq!(l.lazy_stats().0, 1);
+    assert_eq!(e.lazy_stats().0, 0);
+    assert_eq!(run(&l, -2), 5 + 2 + 5);
+    assert_eq!(l.lazy_stats().0, 2);
+    for x in [-7, 7] {
+        run(&l, x);
+    }
+    assert_eq!(l.lazy_stats().0, 2, "each arm is stitched once");
+}
+
+#[test]
+fn lazy_arms_stitched_from_many_threads_are_stitched_once() {
+    let p = branchy(": lazy");
+    let s = p
+        .region("f")
+        .unwrap()
+        .specialize(&[Arg::from(3i64)])
+        .unwrap();
+    std::thread::scope(|scope| {
+        for t in 0..4i64 {
+            let s = &s;
+            scope.spawn(move || {
+                for x in -50..50i64 {
+                    let x = x * (t + 1);
+                    let want = if x > 0 { 3 * x + 1 } else { 3 - x } + 3;
+                    let got = s
+                        .call(&mut [Arg::from(x)])
+                        .unwrap()
+                        .and_then(|c| c.as_i64());
+                    assert_eq!(got, Some(want));
+                }
+            });
+        }
+    });
+    assert_eq!(s.lazy_stats().0, 2);
+}

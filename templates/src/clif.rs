@@ -547,10 +547,15 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
             other => panic!("not a slice: {other:?}"),
         };
         let size = elem_size(elem);
+        // A constant index becomes an immediate offset, up to 1 GiB: Cranelift folds the
+        // offset of an access to a stack slot (a local array) into the slot's frame offset,
+        // which must stay below 2 GiB, and an index that large is out of bounds of any array
+        // (its access faults first; the quick tier still lowers it).
         let offset = match i {
             CVal::Val(v, t) => self
                 .iconst_of(v, t)
                 .and_then(|k| k.checked_mul(size))
+                .filter(|o| (0..=1 << 30).contains(o))
                 .and_then(|o| i32::try_from(o).ok()),
             _ => None,
         };
@@ -886,9 +891,14 @@ impl Backend for ClifEmitter<'_, '_> {
         for &v in live {
             args.extend(self.words(v));
         }
-        // Fast path: the site's inline cache, for one promoted value.
-        if let (Some(table), [w]) = (self.hooks.inline_cache(site), words.as_slice()) {
-            let w = *w;
+        // Fast path: the site's inline cache, for one promoted value or none (a lazy block:
+        // its one slot, keyed by 0, is patched once the continuation is stitched).
+        let table = self.hooks.inline_cache(site).filter(|_| words.len() <= 1);
+        if let Some(table) = table {
+            let w = match words.as_slice() {
+                [w] => *w,
+                _ => self.b.ins().iconst(types::I64, 0),
+            };
             let h = self.b.ins().imul_imm_s(w, CACHE_HASH as i64);
             let slot = self.b.ins().ushr_imm_u(h, CACHE_SHIFT);
             let off = self.b.ins().ishl_imm_u(slot, 3);

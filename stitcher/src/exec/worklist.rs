@@ -230,6 +230,16 @@ impl<'a, E: Emitter> Spec<'a, E> {
         Ok(res)
     }
 
+    /// The copy of `b` for static values `key` this unit has made, if any (a lookup that
+    /// creates nothing).
+    fn made(&mut self, b: Block, key: &[SVal]) -> Option<E::Block> {
+        self.lookups += 1;
+        self.probe.clear();
+        self.probe.push((BLOCK_TAG, u64::from(b.as_u32())));
+        self.probe.extend(key.iter().map(SVal::key_bits));
+        self.memo.get(self.probe.as_slice()).copied()
+    }
+
     /// A new emitter block with the inputs of a copy of `b` (parameter types computed
     /// once per block).
     fn create_block(&mut self, b: Block) -> E::Block {
@@ -462,8 +472,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 }
                 Operand::Dyn(_) => {
                     let c = self.operand(*cond)?;
-                    let (t1, a1) = self.edge_block(then_edge)?;
-                    let (t2, a2) = self.edge_block(else_edge)?;
+                    let (t1, a1) = self.edge_block(then_edge, true)?;
+                    let (t2, a2) = self.edge_block(else_edge, true)?;
                     self.em.brif(c, (t1, &a1), (t2, &a2));
                 }
             },
@@ -488,10 +498,10 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     let a = self.operand(*arg)?;
                     let mut cs = Vec::new();
                     for (k, e) in cases {
-                        let (t, args) = self.edge_block(e)?;
+                        let (t, args) = self.edge_block(e, true)?;
                         cs.push((*k, t, args.to_vec()));
                     }
-                    let (d, dargs) = self.edge_block(default)?;
+                    let (d, dargs) = self.edge_block(default, true)?;
                     self.em.switch(a, &cs, (d, &dargs));
                 }
             },
@@ -710,17 +720,30 @@ impl<'a, E: Emitter> Spec<'a, E> {
         Ok((block, args))
     }
 
-    /// The copy an edge leads to and its arguments, for a branch from the current block.
-    /// An edge into a promotion block gets a dispatch block of its own.
-    fn edge_block(&mut self, e: &Edge) -> Result<Target<E>, SpecError> {
+    /// The copy an edge leads to and its arguments, for a branch from the current block
+    /// (`dynamic`: a dynamic branch). An edge into a promotion block, and a dynamic
+    /// branch's edge into a lazy block whose copy this unit has not made (when units are
+    /// stitched lazily: [`PromotionMode::Units`]), get a dispatch block of their own: a
+    /// lazy block is entered like a promotion of no values.
+    fn edge_block(&mut self, e: &Edge, dynamic: bool) -> Result<Target<E>, SpecError> {
         if self.plan.is_some_and(|plan| !plan.is_root(e.block)) {
             return self.tree_edge(e);
         }
         let inputs = self.target_inputs(e)?;
-        if self.prog.blocks[e.block].promote.is_empty() {
+        let tb = &self.prog.blocks[e.block];
+        if tb.promote.is_empty() {
             let mut key = inputs.params;
             key.extend(inputs.live);
-            return Ok((self.copy_of(e.block, key)?, inputs.args));
+            let lazy = dynamic && tb.lazy && matches!(self.mode, PromotionMode::Units { .. });
+            if !lazy {
+                return Ok((self.copy_of(e.block, key)?, inputs.args));
+            }
+            if let Some(copy) = self.made(e.block, &key) {
+                return Ok((copy, inputs.args));
+            }
+            let stub = self.create_block(e.block);
+            self.stubs.push((stub, e.block, key, Vec::new()));
+            return Ok((stub, inputs.args));
         }
         // A dispatch block with the promotion block's inputs, filled once the current
         // block is finished (emitters fill one block at a time).
@@ -733,7 +756,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// or `None` when a promotion dispatch was emitted instead.
     fn edge(&mut self, e: &Edge) -> Result<Option<Target<E>>, SpecError> {
         if self.prog.blocks[e.block].promote.is_empty() {
-            return Ok(Some(self.edge_block(e)?));
+            return Ok(Some(self.edge_block(e, false)?));
         }
         let inputs = self.target_inputs(e)?;
         self.promotion(e.block, inputs.params, inputs.live, &inputs.args)?;
@@ -790,7 +813,11 @@ impl<'a, E: Emitter> Spec<'a, E> {
             }
             PromotionMode::Inline(known) => (known(&site), None),
         };
-        self.inline_dispatch(b, &site, &promoted, inputs, known)?;
+        // A lazy block (no promoted values) has one continuation, reached through the
+        // site's slot once stitched.
+        if !promoted.is_empty() {
+            self.inline_dispatch(b, &site, &promoted, inputs, known)?;
+        }
         match global {
             Some(global) => self.em.promote(global, &promoted, inputs),
             None => self.em.promote_miss(id, &promoted),

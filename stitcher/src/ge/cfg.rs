@@ -159,6 +159,11 @@ pub struct BlockData {
     pub dyn_live_in: Vec<(Reg, Type)>,
     pub ops: Vec<Op>,
     pub term: Term,
+    /// Dynamic branches enter this block lazily (a laziness policy): an edge of a dynamic
+    /// branch to it jumps to a copy already made in the unit, or else leaves the unit
+    /// through a stub that stitches the copy (as a unit of its own) the first time it
+    /// runs and patches the slot it jumps through. Other edges enter it eagerly.
+    pub lazy: bool,
 }
 
 impl BlockData {

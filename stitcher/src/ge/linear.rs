@@ -41,6 +41,9 @@ pub enum RootKind {
     /// A block reached by a tree that runs several times per unit, whose key does not
     /// include the tree root's key (two runs could reach the same copy).
     Key,
+    /// A block entered lazily by dynamic branches ([`super::BlockData::lazy`]): the start
+    /// of the units its stubs stitch.
+    Lazy,
 }
 
 impl RootKind {
@@ -48,6 +51,7 @@ impl RootKind {
         match self {
             RootKind::Entry => "entry",
             RootKind::Promotion => "promotion",
+            RootKind::Lazy => "lazy",
             RootKind::Special => "special",
             RootKind::LoopHead => "loop head",
             RootKind::Shared => "shared",

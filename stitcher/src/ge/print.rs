@@ -163,6 +163,9 @@ fn block_header(name: impl fmt::Display, b: &BlockData) -> String {
         })
         .collect();
     let mut s = format!("{name}({})", ps.join(", "));
+    if b.lazy {
+        s.push_str(" lazy");
+    }
     if !b.promote.is_empty() {
         let p: Vec<String> = b
             .promote

@@ -920,8 +920,10 @@ impl SpecState {
         // and the tick are those of the cache's interface only.
         let g = crossbeam_epoch::pin();
         if let Some(&c) = site.cache.get(words, 0, &g) {
-            if let [w] = words {
-                site.install_inline(*w, c);
+            match words {
+                [w] => site.install_inline(*w, c),
+                [] => site.install_inline(0, c),
+                _ => {}
             }
             return Ok(c);
         }
@@ -981,8 +983,11 @@ impl SpecState {
             })
         })?;
         site.cache.insert(words, code, 0, &g);
-        if let [w] = words {
-            site.install_inline(*w, code);
+        // One promoted value, or none (a lazy block: the slot is its stub's patch).
+        match words {
+            [w] => site.install_inline(*w, code),
+            [] => site.install_inline(0, code),
+            _ => {}
         }
         Ok(code)
     }

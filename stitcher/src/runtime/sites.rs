@@ -98,7 +98,7 @@ impl PromoSite {
 
     /// The inline cache's address, for single-value sites.
     pub fn inline_table(&self) -> Option<u64> {
-        (self.types.len() == 1).then_some(self.inline.as_ptr() as u64)
+        (self.types.len() <= 1).then_some(self.inline.as_ptr() as u64)
     }
 
     /// Records `code` for a one-word key in the inline cache, if its slot is free.
