@@ -311,13 +311,28 @@ impl Program {
         &self.inner.module
     }
 
-    /// Provides host function `name`, which the source declares with `extern fn`.
+    /// Provides host function `name`, which the source declares with `extern fn`. The
+    /// versions the regions' caches hold are dropped (a pure host runs at specialization
+    /// time, so code made before it was registered may hold its absence).
     pub fn register_host(
         &self,
         name: &str,
         f: impl Fn(&[Const]) -> Result<Option<Const>, String> + Send + Sync + 'static,
     ) -> Result<(), Error> {
-        Ok(self.inner.runtime.register_host(name, Arc::new(f))?)
+        self.inner.runtime.register_host(name, Arc::new(f))?;
+        // A version made before may have called the host at specialization time and
+        // baked its absence in as a fault: every cached version goes (freed once no call
+        // still runs it), and calls specialize again.
+        let guard = crossbeam_epoch::pin();
+        let _evicting = self.inner.evicting.lock();
+        for st in self.inner.regions.iter().filter_map(OnceLock::get) {
+            let mut keys = Vec::new();
+            st.cache.for_each(|k, _, _| keys.push(k.to_vec()));
+            for k in keys {
+                st.cache.remove(&k, &guard);
+            }
+        }
+        Ok(())
     }
 
     /// Test hook: the next specialization of this program panics inside the stitcher.

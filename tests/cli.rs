@@ -234,3 +234,32 @@ fn dot_draws_the_cfg_with_binding_times_and_reachability() {
     assert_eq!(code, 2);
     assert!(err.contains("stages are cfg, bta, rc and plan"), "{err}");
 }
+
+#[test]
+fn run_stops_a_loop_that_never_ends_and_stats_prints_the_cache() {
+    let dir = std::env::temp_dir().join(format!("dyc-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("spin.dyc");
+    std::fs::write(
+        &file,
+        "fn spin(x: i64) -> i64 {\n    var i = 0;\n    make_static(i);\n    loop {\n        i = i + 1;\n        if x == i { return i; }\n    }\n}\n",
+    )
+    .expect("written");
+    let f = file.to_str().expect("utf-8 path");
+    let (code, _, err) = dyc(&["run", f, "spin", "-1", "--fuel", "100000"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("fuel exhausted") && err.contains("line 5"),
+        "{err}"
+    );
+    // Compiled through the entry cache: the runaway specialization falls back to the
+    // generic code, which finds 7.
+    let (code, out, err) = dyc(&["stats", f, "spin", "7", "--calls", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("7"), "{out}");
+    assert!(
+        out.contains("2 calls") && out.contains("1 fallbacks"),
+        "{out}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -329,3 +329,24 @@ fn lazy_arms_stitched_from_many_threads_are_stitched_once() {
     });
     assert_eq!(s.lazy_stats().0, 2);
 }
+
+#[test]
+fn registering_a_host_drops_versions_made_without_it() {
+    let p = Program::compile(
+        "extern pure fn double(x: i64) -> i64;
+         fn f(k: i64, x: i64) -> i64 { make_static(k); return @double(k) + x; }",
+    )
+    .expect("compiles");
+    let f = p.region("f").unwrap();
+    let r = f.call(&mut [Arg::from(5i64), Arg::from(1i64)]);
+    assert!(r.is_err(), "{r:?}");
+    p.register_host("double", |a| {
+        Ok(Some(dyc::Const::Int(
+            dyc::ir::Scalar::I64,
+            a[0].as_u64().unwrap_or(0).wrapping_mul(2),
+        )))
+    })
+    .unwrap();
+    assert_eq!(f.cached(), 0);
+    assert_eq!(call(&p, 5, 1), 11);
+}

@@ -12,7 +12,9 @@
 //! dyc ge FILE FN              print FN's generating extension (its stitch program)
 //! dyc spec FILE FN ARGS...    specialize FN on its run-time constants among ARGS, print
 //!                             the residual IR, and run it
-//! dyc run FILE FN ARGS...     interpret FN on ARGS; print the result or the error
+//! dyc run FILE FN ARGS... [--fuel N]
+//!                             interpret FN on ARGS; print the result or the error (at
+//!                             most N instructions, 10^9 by default)
 //! dyc stats FILE FN ARGS... [--calls N]
 //!                             call FN's region (compiled, through its entry cache) on
 //!                             ARGS N times (3); print the result and the region's
@@ -63,7 +65,7 @@ macro_rules! out_nonl {
     }};
 }
 
-const USAGE: &str = "usage: dyc check FILE | dyc ir FILE | dyc analyze FILE | dyc explain FILE FN | dyc dot FILE FN [--stage cfg|bta|rc|plan] | dyc ge FILE FN | dyc spec FILE FN ARGS... | dyc run FILE FN ARGS... | dyc stats FILE FN ARGS... [--calls N]\n(FILE: region source, or IR text ending in .ir)";
+const USAGE: &str = "usage: dyc check FILE | dyc ir FILE | dyc analyze FILE | dyc explain FILE FN | dyc dot FILE FN [--stage cfg|bta|rc|plan] | dyc ge FILE FN | dyc spec FILE FN ARGS... | dyc run FILE FN ARGS... [--fuel N] | dyc stats FILE FN ARGS... [--calls N]\n(FILE: region source, or IR text ending in .ir)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -222,16 +224,7 @@ fn run(args: &[String]) -> Result<(), Failure> {
         "stats" => {
             let m = load(file)?;
             let mut rest = rest.to_vec();
-            let calls = match rest.iter().position(|a| a == "--calls") {
-                Some(k) if k + 1 < rest.len() => {
-                    let n = rest.remove(k + 1);
-                    rest.remove(k);
-                    n.parse::<u64>()
-                        .map_err(|_| Failure::Usage(format!("--calls takes a count, not `{n}`")))?
-                }
-                Some(_) => return Err(Failure::Usage("--calls takes a count".into())),
-                None => 3,
-            };
+            let calls = count_option(&mut rest, "--calls", 3)?;
             let rest = &rest[..];
             let (id, name) = function(&m, "stats", file, rest)?;
             let mut mem = Memory::default();
@@ -269,12 +262,15 @@ fn run(args: &[String]) -> Result<(), Failure> {
         }
         "run" => {
             let m = load(file)?;
+            let mut rest = rest.to_vec();
+            let fuel = count_option(&mut rest, "--fuel", DEFAULT_FUEL)?;
+            let rest = &rest[..];
             let (id, name) = function(&m, "run", file, rest)?;
             let mut mem = Memory::default();
             let vals = call_args(&m, id, &name, rest, &mut mem)?;
             let mut interp = Interpreter::new(&m);
             interp.hosts = builtin_hosts();
-            interp.fuel = u64::MAX;
+            interp.fuel = fuel;
             let start = Instant::now();
             let result = interp.call(id, &vals, &mut mem);
             let elapsed = start.elapsed();
@@ -297,6 +293,24 @@ fn run(args: &[String]) -> Result<(), Failure> {
         other => return Err(Failure::Usage(format!("unknown command `{other}`"))),
     }
     Ok(())
+}
+
+/// Instructions `dyc run` interprets before it gives up with a fuel error (a few seconds
+/// of interpretation), unless `--fuel N` says otherwise.
+const DEFAULT_FUEL: u64 = 1_000_000_000;
+
+/// Removes `name N` from `rest` and returns N, or `default` when absent.
+fn count_option(rest: &mut Vec<String>, name: &str, default: u64) -> Result<u64, Failure> {
+    match rest.iter().position(|a| a == name) {
+        Some(k) if k + 1 < rest.len() => {
+            let n = rest.remove(k + 1);
+            rest.remove(k);
+            n.parse::<u64>()
+                .map_err(|_| Failure::Usage(format!("{name} takes a count, not `{n}`")))
+        }
+        Some(_) => Err(Failure::Usage(format!("{name} takes a count"))),
+        None => Ok(default),
+    }
 }
 
 /// Per-block comments: dominator, loop, topological numbers and live-in values.
