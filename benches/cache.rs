@@ -3,7 +3,9 @@
 //! the same specialization (argument checks, call context, entry wrapper, the code
 //! itself), for a key of two scalars and for a 1,000-element static slice; then the cost
 //! of a miss that specializes (`replicate`) and of one that also evicts and reclaims a
-//! version (a program limited to one specialization, alternating two keys). Run with
+//! version (a program limited to one specialization, alternating two keys); and the
+//! first hit of a lazy stub (stitching and compiling the arm, patching its slot) against
+//! a call through the patched slot. Run with
 //! `cargo bench --bench cache`; each figure is the median of 7 runs of 2,000,000 calls
 //! (200,000 for the slice, 300 for misses), with the range. `--profile-scalars` instead
 //! runs 50,000,000 scalar-key hits and nothing else, for a profiler.
@@ -41,6 +43,12 @@ fn slice(w: [i64], x: i64) -> i64 {
 fn slice_unchecked(w: [i64], x: i64) -> i64 {
     make_static(w: cache_all_unchecked);
     return x + len(w);
+}
+fn branchy(k: i64, x: i64) -> i64 {
+    make_static(k: lazy);
+    var r = 0;
+    if x > 0 { r = k * x + 1; } else { r = k - x; }
+    return r + k;
 }
 ";
 
@@ -158,6 +166,26 @@ fn main() {
         );
     });
     assert!(evicting.stats().evictions >= 2_000);
+    // A lazy arm: its first execution stitches and compiles it and patches the slot.
+    let branchy = p.region("branchy").expect("region");
+    let lazy_first = measure(7, 300, |i| {
+        let s = branchy
+            .specialize(&[Arg::from(i as i64)])
+            .expect("specializes");
+        black_box(s.call(&mut [Arg::from(-1i64)]).expect("runs"));
+    });
+    let lazy_spec = measure(7, 300, |i| {
+        black_box(
+            branchy
+                .specialize(&[Arg::from(i as i64)])
+                .expect("specializes"),
+        );
+    });
+    let warm = branchy.specialize(&[Arg::from(3i64)]).expect("specializes");
+    warm.call(&mut [Arg::from(-1i64)]).expect("runs");
+    let lazy_warm = measure(7, n, |i| {
+        black_box(warm.call(&mut [Arg::from(-(i as i64) - 1)]).expect("runs"));
+    });
     println!("| call | median ns | range ns |");
     println!("|---|---|---|");
     row("`Specialized::call`, 1 scalar argument", spec2);
@@ -191,4 +219,8 @@ fn main() {
     row("miss: specialize and call (`replicate`)", miss);
     row("miss: specialize, evict the other version, call", evict);
     diff("eviction and reclamation beyond a miss", evict, miss);
+    row("lazy region: specialize (both arms stubs)", lazy_spec);
+    row("lazy region: specialize, then the first call through a stub", lazy_first);
+    diff("lazy stub, first hit (stitch, compile, patch, run)", lazy_first, lazy_spec);
+    row("lazy region: a call through the patched slot", lazy_warm);
 }
