@@ -220,7 +220,14 @@ fn main() {
     row("miss: specialize, evict the other version, call", evict);
     diff("eviction and reclamation beyond a miss", evict, miss);
     row("lazy region: specialize (both arms stubs)", lazy_spec);
-    row("lazy region: specialize, then the first call through a stub", lazy_first);
-    diff("lazy stub, first hit (stitch, compile, patch, run)", lazy_first, lazy_spec);
+    row(
+        "lazy region: specialize, then the first call through a stub",
+        lazy_first,
+    );
+    diff(
+        "lazy stub, first hit (stitch, compile, patch, run)",
+        lazy_first,
+        lazy_spec,
+    );
     row("lazy region: a call through the patched slot", lazy_warm);
 }

@@ -52,6 +52,7 @@ use crossbeam_epoch::Guard;
 use parking_lot::Mutex;
 
 use dyc_stitcher::exec::ExecutorKind;
+pub use dyc_stitcher::ge::Caching;
 use dyc_stitcher::ge::StitchProgram;
 use dyc_stitcher::ge::{BudgetKind, SVal, SliceData, SpecError};
 use dyc_stitcher::runtime::cache::{self, hash_bytes, Cache};
@@ -62,7 +63,7 @@ use dyc_stitcher::runtime::{
 use crate::bta::Mode;
 use crate::ge::{self, GeneratingExtension};
 use crate::interp::{Memory, Val};
-use crate::ir::{Const, FuncId, InstData, Module, Policy, PolicyGroup, Scalar, SrcLoc, Type};
+use crate::ir::{Const, FuncId, InstData, Module, PolicyGroup, Scalar, SrcLoc, Type};
 use crate::lang::{self, Diagnostics};
 
 /// Everything that can go wrong. Each variant says what kind of failure it is, so that a
@@ -463,50 +464,6 @@ struct RegionState {
 /// Stripes of the specialization locks of a region entry.
 const STRIPES: usize = 16;
 
-/// How a region entry caches its specializations: DyC's caching policies, given on the
-/// `make_static` of the region's key parameters (the first such annotation that names one;
-/// `cache_all` by default).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Caching {
-    /// Every version, looked up by the key's values; a static slice is keyed by its
-    /// contents, checked on every hit.
-    #[default]
-    All,
-    /// Every version, looked up by the key's words without checking contents: a static
-    /// slice is keyed by its address and length, so the caller promises that the contents
-    /// behind a slice given once never change.
-    AllUnchecked,
-    /// One version, checked: a call with another key specializes again and replaces it.
-    One,
-    /// One version, unchecked: the first specialization serves every later call, whatever
-    /// its key; nothing about the key is even read.
-    OneUnchecked,
-    /// No reuse: every call specializes afresh.
-    Replicate,
-}
-
-impl Caching {
-    fn of(p: Policy) -> Caching {
-        match p {
-            Policy::CacheAllUnchecked => Caching::AllUnchecked,
-            Policy::CacheOne => Caching::One,
-            Policy::CacheOneUnchecked => Caching::OneUnchecked,
-            Policy::Replicate => Caching::Replicate,
-            _ => Caching::All,
-        }
-    }
-
-    /// Whether a call checks its key against the version it finds.
-    fn checked(self) -> bool {
-        matches!(self, Caching::All | Caching::One)
-    }
-
-    /// Whether the entry keeps one version at most.
-    fn single(self) -> bool {
-        matches!(self, Caching::One | Caching::OneUnchecked)
-    }
-}
-
 /// A cached version of a region entry: a specialization, or the generic code (for a key
 /// whose specialization ran out of budget under [`OnExceeded::Fallback`]).
 enum Version {
@@ -619,7 +576,8 @@ impl std::fmt::Display for RegionStats {
 }
 
 /// The caching policy of function `id`'s region entry: that of the first `make_static`
-/// naming one of the entry block's parameters and giving a caching policy.
+/// naming one of the entry block's parameters and giving a caching policy (`cache_all` by
+/// default).
 fn entry_caching(m: &Module, id: FuncId) -> Caching {
     let f = &m.funcs[id];
     let Some(entry) = f.layout.entry_block() else {
@@ -631,7 +589,7 @@ fn entry_caching(m: &Module, id: FuncId) -> Caching {
             if let InstData::MakeStatic { args, policies } = &f.insts[i] {
                 if args.iter().any(|(v, _)| params.contains(v)) {
                     if let Some(p) = policies.get(PolicyGroup::Caching) {
-                        return Caching::of(p);
+                        return ge::caching_of(p);
                     }
                 }
             }
@@ -1387,6 +1345,7 @@ pub(crate) mod tests {
         for f in checked.funcs.values_mut() {
             for data in f.insts.values_mut() {
                 if let InstData::MakeStatic { policies, .. } = data {
+                    use crate::ir::Policy;
                     let kept: Vec<Policy> = policies
                         .iter()
                         .filter(|p| {

@@ -17,8 +17,8 @@ use std::collections::{HashMap, HashSet};
 
 use cranelift_entity::PrimaryMap;
 use dyc_stitcher::ge::{
-    self as sge, BlockData, CalleeDecl, CalleeId, Edge, HostDecl, HostId, Op, Operand, Param,
-    ProgramHeader, Reg, SetupOp, StitchProgram, Term,
+    self as sge, BlockData, Caching, CalleeDecl, CalleeId, Edge, HostDecl, HostId, Op, Operand,
+    Param, ProgramHeader, Reg, SetupOp, StitchProgram, Term,
 };
 use dyc_templates::template::TOp;
 
@@ -88,6 +88,17 @@ impl std::fmt::Display for GeError {
 /// Builds the stitch program of function `id` of `m` (a verified module). The function
 /// after splitting is verified (in debug builds) and the stitch program checked before it
 /// is returned.
+/// The caching policy a policy names (`cache_all` for a policy of another group).
+pub fn caching_of(p: Policy) -> Caching {
+    match p {
+        Policy::CacheAllUnchecked => Caching::AllUnchecked,
+        Policy::CacheOne => Caching::One,
+        Policy::CacheOneUnchecked => Caching::OneUnchecked,
+        Policy::Replicate => Caching::Replicate,
+        _ => Caching::All,
+    }
+}
+
 /// The region's laziness policy: that of the first `make_static` (in layout order) that
 /// gives one; `eager` by default.
 fn laziness(f: &Function) -> Policy {
@@ -240,11 +251,15 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
         let mut promote = Vec::new();
         let mut ops = Vec::new();
         let mut first = 0;
+        let mut caching = Caching::All;
         if let Some(&i0) = insts.first() {
             if bta.is_promotion(i0) {
-                let InstData::MakeStatic { args, .. } = &f.insts[i0] else {
+                let InstData::MakeStatic { args, policies } = &f.insts[i0] else {
                     unreachable!("promotions are make_static")
                 };
+                caching = policies
+                    .get(PolicyGroup::Caching)
+                    .map_or(Caching::All, caching_of);
                 for (&(v, _), &res) in args.iter().zip(f.inst_results(i0)) {
                     if bta.is_static(v) {
                         ops.push(Op::Setup {
@@ -443,6 +458,7 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
             ops,
             term,
             lazy: lazy.contains(&b),
+            caching,
         });
     }
     let header = ProgramHeader {

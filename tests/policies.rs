@@ -350,3 +350,69 @@ fn registering_a_host_drops_versions_made_without_it() {
     assert_eq!(f.cached(), 0);
     assert_eq!(call(&p, 5, 1), 11);
 }
+
+/// `f(x) = (x % 4) * 100 + x`, with `x % 4` promoted under caching policy `policy`.
+fn promoting(policy: &str, limits: Limits) -> dyc::Specialized {
+    let src = format!(
+        "fn f(x: i64) -> i64 {{ var y = x % 4; make_static(y{policy}); return y * 100 + x; }}"
+    );
+    let opts = RuntimeOptions {
+        limits,
+        ..RuntimeOptions::default()
+    };
+    let p = Program::compile_with("promote.dyc", &src, opts).expect("compiles");
+    let f = p.region("f").unwrap();
+    f.specialize(&[]).expect("specializes")
+}
+
+fn promote_call(s: &dyc::Specialized, x: i64) -> Result<i64, dyc::Error> {
+    Ok(s.call(&mut [Arg::from(x)])?
+        .and_then(|c| c.as_i64())
+        .expect("a result"))
+}
+
+#[test]
+fn promotion_sites_follow_their_caching_policy() {
+    let xs = [1i64, 5, 2, 6, 1, 3, 9];
+    let want = |x: i64| (x % 4) * 100 + x;
+    // cache_all: one continuation per value (1, 2, 3).
+    let s = promoting("", Limits::default());
+    for x in xs {
+        assert_eq!(promote_call(&s, x).unwrap(), want(x));
+    }
+    assert_eq!(s.lazy_stats().0, 3);
+    // cache_one: a new continuation whenever the value changes (1, 2, 1, 3, 1).
+    let s = promoting(": cache_one", Limits::default());
+    for x in xs {
+        assert_eq!(promote_call(&s, x).unwrap(), want(x));
+    }
+    assert_eq!(s.lazy_stats().0, 5);
+    // replicate: a continuation per execution.
+    let s = promoting(": replicate", Limits::default());
+    for x in xs {
+        assert_eq!(promote_call(&s, x).unwrap(), want(x));
+    }
+    assert_eq!(s.lazy_stats().0, xs.len());
+    // cache_one_unchecked: the first value's continuation serves every value.
+    let s = promoting(": cache_one_unchecked", Limits::default());
+    for x in xs {
+        assert_eq!(promote_call(&s, x).unwrap(), 100 + x);
+    }
+    assert_eq!(s.lazy_stats().0, 1);
+    // cache_all past the version cap: the call fails with a budget error.
+    let s = promoting(
+        "",
+        Limits {
+            max_versions: 2,
+            ..Limits::default()
+        },
+    );
+    assert_eq!(promote_call(&s, 1).unwrap(), 101);
+    assert_eq!(promote_call(&s, 2).unwrap(), 202);
+    let e = promote_call(&s, 3).expect_err("a third value");
+    assert!(
+        e.to_string().contains("versions at a promotion site"),
+        "{e}"
+    );
+    assert_eq!(promote_call(&s, 5).unwrap(), 105);
+}

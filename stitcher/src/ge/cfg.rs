@@ -164,6 +164,39 @@ pub struct BlockData {
     /// through a stub that stitches the copy (as a unit of its own) the first time it
     /// runs and patches the slot it jumps through. Other edges enter it eagerly.
     pub lazy: bool,
+    /// How the promotion of this block caches its continuations (promotion blocks only).
+    pub caching: Caching,
+}
+
+/// How a region entry or a promotion site caches its specializations: DyC's caching
+/// policies (`docs/language.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Caching {
+    /// Every version, looked up by the key's values (a static slice by its contents).
+    #[default]
+    All,
+    /// Every version, looked up without checking contents: at a region entry a static
+    /// slice is keyed by address and length (the caller promises the contents behind it
+    /// never change); at a promotion site, the same as `All`.
+    AllUnchecked,
+    /// One version, checked: another key specializes again and replaces it.
+    One,
+    /// One version, unchecked: the first specialization serves whatever the key.
+    OneUnchecked,
+    /// No reuse: every execution specializes afresh.
+    Replicate,
+}
+
+impl Caching {
+    /// Whether a lookup checks its key against the version it finds.
+    pub fn checked(self) -> bool {
+        matches!(self, Caching::All | Caching::One)
+    }
+
+    /// Whether one version is kept at most.
+    pub fn single(self) -> bool {
+        matches!(self, Caching::One | Caching::OneUnchecked)
+    }
 }
 
 impl BlockData {

@@ -79,7 +79,7 @@ pub mod print;
 pub mod values;
 
 pub use cfg::{
-    BlockData, CalleeDecl, Edge, HostDecl, Op, Operand, Param, ProgramHeader, SetupOp,
+    BlockData, Caching, CalleeDecl, Edge, HostDecl, Op, Operand, Param, ProgramHeader, SetupOp,
     StitchProgram, Term,
 };
 pub use check::{check_cfg, check_plan, CheckError, CheckErrors};

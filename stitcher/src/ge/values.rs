@@ -92,6 +92,8 @@ pub enum BudgetKind {
     Ops,
     /// [`Budget::max_units`].
     Units,
+    /// Versions of a promotion site (the runtime's `Limits::max_versions`).
+    Versions,
 }
 
 impl BudgetKind {
@@ -100,6 +102,7 @@ impl BudgetKind {
             BudgetKind::Blocks => "specialized blocks",
             BudgetKind::Ops => "operations",
             BudgetKind::Units => "units",
+            BudgetKind::Versions => "versions at a promotion site",
         }
     }
 }

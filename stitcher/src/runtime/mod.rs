@@ -61,8 +61,8 @@ use dyc_templates::types::{Scalar, SrcLoc, Type};
 
 use crate::exec::{Context, Executor, ExecutorKind, PromotionMode};
 use crate::ge::{
-    Block, Budget, BudgetKind, CalleeDecl, CalleeId, HostDecl, HostId, SVal, Site, SliceData,
-    SpecError, StitchProgram,
+    Block, Budget, BudgetKind, Caching, CalleeDecl, CalleeId, HostDecl, HostId, SVal, Site,
+    SliceData, SpecError, StitchProgram,
 };
 use crate::jit::{host_isa, large_unit_isa, JitOptions, LARGE_UNIT_BLOCKS};
 
@@ -908,39 +908,60 @@ impl SpecState {
     /// The promoted values seen so far at site `id` (see [`PromoSite::see`]), which units
     /// stitched from now on dispatch inline.
     fn known_values(&self, id: u32) -> Vec<Vec<Const>> {
-        self.sites
-            .read()
-            .get(id as usize)
-            .map_or_else(Vec::new, |s| s.seen())
+        let sites = self.sites.read();
+        let Some(site) = sites.get(id as usize) else {
+            return Vec::new();
+        };
+        // Only a site that keeps every value's continuation has them all to dispatch on.
+        match self.prog.blocks[site.site.block].caching {
+            Caching::All | Caching::AllUnchecked => site.seen(),
+            _ => Vec::new(),
+        }
     }
 
-    /// The code of the continuation at `site` for promoted `words`, stitched on a miss.
+    /// The code of the continuation at `site` for promoted `words`, stitched on a miss,
+    /// as the site's caching policy says ([`crate::ge::Caching`]): `cache_all` keeps one
+    /// continuation per value, up to [`Limits::max_versions`] (then the call fails with
+    /// a budget error: a promotion has no generic continuation to fall back to);
+    /// `cache_one` keeps the last value's; `cache_one_unchecked` the first, which then
+    /// serves every value; `replicate` stitches every time (bounded by the units budget).
     fn continuation(&self, site: &Arc<PromoSite>, words: &[u64]) -> Result<usize, RuntimeError> {
-        // Site entries are never removed (they go with their specialization): the guard
-        // and the tick are those of the cache's interface only.
+        let caching = self.prog.blocks[site.site.block].caching;
+        // The guard protects site entries `cache_one` replaces (their code stays with the
+        // specialization); the tick is unused (no eviction at sites).
         let g = crossbeam_epoch::pin();
-        if let Some(&c) = site.cache.get(words, 0, &g) {
-            match words {
-                [w] => site.install_inline(*w, c),
-                [] => site.install_inline(0, c),
-                _ => {}
+        let cached = |site: &PromoSite| match caching {
+            Caching::Replicate => None,
+            Caching::OneUnchecked => site.only(),
+            _ => site.cache.get(words, 0, &g).copied(),
+        };
+        if let Some(c) = cached(site) {
+            if caching != Caching::OneUnchecked {
+                site.install_inline(words, c);
             }
             return Ok(c);
         }
         let _guard = site.stitching.lock();
-        if let Some(&c) = site.cache.get(words, 0, &g) {
+        if let Some(c) = cached(site) {
             return Ok(c);
         }
         let opts = &self.runtime.opts;
-        let units = self.units.fetch_add(1, Ordering::Relaxed) + 1;
-        if units > opts.budget.max_units {
-            let b = &self.prog.blocks[site.site.block];
-            return Err(RuntimeError::Spec(SpecError::BudgetExceeded {
-                budget: BudgetKind::Units,
-                limit: opts.budget.max_units,
+        let b = &self.prog.blocks[site.site.block];
+        let exceeded = |budget, limit| {
+            Err(RuntimeError::Spec(SpecError::BudgetExceeded {
+                budget,
+                limit,
                 block: b.name.clone(),
                 loc: b.first_loc(),
-            }));
+            }))
+        };
+        let keeps_all = matches!(caching, Caching::All | Caching::AllUnchecked);
+        if keeps_all && site.cache.len() >= opts.limits.max_versions {
+            return exceeded(BudgetKind::Versions, opts.limits.max_versions);
+        }
+        let units = self.units.fetch_add(1, Ordering::Relaxed) + 1;
+        if units > opts.budget.max_units {
+            return exceeded(BudgetKind::Units, opts.budget.max_units);
         }
         let promoted: Vec<_> = words
             .iter()
@@ -982,12 +1003,18 @@ impl SpecState {
                 Ok(module.get_finalized_function(id) as usize)
             })
         })?;
-        site.cache.insert(words, code, 0, &g);
-        // One promoted value, or none (a lazy block: the slot is its stub's patch).
-        match words {
-            [w] => site.install_inline(*w, code),
-            [] => site.install_inline(0, code),
-            _ => {}
+        match caching {
+            Caching::Replicate => {}
+            Caching::OneUnchecked => site.set_only(code),
+            Caching::One => {
+                site.clear(&g);
+                site.cache.insert(words, code, 0, &g);
+                site.install_inline(words, code);
+            }
+            Caching::All | Caching::AllUnchecked => {
+                site.cache.insert(words, code, 0, &g);
+                site.install_inline(words, code);
+            }
         }
         Ok(code)
     }

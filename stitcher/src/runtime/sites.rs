@@ -51,6 +51,8 @@ pub(crate) struct PromoSite {
     pairs: Mutex<Vec<Box<[u64; 2]>>>,
     /// The first [`INLINE_DISPATCH_VALUES`] promoted values seen, in order.
     seen: Mutex<Vec<Box<[u64]>>>,
+    /// `cache_one_unchecked`: the one continuation (0 until stitched).
+    only: AtomicU64,
 }
 
 /// How many promoted values a site dispatches inline, at most (the first ones seen).
@@ -69,6 +71,7 @@ impl PromoSite {
             inline: (0..INLINE_CACHE_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             pairs: Mutex::new(Vec::new()),
             seen: Mutex::new(Vec::new()),
+            only: AtomicU64::new(0),
         }
     }
 
@@ -101,8 +104,45 @@ impl PromoSite {
         (self.types.len() <= 1).then_some(self.inline.as_ptr() as u64)
     }
 
+    /// Records `code` for the promoted `words` in the inline cache, when the site has
+    /// one (one promoted value, or none: a lazy block, whose key word is 0).
+    pub fn install_inline(&self, words: &[u64], code: usize) {
+        match words {
+            [w] => self.install_word(*w, code),
+            [] => self.install_word(0, code),
+            _ => {}
+        }
+    }
+
+    /// The continuation a `cache_one_unchecked` site keeps, once stitched.
+    pub fn only(&self) -> Option<usize> {
+        match self.only.load(Ordering::Acquire) {
+            0 => None,
+            c => Some(c as usize),
+        }
+    }
+
+    pub fn set_only(&self, code: usize) {
+        self.only.store(code as u64, Ordering::Release);
+    }
+
+    /// Forgets every continuation (`cache_one`, before keeping a new one): cache entries
+    /// are removed and inline slots emptied. The code stays in the specialization's region
+    /// and the pairs the slots pointed to stay with the site, so a thread that read them
+    /// still jumps to valid code.
+    pub fn clear(&self, guard: &crossbeam_epoch::Guard) {
+        let mut keys = Vec::new();
+        self.cache.for_each(|k, _, _| keys.push(k.to_vec()));
+        for k in keys {
+            self.cache.remove(&k, guard);
+        }
+        for slot in self.inline.iter() {
+            slot.store(0, Ordering::Release);
+        }
+    }
+
     /// Records `code` for a one-word key in the inline cache, if its slot is free.
-    pub fn install_inline(&self, word: u64, code: usize) {
+    fn install_word(&self, word: u64, code: usize) {
         let slot = &self.inline[inline_cache_slot(word) as usize];
         if slot.load(Ordering::Acquire) != 0 {
             return;
