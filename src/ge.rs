@@ -17,8 +17,8 @@ use std::collections::{HashMap, HashSet};
 
 use cranelift_entity::PrimaryMap;
 use dyc_stitcher::ge::{
-    self as sge, BlockData, Caching, CalleeDecl, CalleeId, Edge, HostDecl, HostId, Op, Operand,
-    Param, ProgramHeader, Reg, SetupOp, StitchProgram, Term,
+    self as sge, BlockData, Caching, CalleeDecl, CalleeId, Edge, HostDecl, HostId, Lazy, Op,
+    Operand, Param, ProgramHeader, Reg, SetupOp, StitchProgram, Term,
 };
 use dyc_templates::template::TOp;
 
@@ -114,56 +114,70 @@ fn laziness(f: &Function) -> Policy {
     Policy::Eager
 }
 
-/// The blocks dynamic branches enter lazily ([`dyc_stitcher::ge::BlockData::lazy`]), as
-/// the region's laziness policy says (DyC's):
-/// - `lazy`: every successor of a dynamic branch;
-/// - `specialize_lazy`: successors of dynamic branches that are specialization points
-///   (merges with a static parameter, whose values may differ by path);
-/// - `loop_specialize_lazy`: those of them that head a loop (the next iteration of a loop
-///   unrolled on values known only once the previous one has run);
+/// The blocks entered lazily ([`dyc_stitcher::ge::BlockData::lazy`]), as the region's
+/// laziness policy says (DyC's):
+/// - `lazy`: every successor of a dynamic branch, entered lazily by dynamic branches;
+/// - `specialize_lazy`: specialization points (merges with a static parameter, whose
+///   values may differ by path), entered lazily by every edge;
+/// - `loop_specialize_lazy`: those of them that head a loop (each iteration of a loop
+///   unrolled on its static variables is stitched when the previous one reaches it);
 /// - `eager` and `promote_lazy`: none (promotions are always stitched lazily).
 ///
 /// The entry block and promotion blocks are never marked (one is the unit's start, the
 /// other is lazy already); generic code has no lazy blocks.
-fn lazy_blocks(f: &Function, cfg: &ControlFlowGraph, bta: &Bta, mode: Mode) -> HashSet<Block> {
+fn lazy_blocks(
+    f: &Function,
+    cfg: &ControlFlowGraph,
+    bta: &Bta,
+    mode: Mode,
+) -> HashMap<Block, Lazy> {
     let policy = laziness(f);
-    let mut lazy = HashSet::new();
+    let mut lazy = HashMap::new();
     if mode != Mode::Specialize || matches!(policy, Policy::Eager | Policy::PromoteLazy) {
         return lazy;
     }
-    let loops = (policy == Policy::LoopSpecializeLazy).then(|| LoopForest::compute(cfg));
-    let special =
-        |s: Block| cfg.preds(s).count() >= 2 && f.block_params(s).iter().any(|&p| bta.is_static(p));
     let entry = f.layout.entry_block();
-    for &b in f.layout.blocks() {
-        let Some(t) = f.terminator(b) else { continue };
-        let dynamic = match &f.insts[t] {
-            InstData::Brif { cond, .. } => !bta.is_static(*cond),
-            InstData::Switch { arg, .. } => !bta.is_static(*arg),
-            _ => false,
-        };
-        if !dynamic {
-            continue;
-        }
-        for s in f.successors(b) {
-            let wanted = match policy {
-                Policy::Lazy => true,
-                Policy::SpecializeLazy => special(s),
-                _ => {
-                    special(s)
-                        && loops
-                            .as_ref()
-                            .is_some_and(|l| l.loops.iter().any(|lp| lp.header == s))
-                }
-            };
-            let promotes = f
+    let eligible = |s: Block| {
+        Some(s) != entry
+            && !f
                 .layout
                 .block_insts(s)
                 .first()
-                .is_some_and(|&i| bta.is_promotion(i));
-            if wanted && Some(s) != entry && !promotes {
-                lazy.insert(s);
+                .is_some_and(|&i| bta.is_promotion(i))
+    };
+    if policy == Policy::Lazy {
+        for &b in f.layout.blocks() {
+            let Some(t) = f.terminator(b) else { continue };
+            let dynamic = match &f.insts[t] {
+                InstData::Brif { cond, .. } => !bta.is_static(*cond),
+                InstData::Switch { arg, .. } => !bta.is_static(*arg),
+                _ => false,
+            };
+            if dynamic {
+                for s in f.successors(b).filter(|&s| eligible(s)) {
+                    lazy.insert(s, Lazy::DynamicBranches);
+                }
             }
+        }
+        return lazy;
+    }
+    let headers: HashSet<Block> = match policy {
+        Policy::LoopSpecializeLazy => LoopForest::compute(cfg)
+            .loops
+            .iter()
+            .map(|l| l.header)
+            .collect(),
+        _ => HashSet::new(),
+    };
+    for &s in f.layout.blocks() {
+        let special =
+            cfg.preds(s).count() >= 2 && f.block_params(s).iter().any(|&p| bta.is_static(p));
+        let wanted = match policy {
+            Policy::SpecializeLazy => special,
+            _ => special && headers.contains(&s),
+        };
+        if wanted && eligible(s) {
+            lazy.insert(s, Lazy::AllEdges);
         }
     }
     lazy
@@ -457,7 +471,7 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
             dyn_live_in,
             ops,
             term,
-            lazy: lazy.contains(&b),
+            lazy: lazy.get(&b).copied().unwrap_or_default(),
             caching,
         });
     }

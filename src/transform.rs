@@ -73,7 +73,7 @@
 use std::collections::HashMap;
 
 use dyc_stitcher::ge::{
-    Block, Op, Operand, Param, Plan, RootKind, SetupOp, Step, StitchProgram, Term,
+    Block, Lazy, Op, Operand, Param, Plan, RootKind, SetupOp, Step, StitchProgram, Term,
 };
 use dyc_templates::ops::{BinaryOp, Const, UnaryOp};
 
@@ -188,7 +188,7 @@ fn roots(p: &StitchProgram, s: &Shape, g: &Graph) -> (Vec<Option<RootKind>>, Vec
         }
         if !d.promote.is_empty() {
             kind[i] = Some(RootKind::Promotion);
-        } else if d.lazy {
+        } else if d.lazy != Lazy::No {
             kind[i] = Some(RootKind::Lazy);
         } else if s.in_degree[i] >= 2 && d.params.iter().any(|p| matches!(p, Param::Static(_))) {
             kind[i] = Some(RootKind::Special);

@@ -168,9 +168,12 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
         let Ok(m) = dyc::lang::compile("t.dyc", &src) else {
             continue;
         };
-        // The same program with every dynamic branch entered lazily, when its first
-        // annotation gives no policy (the region's laziness is the first one given).
-        if let Some(lazy) = lazy_variant(&src) {
+        // The same program under each lazy policy, when its first annotation gives no
+        // policy (the region's laziness is the first one given).
+        for policy in ["lazy", "specialize_lazy", "loop_specialize_lazy"] {
+            let Some(lazy) = lazy_variant(&src, policy) else {
+                continue;
+            };
             if let Ok(lm) = dyc::lang::compile("t.dyc", &lazy) {
                 let p = Program::from_module(lm.clone(), options()).expect("program");
                 jit_hosts(&p);
@@ -184,7 +187,7 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
                     lazy_compared += 1;
                     if spec != expected || generic != expected {
                         failures.push(format!(
-                            "{}: {call} (lazy)\n  interpreter: {expected}\n  specialized: {spec}\n  generic:     {generic}",
+                            "{}: {call} ({policy})\n  interpreter: {expected}\n  specialized: {spec}\n  generic:     {generic}",
                             path.display()
                         ));
                     }
@@ -227,14 +230,14 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
     );
 }
 
-/// `src` with `: lazy` added to its first `make_static`, if that gives no policy.
-fn lazy_variant(src: &str) -> Option<String> {
+/// `src` with `: policy` added to its first `make_static`, if that gives no policy.
+fn lazy_variant(src: &str, policy: &str) -> Option<String> {
     let at = src.find("make_static(")?;
     let close = at + src[at..].find(')')?;
     if src[at..close].contains(':') {
         return None;
     }
-    Some(format!("{}: lazy{}", &src[..close], &src[close..]))
+    Some(format!("{}: {policy}{}", &src[..close], &src[close..]))
 }
 
 #[test]

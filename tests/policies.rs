@@ -416,3 +416,71 @@ fn promotion_sites_follow_their_caching_policy() {
     );
     assert_eq!(promote_call(&s, 5).unwrap(), 105);
 }
+
+#[test]
+fn specialize_lazy_stitches_specialization_points_when_reached() {
+    let src = |policy: &str| {
+        format!(
+            "fn f(k: i64, x: i64) -> i64 {{
+                make_static(k{policy});
+                var s = 0;
+                if x > 0 {{ s = k; }} else {{ s = k + 1; }}
+                return s * 10 + x;
+            }}"
+        )
+    };
+    let spec = |policy: &str| {
+        let p = Program::compile(&src(policy)).expect("compiles");
+        let f = p.region("f").unwrap();
+        f.specialize(&[Arg::from(4i64)]).unwrap()
+    };
+    let (eager, lazy) = (spec(""), spec(": specialize_lazy"));
+    let run = |s: &dyc::Specialized, x: i64| {
+        s.call(&mut [Arg::from(x)])
+            .unwrap()
+            .and_then(|c| c.as_i64())
+            .unwrap()
+    };
+    for x in [1, 2] {
+        assert_eq!(run(&lazy, x), 40 + x);
+        assert_eq!(run(&eager, x), 40 + x);
+    }
+    // The merge, specialized on s = 4, was stitched when first reached; not yet on s = 5.
+    assert_eq!(lazy.lazy_stats().0, 1);
+    assert_eq!(run(&lazy, -1), 49);
+    assert_eq!(lazy.lazy_stats().0, 2);
+    assert_eq!(eager.lazy_stats().0, 0);
+}
+
+#[test]
+fn loop_specialize_lazy_unrolls_one_iteration_at_a_time() {
+    let src = |policy: &str| {
+        format!(
+            "fn g(n: i64, x: i64) -> i64 {{
+                make_static(n{policy});
+                var i = 0;
+                var acc = x;
+                while i < n {{ acc = acc * 2 + i; i += 1; }}
+                return acc;
+            }}"
+        )
+    };
+    let want = |n: i64, x: i64| (0..n).fold(x, |a, i| a * 2 + i);
+    for (policy, units) in [("", 0), (": loop_specialize_lazy", 6)] {
+        let p = Program::compile(&src(policy)).expect("compiles");
+        let s = p
+            .region("g")
+            .unwrap()
+            .specialize(&[Arg::from(5i64)])
+            .unwrap();
+        for x in [0, 3, -7] {
+            let got = s
+                .call(&mut [Arg::from(x)])
+                .unwrap()
+                .and_then(|c| c.as_i64());
+            assert_eq!(got, Some(want(5, x)), "{policy}");
+        }
+        // Lazily: the loop head for i = 0 to 5, each a unit stitched when reached.
+        assert_eq!(s.lazy_stats().0, units, "{policy}");
+    }
+}

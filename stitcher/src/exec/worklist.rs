@@ -734,7 +734,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
         if tb.promote.is_empty() {
             let mut key = inputs.params;
             key.extend(inputs.live);
-            let lazy = dynamic && tb.lazy && matches!(self.mode, PromotionMode::Units { .. });
+            let lazy =
+                tb.lazy.enters_lazily(dynamic) && matches!(self.mode, PromotionMode::Units { .. });
             if !lazy {
                 return Ok((self.copy_of(e.block, key)?, inputs.args));
             }
@@ -755,7 +756,23 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// Ends the current block along `e`: returns the target and arguments of a plain jump,
     /// or `None` when a promotion dispatch was emitted instead.
     fn edge(&mut self, e: &Edge) -> Result<Option<Target<E>>, SpecError> {
-        if self.prog.blocks[e.block].promote.is_empty() {
+        let tb = &self.prog.blocks[e.block];
+        let lazy = tb.lazy.enters_lazily(false)
+            && tb.promote.is_empty()
+            && matches!(self.mode, PromotionMode::Units { .. });
+        if lazy && self.plan.is_none_or(|plan| plan.is_root(e.block)) {
+            // A lazy block entered by a jump: its copy in this unit, or a promotion of no
+            // values emitted here.
+            let inputs = self.target_inputs(e)?;
+            let mut key = inputs.params;
+            key.extend(inputs.live);
+            if let Some(copy) = self.made(e.block, &key) {
+                return Ok(Some((copy, inputs.args)));
+            }
+            self.promotion(e.block, key, Vec::new(), &inputs.args)?;
+            return Ok(None);
+        }
+        if tb.promote.is_empty() {
             return Ok(Some(self.edge_block(e, false)?));
         }
         let inputs = self.target_inputs(e)?;

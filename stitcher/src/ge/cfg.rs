@@ -159,13 +159,36 @@ pub struct BlockData {
     pub dyn_live_in: Vec<(Reg, Type)>,
     pub ops: Vec<Op>,
     pub term: Term,
-    /// Dynamic branches enter this block lazily (a laziness policy): an edge of a dynamic
-    /// branch to it jumps to a copy already made in the unit, or else leaves the unit
-    /// through a stub that stitches the copy (as a unit of its own) the first time it
-    /// runs and patches the slot it jumps through. Other edges enter it eagerly.
-    pub lazy: bool,
+    /// Which edges enter this block lazily (a laziness policy): such an edge jumps to a
+    /// copy already made in the unit, or else leaves the unit through a stub that
+    /// stitches the copy (as a unit of its own) the first time it runs and patches the
+    /// slot it jumps through.
+    pub lazy: Lazy,
     /// How the promotion of this block caches its continuations (promotion blocks only).
     pub caching: Caching,
+}
+
+/// Which edges enter a block lazily.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Lazy {
+    /// None: the block is stitched eagerly.
+    #[default]
+    No,
+    /// Edges of dynamic branches (`lazy`).
+    DynamicBranches,
+    /// Every edge (`specialize_lazy`, `loop_specialize_lazy`: a specialization point).
+    AllEdges,
+}
+
+impl Lazy {
+    /// Whether an edge (of a dynamic branch if `dynamic`) enters lazily.
+    pub fn enters_lazily(self, dynamic: bool) -> bool {
+        match self {
+            Lazy::No => false,
+            Lazy::DynamicBranches => dynamic,
+            Lazy::AllEdges => true,
+        }
+    }
 }
 
 /// How a region entry or a promotion site caches its specializations: DyC's caching

@@ -22,7 +22,9 @@ use std::fmt::{self, Write};
 use dyc_templates::template::TOp;
 use dyc_templates::types::{SrcLoc, Type};
 
-use super::cfg::{BlockData, CalleeDecl, Edge, Op, Operand, Param, ProgramHeader, SetupOp, Term};
+use super::cfg::{
+    BlockData, CalleeDecl, Edge, Lazy, Op, Operand, Param, ProgramHeader, SetupOp, Term,
+};
 use super::linear::Step;
 use super::StitchProgram;
 
@@ -163,8 +165,10 @@ fn block_header(name: impl fmt::Display, b: &BlockData) -> String {
         })
         .collect();
     let mut s = format!("{name}({})", ps.join(", "));
-    if b.lazy {
-        s.push_str(" lazy");
+    match b.lazy {
+        Lazy::No => {}
+        Lazy::DynamicBranches => s.push_str(" lazy"),
+        Lazy::AllEdges => s.push_str(" lazy(all edges)"),
     }
     if !b.promote.is_empty() {
         let p: Vec<String> = b
