@@ -195,6 +195,7 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
             .map_err(GeError::Reducify)?
             .unwrap_or_else(|| orig.clone());
         crate::placement::place(&mut g);
+        crate::promote::auto_promote(m, &mut g);
         prepared = g;
         orig = &prepared;
     }

@@ -18,6 +18,7 @@ pub mod interp;
 pub mod ir;
 pub mod lang;
 pub mod placement;
+pub mod promote;
 pub mod reducify;
 pub mod residual;
 pub mod semantics;

@@ -484,3 +484,38 @@ fn loop_specialize_lazy_unrolls_one_iteration_at_a_time() {
         assert_eq!(s.lazy_stats().0, units, "{policy}");
     }
 }
+
+#[test]
+fn auto_promote_keeps_an_annotated_variable_static_where_it_receives_a_dynamic_value() {
+    let src = |policy: &str| {
+        format!(
+            "fn f(x: i64) -> i64 {{
+                var y = 1;
+                make_static(y{policy});
+                if x > 10 {{ y = x; }}
+                return y * 2 + x;
+            }}"
+        )
+    };
+    for (policy, promotes) in [
+        ("", true),
+        (": auto_promote", true),
+        (": manual_promote", false),
+    ] {
+        let p = Program::compile(&src(policy)).expect("compiles");
+        let f = p.region("f").unwrap();
+        // Under auto_promote, `y` is promoted on the edge that brings `x`, so it stays
+        // static after the merge and each value of `x` above 10 gets a continuation;
+        // under manual_promote it is dynamic there and nothing is promoted.
+        let s = f.specialize(&[]).unwrap();
+        for x in [3, 20, 30, 20, 4] {
+            let got = s
+                .call(&mut [Arg::from(x)])
+                .unwrap()
+                .and_then(|c| c.as_i64());
+            let y = if x > 10 { x } else { 1 };
+            assert_eq!(got, Some(y * 2 + x), "{policy}");
+        }
+        assert_eq!(s.lazy_stats().0, if promotes { 2 } else { 0 }, "{policy}");
+    }
+}
