@@ -163,37 +163,33 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
     let mut compared = 0;
     let mut lazy_compared = 0;
     let mut failures = Vec::new();
+    // Runs every `// run:` line of `src` on module `m` under `opts`; returns the number
+    // compared and records disagreements, labelled `what`.
+    let mut check = |m: &Module, src: &str, opts: RuntimeOptions, what: &str, path: &Path| {
+        let p = Program::from_module(m.clone(), opts).expect("program");
+        jit_hosts(&p);
+        let mut n = 0;
+        for call in common::directive(src, "//", "run:") {
+            let (name, rest) = call.split_once('(').expect("run line");
+            let args_text = rest.strip_suffix(')').expect("run line");
+            let Some((expected, spec, generic)) = compare(m, &p, name.trim(), args_text) else {
+                continue;
+            };
+            n += 1;
+            if spec != expected || generic != expected {
+                failures.push(format!(
+                    "{}: {call} ({what})\n  interpreter: {expected}\n  specialized: {spec}\n  generic:     {generic}",
+                    path.display()
+                ));
+            }
+        }
+        n
+    };
     for path in files {
         let src = std::fs::read_to_string(&path).expect("readable");
         let Ok(m) = dyc::lang::compile("t.dyc", &src) else {
             continue;
         };
-        // The same program under each lazy policy, when its first annotation gives no
-        // policy (the region's laziness is the first one given).
-        for policy in ["lazy", "specialize_lazy", "loop_specialize_lazy"] {
-            let Some(lazy) = lazy_variant(&src, policy) else {
-                continue;
-            };
-            if let Ok(lm) = dyc::lang::compile("t.dyc", &lazy) {
-                let p = Program::from_module(lm.clone(), options()).expect("program");
-                jit_hosts(&p);
-                for call in common::directive(&src, "//", "run:") {
-                    let (name, rest) = call.split_once('(').expect("run line");
-                    let args_text = rest.strip_suffix(')').expect("run line");
-                    let Some((expected, spec, generic)) = compare(&lm, &p, name.trim(), args_text)
-                    else {
-                        continue;
-                    };
-                    lazy_compared += 1;
-                    if spec != expected || generic != expected {
-                        failures.push(format!(
-                            "{}: {call} ({policy})\n  interpreter: {expected}\n  specialized: {spec}\n  generic:     {generic}",
-                            path.display()
-                        ));
-                    }
-                }
-            }
-        }
         // Both tiers: specializations in the optimizing tier, and in the quick tier.
         let quick = RuntimeOptions {
             tiers: Tiers {
@@ -202,30 +198,23 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
             },
             ..options()
         };
-        for (tier, opts) in [("optimizing", options()), ("quick", quick)] {
-            let p = Program::from_module(m.clone(), opts).expect("program");
-            jit_hosts(&p);
-            for call in common::directive(&src, "//", "run:") {
-                let (name, rest) = call.split_once('(').expect("run line");
-                let args_text = rest.strip_suffix(')').expect("run line");
-                let Some((expected, spec, generic)) = compare(&m, &p, name.trim(), args_text)
-                else {
-                    continue;
-                };
-                compared += 1;
-                if spec != expected || generic != expected {
-                    failures.push(format!(
-                        "{}: {call} ({tier} tier)\n  interpreter: {expected}\n  specialized: {spec}\n  generic:     {generic}",
-                        path.display()
-                    ));
-                }
+        compared += check(&m, &src, options(), "optimizing tier", &path);
+        compared += check(&m, &src, quick, "quick tier", &path);
+        // The same program under each lazy policy, when its first annotation gives no
+        // policy (the region's laziness is the first one given).
+        for policy in ["lazy", "specialize_lazy", "loop_specialize_lazy"] {
+            let Some(lazy) = lazy_variant(&src, policy) else {
+                continue;
+            };
+            if let Ok(lm) = dyc::lang::compile("t.dyc", &lazy) {
+                lazy_compared += check(&lm, &src, options(), policy, &path);
             }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(compared >= 160, "only {compared} runs compared");
     assert!(
-        lazy_compared >= 15,
+        lazy_compared >= 45,
         "only {lazy_compared} lazy runs compared"
     );
 }

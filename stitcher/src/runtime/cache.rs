@@ -322,18 +322,11 @@ impl<V> Cache<V> {
     /// The key of the least recently used entry and its last-use tick, if any.
     pub fn least_recent(&self) -> Option<(Vec<u64>, u64)> {
         let mut best: Option<(Vec<u64>, u64)> = None;
-        for r in self.map.iter() {
-            // SAFETY: map values are live entries; the shard's read lock held by the
-            // iterator keeps `remove` (which takes the shard's write lock) from retiring it.
-            let used = unsafe {
-                (*(*r.value() as *const Entry<V>))
-                    .used
-                    .load(Ordering::Relaxed)
-            };
+        self.for_each(|key, _, used| {
             if best.as_ref().is_none_or(|(_, u)| used < *u) {
-                best = Some((r.key().words().to_vec(), used));
+                best = Some((key.to_vec(), used));
             }
-        }
+        });
         best
     }
 
@@ -341,7 +334,9 @@ impl<V> Cache<V> {
     /// removed meanwhile may or may not be seen).
     pub fn for_each(&self, mut f: impl FnMut(&[u64], &V, u64)) {
         for r in self.map.iter() {
-            // SAFETY: as in `least_recent`.
+            // SAFETY: map values are live entries; the shard's read lock held by the
+            // iterator keeps `remove` (which takes the shard's write lock) from retiring
+            // this one meanwhile.
             let e = unsafe { &*(*r.value() as *const Entry<V>) };
             f(r.key().words(), &e.value, e.used.load(Ordering::Relaxed));
         }
