@@ -44,18 +44,19 @@
 //! }
 //! ```
 
+use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use crossbeam_epoch::Guard;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use dyc_stitcher::exec::ExecutorKind;
 pub use dyc_stitcher::ge::Caching;
 use dyc_stitcher::ge::StitchProgram;
 use dyc_stitcher::ge::{BudgetKind, SVal, SliceData, SpecError};
-use dyc_stitcher::runtime::cache::{self, hash_bytes, Cache};
+use dyc_stitcher::runtime::cache::{hash_bytes, Cache};
 use dyc_stitcher::runtime::{
     self, const_to_word, OnExceeded, RunError, Runtime, RuntimeOptions, Specialization, Tier,
 };
@@ -366,8 +367,18 @@ impl Program {
             return Err(version);
         }
         let _evicting = inner.evicting.lock();
-        // Racers on other stripes may have filled the entry since the miss looked.
-        if !st.caching.single() && st.cache.len() >= limits.max_versions {
+        if st.caching.single() {
+            // The one version goes (it is freed once no call still runs it); another key
+            // specialized meanwhile may have replaced it already.
+            let mut old = Vec::new();
+            st.cache.for_each(|k, _, _| old.push(k.to_vec()));
+            for k in old {
+                if st.cache.remove(&k, guard).is_some() {
+                    st.counters.evictions.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        } else if st.cache.len() >= limits.max_versions {
+            // Racers on other keys may have filled the entry since the miss looked.
             return Err(version);
         }
         loop {
@@ -451,9 +462,10 @@ struct RegionState {
     caching: Caching,
     /// Versions by key words: see [`Region::call`].
     cache: Cache<Version>,
-    /// Misses whose key hashes to one stripe specialize one at a time, so that racing
-    /// threads specialize a key once (different keys mostly go in parallel).
-    stitching: [Mutex<()>; STRIPES],
+    /// Keys being specialized: racing misses on one key wait for the first instead of
+    /// specializing it again, without any lock held while specializing (which runs pure
+    /// host functions).
+    in_flight: Mutex<HashMap<Vec<u64>, Arc<Latch>>>,
     counters: Counters,
     /// The generic code's entry, made on first use.
     generic: OnceLock<Arc<Specialized>>,
@@ -461,8 +473,40 @@ struct RegionState {
     executor: RwLock<ExecutorKind>,
 }
 
-/// Stripes of the specialization locks of a region entry.
+/// Stripes of a region entry's hit counter.
 const STRIPES: usize = 16;
+
+/// Opened when a key's specialization is over (made, failed or abandoned).
+#[derive(Default)]
+struct Latch {
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl Latch {
+    fn wait(&self) {
+        let mut open = self.open.lock();
+        while !*open {
+            self.opened.wait(&mut open);
+        }
+    }
+}
+
+/// A claim on specializing one key of a region entry: dropping it (whatever happened)
+/// removes the key from the entry's in-flight set and wakes the threads waiting for it.
+struct Claim<'a> {
+    st: &'a RegionState,
+    key: &'a [u64],
+    latch: Arc<Latch>,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.st.in_flight.lock().remove(self.key);
+        *self.latch.open.lock() = true;
+        self.latch.opened.notify_all();
+    }
+}
 
 /// A cached version of a region entry: a specialization, or the generic code (for a key
 /// whose specialization ran out of budget under [`OnExceeded::Fallback`]).
@@ -625,7 +669,7 @@ impl RegionState {
             ge,
             caching: entry_caching(m, id),
             cache: Cache::default(),
-            stitching: Default::default(),
+            in_flight: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             generic: OnceLock::new(),
             executor: RwLock::new(executor),
@@ -911,16 +955,33 @@ impl Region {
         let st = &*self.state;
         let inner = &*self.program.inner;
         let limits = inner.runtime.options().limits;
-        let _stitching = (st.caching != Caching::Replicate).then(|| self.stitching(key).lock());
+        let mut _claim = None;
         if st.caching != Caching::Replicate {
-            let now = 2 * inner.tick.load(Ordering::Relaxed) + 1;
-            if let Some(v) = st.cache.get(key, now, guard) {
-                if !st.caching.checked() || self.fits(v, args) {
-                    return self.run(v, args);
+            loop {
+                let now = 2 * inner.tick.load(Ordering::Relaxed) + 1;
+                if let Some(v) = st.cache.get(key, now, guard) {
+                    if !st.caching.checked() || self.fits(v, args) {
+                        return self.run(v, args);
+                    }
                 }
-            }
-            if !st.caching.single() && st.cache.len() >= limits.max_versions {
-                return self.fall_back(args, "the region entry has its maximum of versions");
+                if !st.caching.single() && st.cache.len() >= limits.max_versions {
+                    return self.fall_back(args, "the region entry has its maximum of versions");
+                }
+                // Claim the key, or wait for the thread that has and look again.
+                let mut in_flight = st.in_flight.lock();
+                match in_flight.get(key) {
+                    Some(latch) => {
+                        let latch = latch.clone();
+                        drop(in_flight);
+                        latch.wait();
+                    }
+                    None => {
+                        let latch = Arc::new(Latch::default());
+                        in_flight.insert(key.to_vec(), latch.clone());
+                        _claim = Some(Claim { st, key, latch });
+                        break;
+                    }
+                }
             }
         }
         let key_args: Vec<Arg> = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
@@ -951,27 +1012,10 @@ impl Region {
         if st.caching == Caching::Replicate {
             return self.run(&version, args);
         }
-        if st.caching.single() {
-            // The one version goes: it is freed once no call still runs it.
-            if let Some((old, _)) = st.cache.least_recent() {
-                if st.cache.remove(&old, guard).is_some() {
-                    st.counters.evictions.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
         match self.program.cache_version(st, key, version, guard) {
             Ok(v) => self.run(v, args),
             Err(v) => self.run(&v, args),
         }
-    }
-
-    /// The lock misses (and tier-ups) on `key` take.
-    fn stitching(&self, key: &[u64]) -> &Mutex<()> {
-        let stripe = match self.state.caching {
-            Caching::One | Caching::OneUnchecked => 0,
-            _ => cache::stripe_of(key, STRIPES),
-        };
-        &self.state.stitching[stripe]
     }
 
     /// Counts a call of quick-tier version `v`; true for the one call that makes it hot.
@@ -991,7 +1035,6 @@ impl Region {
         guard: &Guard,
     ) -> Result<Option<Const>, Error> {
         let st = &*self.state;
-        let _stitching = self.stitching(key).lock();
         let key_args: Vec<Arg> = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
         let optimized = match self.specialize_in(&key_args, Tier::Optimizing) {
             Ok(s) => s,

@@ -519,3 +519,52 @@ fn auto_promote_keeps_an_annotated_variable_static_where_it_receives_a_dynamic_v
         assert_eq!(s.lazy_stats().0, if promotes { 2 } else { 0 }, "{policy}");
     }
 }
+
+#[test]
+fn racing_threads_specialize_a_key_once_and_hosts_run_outside_runtime_locks() {
+    // Specializations of different keys run at once, with no runtime lock held while the
+    // pure host runs: each thread's host call waits at a barrier for all the others, which
+    // would never be met if specializations were serialized.
+    let p = Program::compile(
+        "extern pure fn slow(x: i64) -> i64;
+         fn f(k: i64, x: i64) -> i64 { make_static(k); return @slow(k) + x; }",
+    )
+    .expect("compiles");
+    let threads = 4;
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(threads));
+    let b = barrier.clone();
+    p.register_host("slow", move |a| {
+        b.wait();
+        Ok(Some(a[0]))
+    })
+    .unwrap();
+    std::thread::scope(|s| {
+        for t in 0..threads as i64 {
+            let p = &p;
+            s.spawn(move || assert_eq!(call(p, t, 1), t + 1));
+        }
+    });
+    // Then every thread races on one key: it is specialized once.
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let q = Program::compile(
+        "extern pure fn count(x: i64) -> i64;
+         fn f(k: i64, x: i64) -> i64 { make_static(k); return @count(k) + x; }",
+    )
+    .expect("compiles");
+    let calls = std::sync::Arc::new(calls);
+    let c = calls.clone();
+    q.register_host("count", move |a| {
+        c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        Ok(Some(a[0]))
+    })
+    .unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let q = &q;
+            s.spawn(move || assert_eq!(call(q, 9, 1), 10));
+        }
+    });
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(q.region("f").unwrap().stats().specializations, 1);
+}

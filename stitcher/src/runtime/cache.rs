@@ -211,11 +211,6 @@ fn same_words(a: &[u64], b: &[u64]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
-/// A stripe in `0..n` (a power of two) for a key, such as the lock a miss on it takes.
-pub fn stripe_of(key: &[u64], n: usize) -> usize {
-    front_slot(key) & (n - 1)
-}
-
 /// The front slot of a key.
 fn front_slot(key: &[u64]) -> usize {
     let mut h = WordHasher(key.len() as u64);

@@ -29,7 +29,10 @@
 //! their own regions, so specializing one region never blocks calls or specializations of
 //! another. Inside a specialization: a site's `stitching` lock, then the region's module
 //! lock. Host callbacks run outside every lock of the runtime except, for pure hosts
-//! called while stitching, the lock of the specialization being stitched.
+//! called while stitching, the module lock of the specialization being stitched (a new
+//! specialization's own, which no other thread can want; at a promotion, the site's and
+//! the specialization's, shared with threads reaching promotions of that specialization).
+//! Region entries (in `dyc::api`) hold no lock while specializing: a miss claims its key.
 
 pub mod cache;
 pub mod faults;
