@@ -196,6 +196,7 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
             .unwrap_or_else(|| orig.clone());
         crate::placement::place(&mut g);
         crate::promote::auto_promote(m, &mut g);
+        crate::divide::poly_divide(m, &mut g);
         prepared = g;
         orig = &prepared;
     }

@@ -11,6 +11,7 @@
 pub mod analysis;
 pub mod api;
 pub mod bta;
+pub mod divide;
 pub mod ge;
 #[cfg(any(test, feature = "gen"))]
 pub mod gen;

@@ -243,13 +243,13 @@ fn side_entries(cfg: &ControlFlowGraph, headers: &[Vec<usize>]) -> (Vec<bool>, O
 }
 
 /// The instances of blocks the elaboration makes, found before anything changes.
-struct Instances {
+pub(crate) struct Instances {
     /// `(context, node)` in breadth-first order from `(0, entry)`; context 0 (empty) is
     /// the original block.
-    order: Vec<(usize, usize)>,
+    pub(crate) order: Vec<(usize, usize)>,
     /// Per instance of `order`, the instance each branch target goes to, in the order of
     /// the terminator's targets.
-    targets: Vec<Vec<usize>>,
+    pub(crate) targets: Vec<Vec<usize>>,
 }
 
 /// Follows the edges from the entry, computing the context of each target (see the module
@@ -417,7 +417,7 @@ fn max_ssa(
 
 /// Makes the instances (copies with fresh values for non-empty contexts), retargets every
 /// branch to the instance its context gives, and drops originals no longer reached.
-fn elaborate(f: &mut Function, cfg: &ControlFlowGraph, inst: &Instances) {
+pub(crate) fn elaborate(f: &mut Function, cfg: &ControlFlowGraph, inst: &Instances) {
     let mut values: HashMap<(usize, Value), Value> = HashMap::new();
     let blocks: Vec<Block> = inst
         .order

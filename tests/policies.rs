@@ -568,3 +568,43 @@ fn racing_threads_specialize_a_key_once_and_hosts_run_outside_runtime_locks() {
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
     assert_eq!(q.region("f").unwrap().stats().specializations, 1);
 }
+
+#[test]
+fn poly_divide_keeps_a_variable_static_on_the_paths_that_bring_a_static_value() {
+    let src = |policy: &str| {
+        format!(
+            "fn f(x: i64, d: bool) -> i64 {{
+                var v = 0;
+                make_static(v: manual_promote{policy});
+                if d {{ v = x; }} else {{ v = 4; }}
+                var s = 0;
+                var i = 0;
+                while i < v {{ s = s + i * x; i += 1; }}
+                return s;
+            }}"
+        )
+    };
+    let want = |x: i64, d: bool| {
+        let v = if d { x } else { 4 };
+        (0..v).map(|i| i * x).sum::<i64>()
+    };
+    let mut blocks = Vec::new();
+    for policy in ["", ", mono_divide", ", poly_divide"] {
+        let p = Program::compile(&src(policy)).expect("compiles");
+        let s = p.region("f").unwrap().specialize(&[]).unwrap();
+        for x in [0, 3, 7] {
+            for d in [false, true] {
+                let got = s
+                    .call(&mut [Arg::from(x), Arg::from(d)])
+                    .unwrap()
+                    .and_then(|c| c.as_i64());
+                assert_eq!(got, Some(want(x, d)), "{policy}: f({x}, {d})");
+            }
+        }
+        blocks.push(s.stats().blocks);
+    }
+    // mono_divide (the default): v is dynamic after the merge, one dynamic loop. Under
+    // poly_divide the path that sets v = 4 keeps it static: its copy of the loop unrolls.
+    assert_eq!(blocks[0], blocks[1]);
+    assert!(blocks[2] > blocks[1] + 4, "{blocks:?}");
+}
