@@ -1098,6 +1098,27 @@ impl Region {
         }
     }
 
+    /// What the promotion sites of the versions cached now did, per site, summed over the
+    /// versions by promotion block.
+    pub fn site_stats(&self) -> Vec<runtime::SiteStats> {
+        let mut by_block: Vec<runtime::SiteStats> = Vec::new();
+        self.state.cache.for_each(|_, v, _| {
+            if let Version::Spec(s) = v {
+                for site in s.site_stats() {
+                    match by_block.iter_mut().find(|b| b.block == site.block) {
+                        Some(b) => {
+                            b.calls += site.calls;
+                            b.stitched += site.stitched;
+                            b.cached += site.cached;
+                        }
+                        None => by_block.push(site),
+                    }
+                }
+            }
+        });
+        by_block
+    }
+
     /// The caching policy of the region entry.
     pub fn caching(&self) -> Caching {
         self.state.caching
@@ -1207,6 +1228,11 @@ impl Specialized {
     /// The tier its code is compiled in.
     pub fn tier(&self) -> Tier {
         self.spec.tier()
+    }
+
+    /// What each promotion site of this specialization did so far.
+    pub fn site_stats(&self) -> Vec<runtime::SiteStats> {
+        self.spec.site_stats()
     }
 
     /// Types of the arguments [`Specialized::call`] takes.

@@ -381,18 +381,30 @@ fn promotion_sites_follow_their_caching_policy() {
         assert_eq!(promote_call(&s, x).unwrap(), want(x));
     }
     assert_eq!(s.lazy_stats().0, 3);
+    let sites = s.site_stats();
+    assert_eq!(sites.len(), 1);
+    assert_eq!((sites[0].stitched, sites[0].cached), (3, 3), "{sites:?}");
+    // Every value's first execution called back; later ones were served by the code.
+    assert!(
+        sites[0].calls >= 3 && sites[0].calls < xs.len() as u64,
+        "{sites:?}"
+    );
     // cache_one: a new continuation whenever the value changes (1, 2, 1, 3, 1).
     let s = promoting(": cache_one", Limits::default());
     for x in xs {
         assert_eq!(promote_call(&s, x).unwrap(), want(x));
     }
     assert_eq!(s.lazy_stats().0, 5);
+    let sites = s.site_stats();
+    assert_eq!((sites[0].stitched, sites[0].cached), (5, 1), "{sites:?}");
     // replicate: a continuation per execution.
     let s = promoting(": replicate", Limits::default());
     for x in xs {
         assert_eq!(promote_call(&s, x).unwrap(), want(x));
     }
     assert_eq!(s.lazy_stats().0, xs.len());
+    let sites = s.site_stats();
+    assert_eq!((sites[0].stitched, sites[0].cached), (xs.len() as u64, 0));
     // cache_one_unchecked: the first value's continuation serves every value.
     let s = promoting(": cache_one_unchecked", Limits::default());
     for x in xs {

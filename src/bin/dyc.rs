@@ -259,6 +259,15 @@ fn run(args: &[String]) -> Result<(), Failure> {
                 None => out!("()"),
             }
             out!("{name} ({:?}): {}", region.caching(), region.stats());
+            for s in region.site_stats() {
+                out!(
+                    "  promotion at {}: {} calls back, {} continuations stitched, {} kept",
+                    s.block,
+                    s.calls,
+                    s.stitched,
+                    s.cached
+                );
+            }
         }
         "run" => {
             let m = load(file)?;

@@ -72,6 +72,7 @@ use crate::jit::{host_isa, large_unit_isa, JitOptions, LARGE_UNIT_BLOCKS};
 pub use faults::RunError;
 pub use hosts::{const_to_word, word_to_const, HostFn};
 pub use memory::{live, LiveCounts};
+pub use sites::SiteStats;
 
 use hosts::HostTable;
 use memory::CodeRegion;
@@ -1006,6 +1007,7 @@ impl SpecState {
                 Ok(module.get_finalized_function(id) as usize)
             })
         })?;
+        site.stitched.fetch_add(1, Ordering::Relaxed);
         match caching {
             Caching::Replicate => {}
             Caching::OneUnchecked => site.set_only(code),
@@ -1049,6 +1051,21 @@ impl Specialization {
     /// The tier its code is compiled in.
     pub fn tier(&self) -> Tier {
         self.state.tier
+    }
+
+    /// What each promotion site met so far did, in the order the sites were met.
+    pub fn site_stats(&self) -> Vec<SiteStats> {
+        self.state
+            .sites
+            .read()
+            .iter()
+            .map(|s| SiteStats {
+                block: self.state.prog.blocks[s.site.block].name.clone(),
+                calls: s.calls.load(Ordering::Relaxed),
+                stitched: s.stitched.load(Ordering::Relaxed),
+                cached: s.cache.len() + usize::from(s.only().is_some()),
+            })
+            .collect()
     }
 
     /// Bytes of machine code this specialization owns so far (entry unit and the

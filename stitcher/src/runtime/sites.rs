@@ -53,6 +53,24 @@ pub(crate) struct PromoSite {
     seen: Mutex<Vec<Box<[u64]>>>,
     /// `cache_one_unchecked`: the one continuation (0 until stitched).
     only: AtomicU64,
+    /// Calls back into the runtime (every execution the inline cache does not serve),
+    /// and continuations stitched.
+    pub calls: AtomicU64,
+    pub stitched: AtomicU64,
+}
+
+/// What one promotion site of a specialization did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SiteStats {
+    /// The promotion block (its source block's name).
+    pub block: String,
+    /// Executions that called back into the runtime: those the code's inline dispatch and
+    /// inline cache did not serve.
+    pub calls: u64,
+    /// Continuations stitched (each a unit).
+    pub stitched: u64,
+    /// Continuations kept now.
+    pub cached: usize,
 }
 
 /// How many promoted values a site dispatches inline, at most (the first ones seen).
@@ -72,6 +90,8 @@ impl PromoSite {
             pairs: Mutex::new(Vec::new()),
             seen: Mutex::new(Vec::new()),
             only: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+            stitched: AtomicU64::new(0),
         }
     }
 
@@ -180,6 +200,7 @@ pub(crate) extern "C" fn dyc_promote(ctx: *mut CallCtx, site: u64, values: *cons
         // SAFETY: the code stores one word per promoted value into a stack slot and
         // passes its address; the slot lives until this call returns.
         let words = unsafe { std::slice::from_raw_parts(values, site.types.len()) };
+        site.calls.fetch_add(1, Ordering::Relaxed);
         spec.continuation(&site, words).map_err(|e| e.to_string())
     }));
     let msg = match result {
