@@ -8,7 +8,8 @@
 //! a call through the patched slot. Run with
 //! `cargo bench --bench cache`; each figure is the median of 7 runs of 2,000,000 calls
 //! (200,000 for the slice, 300 for misses), with the range. `--profile-scalars` instead
-//! runs 50,000,000 scalar-key hits and nothing else, for a profiler.
+//! runs 50,000,000 scalar-key hits and nothing else, for a profiler
+//! (`--profile-one-unchecked`: 100,000,000 hits of the `cache_one_unchecked` region).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -102,6 +103,13 @@ fn main() {
         .expect("runs");
 
     let n = 2_000_000;
+    if std::env::args().any(|a| a == "--profile-one-unchecked") {
+        let r = p.region("one_unchecked").expect("region");
+        for i in 0..100_000_000 {
+            hit(&r, i);
+        }
+        return;
+    }
     if std::env::args().any(|a| a == "--profile-scalars") {
         for i in 0..50_000_000i64 {
             black_box(
