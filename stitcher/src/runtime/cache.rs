@@ -265,11 +265,14 @@ impl<V> Cache<V> {
         key: &[u64],
         value: V,
         now: u64,
-        guard: &'a Guard,
+        _guard: &'a Guard,
     ) -> (&'a V, bool) {
         let _w = self.writers.lock();
-        if let Some(e) = self.entry(key, guard) {
-            return (&e.value, false);
+        // The map, not the front table, says what is cached: a front slot may still point
+        // at an entry removed a moment ago.
+        if let Some(addr) = self.map.get(key).map(|a| *a) {
+            // SAFETY: a map value is a live entry, and `guard` keeps it so (see `entry`).
+            return (unsafe { &(*(addr as *const Entry<V>)).value }, false);
         }
         let e = Box::into_raw(Box::new(Entry {
             key: Key::new(key),
