@@ -298,15 +298,24 @@ impl Program {
         }
         let runtime = Runtime::new(generic, opts)?;
         let regions = (0..module.funcs.len()).map(|_| OnceLock::new()).collect();
-        Ok(Program {
-            inner: Arc::new(ProgramInner {
-                module,
-                runtime,
-                regions,
-                tick: AtomicU64::new(0),
-                evicting: Mutex::new(()),
-            }),
-        })
+        let inner = Arc::new(ProgramInner {
+            module,
+            runtime,
+            regions,
+            tick: AtomicU64::new(0),
+            evicting: Mutex::new(()),
+        });
+        // Code a promotion stitches into a cached version counts at once: the limits are
+        // enforced again (the running version, if evicted, is freed once its call ends).
+        let weak = Arc::downgrade(&inner);
+        inner.runtime.on_code_growth(move || {
+            if let Some(inner) = weak.upgrade() {
+                let guard = crossbeam_epoch::pin();
+                let _evicting = inner.evicting.lock();
+                evict_to_fit(&inner, 0, 0, &guard);
+            }
+        });
+        Ok(Program { inner })
     }
 
     pub fn module(&self) -> &Module {
@@ -348,7 +357,7 @@ impl Program {
     /// new one included, fit [`runtime::Limits::max_specializations`] and
     /// [`runtime::Limits::max_code_bytes`]. Eviction and insertion happen under one lock,
     /// so the cached totals never exceed the limits (code that promotions add to a cached
-    /// specialization later counts from the next insertion on). Each round scans every
+    /// specialization later is checked when it is stitched). Each round scans every
     /// cache once (linear in the versions kept; it follows a specialization, which costs
     /// far more). Returns the cached version (a racer's, if it was first), or gives the
     /// version back, not cached, when it alone exceeds the code limit or the entry has
@@ -381,32 +390,7 @@ impl Program {
             // Racers on other keys may have filled the entry since the miss looked.
             return Err(version);
         }
-        loop {
-            let (mut count, mut bytes) = (1usize, new_bytes);
-            let mut victim: Option<(u64, &Arc<RegionState>, Vec<u64>)> = None;
-            for r in inner.regions.iter().filter_map(OnceLock::get) {
-                r.cache.for_each(|key, v, used| {
-                    count += 1;
-                    bytes += v.code_bytes();
-                    if victim.as_ref().is_none_or(|(u, _, _)| used < *u) {
-                        victim = Some((used, r, key.to_vec()));
-                    }
-                });
-            }
-            if count <= limits.max_specializations && bytes <= limits.max_code_bytes {
-                break;
-            }
-            let Some((_, r, key)) = victim else { break };
-            if let Some(v) = r.cache.remove(&key, guard) {
-                r.counters.evictions.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(
-                    region = %inner.module.funcs[r.id].name,
-                    code_bytes = v.code_bytes(),
-                    cached_bytes = bytes,
-                    "evicted"
-                );
-            }
-        }
+        evict_to_fit(inner, 1, new_bytes, guard);
         let tick = 2 * (inner.tick.fetch_add(1, Ordering::Relaxed) + 1);
         Ok(st.cache.insert(key, version, tick, guard).0)
     }
@@ -444,6 +428,39 @@ impl Program {
             program: self.clone(),
             state,
         })
+    }
+}
+
+/// Evicts least recently used versions of any region entry of `inner` until the cached
+/// specializations plus `extra` more (and `extra_bytes` more code) fit the program's
+/// limits, or nothing is left to evict. The caller holds `inner.evicting`.
+fn evict_to_fit(inner: &ProgramInner, extra: usize, extra_bytes: usize, guard: &Guard) {
+    let limits = inner.runtime.options().limits;
+    loop {
+        let (mut count, mut bytes) = (extra, extra_bytes);
+        let mut victim: Option<(u64, &Arc<RegionState>, Vec<u64>)> = None;
+        for r in inner.regions.iter().filter_map(OnceLock::get) {
+            r.cache.for_each(|key, v, used| {
+                count += 1;
+                bytes += v.code_bytes();
+                if victim.as_ref().is_none_or(|(u, _, _)| used < *u) {
+                    victim = Some((used, r, key.to_vec()));
+                }
+            });
+        }
+        if count <= limits.max_specializations && bytes <= limits.max_code_bytes {
+            return;
+        }
+        let Some((_, r, key)) = victim else { return };
+        if let Some(v) = r.cache.remove(&key, guard) {
+            r.counters.evictions.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(
+                region = %inner.module.funcs[r.id].name,
+                code_bytes = v.code_bytes(),
+                cached_bytes = bytes,
+                "evicted"
+            );
+        }
     }
 }
 

@@ -620,3 +620,31 @@ fn poly_divide_keeps_a_variable_static_on_the_paths_that_bring_a_static_value() 
     assert_eq!(blocks[0], blocks[1]);
     assert!(blocks[2] > blocks[1] + 4, "{blocks:?}");
 }
+
+#[test]
+fn code_that_promotions_add_to_cached_versions_counts_against_the_limit_at_once() {
+    let src = "fn f(k: i64, x: i64) -> i64 { make_static(k); var y = x % 64; make_static(y); return y * k + x; }";
+    // The entry unit and a few continuations fit; thirty promoted values do not.
+    let entry = {
+        let p = Program::compile(src).expect("compiles");
+        let f = p.region("f").unwrap();
+        call(&p, 2, 1);
+        f.stats().code_bytes
+    };
+    let p = limited(
+        Limits {
+            max_code_bytes: entry * 4,
+            ..Limits::default()
+        },
+        src,
+    );
+    let f = p.region("f").unwrap();
+    for x in 0..30i64 {
+        for k in [2, 3] {
+            assert_eq!(call(&p, k, x), (x % 64) * k + x);
+            let s = f.stats();
+            assert!(s.code_bytes <= entry * 4, "{s} over {}", entry * 4);
+        }
+    }
+    assert!(f.stats().evictions > 0);
+}

@@ -266,6 +266,9 @@ pub(crate) struct Shared {
     wrappers: Mutex<HashMap<Vec<Type>, usize>>,
     /// Test hook: the next specialization panics inside the stitcher.
     inject_panic: AtomicBool,
+    /// Called (outside every runtime lock) after a promotion stitched a continuation, so
+    /// that the owner of the caches can enforce its code limits.
+    growth: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 /// A runtime for one module.
@@ -605,6 +608,7 @@ impl Runtime {
             code,
             wrappers: Mutex::new(HashMap::new()),
             inject_panic: AtomicBool::new(false),
+            growth: std::sync::OnceLock::new(),
         };
         let addrs = shared.code.with_module(|module| {
             let mut ids = Vec::new();
@@ -662,6 +666,19 @@ impl Runtime {
             Err(RuntimeError::Arguments(format!(
                 "the module declares no host function `{name}`"
             )))
+        }
+    }
+
+    /// Sets the function called after a promotion has stitched a continuation into some
+    /// specialization (outside every runtime lock; at most once per runtime).
+    pub fn on_code_growth(&self, f: impl Fn() + Send + Sync + 'static) {
+        let _ = self.shared.growth.set(Box::new(f));
+    }
+
+    /// Calls the growth hook, if any.
+    pub(crate) fn code_grew(shared: &Shared) {
+        if let Some(f) = shared.growth.get() {
+            f();
         }
     }
 

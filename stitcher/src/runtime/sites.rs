@@ -201,7 +201,12 @@ pub(crate) extern "C" fn dyc_promote(ctx: *mut CallCtx, site: u64, values: *cons
         // passes its address; the slot lives until this call returns.
         let words = unsafe { std::slice::from_raw_parts(values, site.types.len()) };
         site.calls.fetch_add(1, Ordering::Relaxed);
-        spec.continuation(&site, words).map_err(|e| e.to_string())
+        let before = site.stitched.load(Ordering::Relaxed);
+        let code = spec.continuation(&site, words).map_err(|e| e.to_string())?;
+        if site.stitched.load(Ordering::Relaxed) != before {
+            super::Runtime::code_grew(&spec.runtime);
+        }
+        Ok(code)
     }));
     let msg = match result {
         Ok(Ok(code)) => return code,
