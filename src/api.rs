@@ -268,6 +268,9 @@ struct ProgramInner {
     tick: AtomicU64,
     /// Serializes eviction (which scans every region's cache).
     evicting: Mutex<()>,
+    /// Host registrations so far: a version specialized across one is not cached (it may
+    /// hold the absence of the host).
+    hosts_gen: AtomicU64,
 }
 
 impl Program {
@@ -304,6 +307,7 @@ impl Program {
             regions,
             tick: AtomicU64::new(0),
             evicting: Mutex::new(()),
+            hosts_gen: AtomicU64::new(0),
         });
         // Code a promotion stitches into a cached version counts at once: the limits are
         // enforced again (the running version, if evicted, is freed once its call ends).
@@ -336,6 +340,7 @@ impl Program {
         // still runs it), and calls specialize again.
         let guard = crossbeam_epoch::pin();
         let _evicting = self.inner.evicting.lock();
+        self.inner.hosts_gen.fetch_add(1, Ordering::SeqCst);
         for st in self.inner.regions.iter().filter_map(OnceLock::get) {
             let mut keys = Vec::new();
             st.cache.for_each(|k, _, _| keys.push(k.to_vec()));
@@ -360,13 +365,15 @@ impl Program {
     /// specialization later is checked when it is stitched). Each round scans every
     /// cache once (linear in the versions kept; it follows a specialization, which costs
     /// far more). Returns the cached version (a racer's, if it was first), or gives the
-    /// version back, not cached, when it alone exceeds the code limit or the entry has
-    /// reached [`runtime::Limits::max_versions`] meanwhile.
+    /// version back, not cached, when it alone exceeds the code limit, the entry has
+    /// reached [`runtime::Limits::max_versions`] meanwhile, or a host was registered since
+    /// `hosts_gen` (read before specializing).
     fn cache_version<'g>(
         &self,
         st: &'g RegionState,
         key: &[u64],
         version: Version,
+        hosts_gen: u64,
         guard: &'g Guard,
     ) -> Result<&'g Version, Version> {
         let inner = &*self.inner;
@@ -376,6 +383,10 @@ impl Program {
             return Err(version);
         }
         let _evicting = inner.evicting.lock();
+        // A host registered while this version was made: it may hold the host's absence.
+        if inner.hosts_gen.load(Ordering::SeqCst) != hosts_gen {
+            return Err(version);
+        }
         if st.caching.single() {
             // The one version goes (it is freed once no call still runs it); another key
             // specialized meanwhile may have replaced it already.
@@ -1002,6 +1013,7 @@ impl Region {
             }
         }
         let key_args: Vec<Arg> = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
+        let hosts_gen = inner.hosts_gen.load(Ordering::SeqCst);
         let version = match self.specialize_in(&key_args, inner.runtime.options().tiers.first) {
             Ok(s) => {
                 let c = &st.counters;
@@ -1029,7 +1041,10 @@ impl Region {
         if st.caching == Caching::Replicate {
             return self.run(&version, args);
         }
-        match self.program.cache_version(st, key, version, guard) {
+        match self
+            .program
+            .cache_version(st, key, version, hosts_gen, guard)
+        {
             Ok(v) => self.run(v, args),
             Err(v) => self.run(&v, args),
         }
@@ -1053,6 +1068,7 @@ impl Region {
     ) -> Result<Option<Const>, Error> {
         let st = &*self.state;
         let key_args: Vec<Arg> = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
+        let hosts_gen = self.program.inner.hosts_gen.load(Ordering::SeqCst);
         let optimized = match self.specialize_in(&key_args, Tier::Optimizing) {
             Ok(s) => s,
             Err(e) => {
@@ -1077,10 +1093,13 @@ impl Region {
             return optimized.call_skipping(args, &st.keys);
         }
         st.cache.remove(key, guard);
-        match self
-            .program
-            .cache_version(st, key, Version::Spec(Arc::new(optimized)), guard)
-        {
+        match self.program.cache_version(
+            st,
+            key,
+            Version::Spec(Arc::new(optimized)),
+            hosts_gen,
+            guard,
+        ) {
             Ok(v) => self.run(v, args),
             Err(v) => self.run(&v, args),
         }

@@ -351,6 +351,51 @@ fn registering_a_host_drops_versions_made_without_it() {
     assert_eq!(call(&p, 5, 1), 11);
 }
 
+/// A host registered while a specialization runs (here: while it is inside a pure host)
+/// may be one that specialization already found missing, so the version it makes is used
+/// for its call but not cached.
+#[test]
+fn a_version_specialized_across_a_host_registration_is_not_cached() {
+    use std::sync::mpsc;
+    let p = Program::compile(
+        "extern pure fn slow(x: i64) -> i64;
+         extern pure fn other(x: i64) -> i64;
+         fn f(k: i64, x: i64) -> i64 { make_static(k); return @slow(k) + x; }",
+    )
+    .expect("compiles");
+    let (inside, wait_inside) = mpsc::channel::<()>();
+    let (go_on, wait_go_on) = mpsc::channel::<()>();
+    let wait_go_on = std::sync::Mutex::new(wait_go_on);
+    p.register_host("slow", move |a| {
+        inside.send(()).ok();
+        wait_go_on.lock().unwrap().recv().ok();
+        Ok(Some(dyc::Const::Int(
+            dyc::ir::Scalar::I64,
+            a[0].as_u64().unwrap_or(0).wrapping_mul(2),
+        )))
+    })
+    .unwrap();
+    let p2 = p.clone();
+    let caller = std::thread::spawn(move || call(&p2, 5, 1));
+    wait_inside
+        .recv()
+        .expect("the specialization reaches the host");
+    p.register_host("other", |a| Ok(Some(a[0]))).unwrap();
+    go_on.send(()).unwrap();
+    assert_eq!(caller.join().unwrap(), 11);
+    let f = p.region("f").unwrap();
+    assert_eq!(f.cached(), 0, "{}", f.stats());
+    // The next call specializes again, and that version is kept.
+    let (ok, _) = std::thread::scope(|s| {
+        let h = s.spawn(|| call(&p, 5, 2));
+        wait_inside.recv().ok();
+        go_on.send(()).unwrap();
+        (h.join().unwrap(), ())
+    });
+    assert_eq!(ok, 12);
+    assert_eq!(f.cached(), 1, "{}", f.stats());
+}
+
 /// `f(x) = (x % 4) * 100 + x`, with `x % 4` promoted under caching policy `policy`.
 fn promoting(policy: &str, limits: Limits) -> dyc::Specialized {
     let src = format!(
