@@ -932,7 +932,7 @@ impl Region {
                 if !st.caching.checked() || self.fits(v, args) {
                     st.counters.hits.bump();
                     if let Version::Spec(quick) = v {
-                        if quick.tier() == Tier::Quick && self.hot(quick) {
+                        if quick.tier() != Tier::Optimizing && self.hot(quick) {
                             return self.tier_up(quick, key.as_slice(), args, &guard);
                         }
                     }
@@ -1432,12 +1432,13 @@ pub(crate) mod tests {
                 on_exceeded: OnExceeded::Error,
                 ..runtime::Limits::default()
             },
-            // Half the modules specialize in the quick tier, moving up after a few calls.
+            // A third of the modules specialize in the quick tier and a third in the
+            // stitch tier, moving up after a few calls.
             tiers: runtime::Tiers {
-                first: if rng.chance(50) {
-                    Tier::Quick
-                } else {
-                    Tier::Optimizing
+                first: match rng.below(3) {
+                    0 => Tier::Quick,
+                    1 => Tier::Stitch,
+                    _ => Tier::Optimizing,
                 },
                 hot_calls: 3,
             },

@@ -190,7 +190,8 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
         let Ok(m) = dyc::lang::compile("t.dyc", &src) else {
             continue;
         };
-        // Both tiers: specializations in the optimizing tier, and in the quick tier.
+        // Every tier: specializations in the optimizing tier, the quick tier and the
+        // stitch tier.
         let quick = RuntimeOptions {
             tiers: Tiers {
                 first: Tier::Quick,
@@ -198,8 +199,16 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
             },
             ..options()
         };
+        let stitch = RuntimeOptions {
+            tiers: Tiers {
+                first: Tier::Stitch,
+                hot_calls: u64::MAX,
+            },
+            ..options()
+        };
         compared += check(&m, &src, options(), "optimizing tier", &path);
         compared += check(&m, &src, quick, "quick tier", &path);
+        compared += check(&m, &src, stitch, "stitch tier", &path);
         // The same program under each lazy policy, when its first annotation gives no
         // policy (the region's laziness is the first one given).
         for policy in ["lazy", "specialize_lazy", "loop_specialize_lazy"] {
@@ -208,6 +217,7 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
             };
             if let Ok(lm) = dyc::lang::compile("t.dyc", &lazy) {
                 lazy_compared += check(&lm, &src, options(), policy, &path);
+                lazy_compared += check(&lm, &src, stitch, policy, &path);
             }
         }
     }
@@ -539,5 +549,47 @@ b:
             assert!(es[0].1.contains("entered at its side"), "{es:?}");
         }
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+}
+
+/// The stitch tier copies stencils for the byte-code interpreter's units (the entry and
+/// every continuation a promotion stitches lazily, each dispatching the targets seen
+/// before inline) with no fallback to Cranelift, and its code computes what the optimizing
+/// tier's does, faults included.
+#[test]
+fn the_stitch_tier_makes_the_interpreters_units_by_copying_stencils() {
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/bytecode.dyc"
+    ))
+    .expect("example");
+    let p = Program::compile_with("bytecode.dyc", &src, options()).expect("compiles");
+    let region = p.region("run").expect("region");
+    let mut programs: Vec<Vec<i64>> = (1..=6).map(dispatch_program).collect();
+    // Division by zero at the fourth instruction.
+    programs.push(vec![1, 0, 9, 0, 1, 1, 0, 0, 13, 2, 0, 1, 0, 2, 0, 0]);
+    for code in programs {
+        let stitched = region
+            .specialize_in(&[Arg::from(&code[..])], Tier::Stitch)
+            .expect("specializes");
+        let optimized = region
+            .specialize_in(&[Arg::from(&code[..])], Tier::Optimizing)
+            .expect("specializes");
+        assert_eq!(stitched.tier(), Tier::Stitch);
+        assert!(stitched.stats().stencils > 0, "{:?}", stitched.stats());
+        assert_eq!(optimized.stats().stencils, 0);
+        for n in [0i64, 1, 5, 40] {
+            let run = |s: &dyc::Specialized| {
+                s.call(&mut [Arg::from(n), Arg::from(&mut [0i64][..])])
+                    .map(|r| r.and_then(|c| c.as_i64()))
+                    .map_err(|e| e.to_string())
+            };
+            assert_eq!(run(&stitched), run(&optimized), "{code:?} on {n}");
+        }
+        let (units, lazy) = stitched.lazy_stats();
+        assert_eq!(units, optimized.lazy_stats().0, "{code:?}");
+        if units > 0 {
+            assert!(lazy.stencils > 0, "{lazy:?}");
+        }
     }
 }

@@ -52,8 +52,14 @@ pub struct CallCtx {
     pub stack_limit: u64,
     /// The runtime object of the specialization being called (opaque to the code).
     pub owner: *const (),
+    /// The frame of stitch-tier units: their values live in its words, which the unit's
+    /// prologue makes room for through `dyc_frame` (null and 0 until then).
+    pub frame: *mut u64,
+    pub frame_words: u64,
     /// The message of a failing host function or lazy specialization.
     pub message: Option<String>,
+    /// Owns the frame's words (the code reads `frame` and `frame_words` only).
+    pub frame_store: Vec<u64>,
 }
 
 /// Offsets of the context's fields, as generated code addresses them.
@@ -67,6 +73,8 @@ pub mod ctx {
     pub const FUEL: i32 = offset_of!(CallCtx, fuel) as i32;
     pub const STATUS: i32 = offset_of!(CallCtx, status) as i32;
     pub const STACK_LIMIT: i32 = offset_of!(CallCtx, stack_limit) as i32;
+    pub const FRAME: i32 = offset_of!(CallCtx, frame) as i32;
+    pub const FRAME_WORDS: i32 = offset_of!(CallCtx, frame_words) as i32;
 }
 
 // The code loads and stores these fields as 64-bit words.

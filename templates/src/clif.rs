@@ -175,6 +175,11 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
         self.b.finalize(frontend);
     }
 
+    /// The call context parameter of the function being built.
+    pub fn ctx_param(&self) -> ir::Value {
+        self.ctx
+    }
+
     fn group(params: &[ir::Value], tys: &[Type]) -> Vec<CVal> {
         let mut out = Vec::new();
         let mut k = 0;

@@ -23,6 +23,7 @@ pub mod clif;
 pub mod fold;
 pub mod ops;
 pub mod semantics;
+pub mod stencil;
 pub mod template;
 pub mod types;
 

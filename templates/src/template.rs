@@ -11,7 +11,7 @@ use crate::ops::{BinaryOp, CmpOp, Const, UnaryOp};
 use crate::types::{Scalar, SrcLoc, Type};
 
 /// A dynamic operation.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum TOp {
     Unary(UnaryOp),
     Binary(BinaryOp),

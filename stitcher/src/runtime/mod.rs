@@ -59,10 +59,11 @@ use dyc_templates::abi::{self, CallCtx};
 use dyc_templates::clif::{self, ClifEmitter, ClifOptions, Hooks};
 use dyc_templates::fold::Fold;
 use dyc_templates::ops::Const;
-use dyc_templates::template::FaultKind;
+use dyc_templates::stencil::{self, StencilEmitter, StencilLib};
+use dyc_templates::template::{Emitter, FaultKind};
 use dyc_templates::types::{Scalar, SrcLoc, Type};
 
-use crate::exec::{Context, Executor, ExecutorKind, PromotionMode};
+use crate::exec::{Context, Executor, ExecutorKind, PromotionMode, Unit};
 use crate::ge::{
     Block, Budget, BudgetKind, Caching, CalleeDecl, CalleeId, HostDecl, HostId, SVal, Site,
     SliceData, SpecError, StitchProgram,
@@ -105,6 +106,11 @@ pub struct RuntimeOptions {
 /// A code-generation tier.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Tier {
+    /// Copy-and-patch ([`dyc_templates::stencil`]): stencils compiled once by Cranelift,
+    /// copied and patched per unit, no Cranelift call per unit; the fastest to make, the
+    /// slowest code (values live in a frame in memory). A unit it cannot make (or a target
+    /// other than x86-64) is compiled as in [`Tier::Quick`].
+    Stitch,
     /// Cranelift at `opt_level` `none` with its single-pass register allocator: about
     /// half the compile time, slower code.
     Quick,
@@ -227,8 +233,11 @@ pub struct UnitStats {
     pub blocks: usize,
     /// Setup and template operations the executor processed.
     pub ops: usize,
-    /// Cranelift IR instructions generated.
+    /// Instructions generated: Cranelift IR instructions, or in [`Tier::Stitch`] the
+    /// machine instructions of the stencils copied (as Cranelift's listings count them).
     pub insts: usize,
+    /// Stencils copied ([`Tier::Stitch`]; 0 for code compiled by Cranelift).
+    pub stencils: usize,
     /// Time specializing and building Cranelift IR (the stitcher's own work).
     pub stitch_ns: u64,
     /// Time in Cranelift compiling the IR to machine code.
@@ -241,6 +250,7 @@ impl UnitStats {
         self.blocks += other.blocks;
         self.ops += other.ops;
         self.insts += other.insts;
+        self.stencils += other.stencils;
         self.stitch_ns += other.stitch_ns;
         self.compile_ns += other.compile_ns;
     }
@@ -254,6 +264,8 @@ pub(crate) struct Shared {
     large_isa: OwnedTargetIsa,
     /// The same target for [`Tier::Quick`]: no optimization, single-pass allocation.
     quick_isa: OwnedTargetIsa,
+    /// The stencils of [`Tier::Stitch`], made on first use.
+    stencils: StencilLib,
     pub(crate) hosts: HostTable,
     generic: Vec<Arc<StitchProgram>>,
     /// Symbols code regions import: the helpers, and `dyc_generic_{i}` for the generic
@@ -320,6 +332,7 @@ pub(crate) fn define_function(
 }
 
 /// How a unit reaches the generic code of module functions.
+#[derive(Clone, Copy)]
 enum Callees<'a> {
     /// Functions of the same module (the generic code itself).
     Local(&'a [FuncId]),
@@ -396,6 +409,64 @@ impl Hooks for UnitHooks<'_> {
     }
 }
 
+/// What a stitch-tier unit needs from the runtime.
+struct StitchServices<'a> {
+    shared: &'a Shared,
+    region: &'a CodeRegion,
+    prog: &'a StitchProgram,
+    sites: Option<&'a RwLock<Vec<Arc<PromoSite>>>>,
+}
+
+impl stencil::Services for StitchServices<'_> {
+    fn fault_site(&mut self, kind: FaultKind, loc: SrcLoc) -> u64 {
+        self.region.fault_site(kind, loc)
+    }
+
+    fn inline_cache(&mut self, site: u32) -> Option<u64> {
+        self.sites?.read().get(site as usize)?.inline_table()
+    }
+
+    fn callee(&self, callee: u32) -> Option<stencil::Callee> {
+        Some(
+            match self.prog.header.callees.get(CalleeId::from_u32(callee))? {
+                CalleeDecl::Func { index, params, .. } => stencil::Callee::Func {
+                    params: params.clone(),
+                    addr: *self.shared.symbols.get(&generic_symbol(*index))? as u64,
+                },
+                CalleeDecl::Host { host } => stencil::Callee::Host(host.as_u32()),
+            },
+        )
+    }
+
+    fn helper(&self, h: stencil::Import) -> u64 {
+        let name = match h {
+            stencil::Import::HostCall => "dyc_host_call",
+            stencil::Import::Promote => "dyc_promote",
+            stencil::Import::Fmod => "dyc_fmod",
+            stencil::Import::Frame | stencil::Import::Callee => "dyc_frame",
+        };
+        self.shared.symbols.get(name).map_or(0, |&a| a as u64)
+    }
+}
+
+/// Makes the frame of the call `ctx` at least `words` words long (zeroed) and returns it:
+/// called by a stitch-tier unit's prologue, when every live value is in a register, so
+/// the old frame's contents do not matter.
+///
+/// # Safety
+/// `ctx` is the live context of a call (see [`Specialization::call_words`]).
+pub(crate) extern "C" fn dyc_frame(ctx: *mut CallCtx, words: u64) -> *mut u64 {
+    // SAFETY: the code passes the context of the call it runs in, which lives on the
+    // stack of `call_words` for the whole call and is only used by this thread.
+    let ctx = unsafe { &mut *ctx };
+    let n = (words as usize).max(ctx.frame_store.len() * 2).max(64);
+    ctx.frame_store.clear();
+    ctx.frame_store.resize(n, 0);
+    ctx.frame = ctx.frame_store.as_mut_ptr();
+    ctx.frame_words = n as u64;
+    ctx.frame
+}
+
 /// Everything one unit's compilation reads.
 struct UnitInput<'a> {
     prog: &'a StitchProgram,
@@ -469,40 +540,9 @@ impl Shared {
                 .iter()
                 .map(|p| p.map(|(_, len, _)| len))
                 .collect();
-            let em = ClifEmitter::new(b, &mut hooks, opts, input.static_ptrs, &inputs);
+            let em = ClifEmitter::new(b, &mut hooks, opts, input.static_ptrs.clone(), &inputs);
             let mut em = Fold::new(em, lens);
-            let resolve = |site: &Site| match input.spec {
-                Some(s) => s.site_id(site),
-                None => 0,
-            };
-            let known = |id: u32| match input.spec {
-                Some(s) if input.inline_dispatch => s.known_values(id),
-                _ => Vec::new(),
-            };
-            // Generic code has no static context: every block is copied once, so its size
-            // is the program's, and the budget (which bounds specialization) does not apply.
-            let budget = match input.spec {
-                Some(_) => self.opts.budget,
-                None => Budget {
-                    max_blocks: usize::MAX,
-                    max_ops: usize::MAX,
-                    ..self.opts.budget
-                },
-            };
-            let cx = Context {
-                prog,
-                slices: input.slices,
-                hosts: &self.hosts,
-                mode: PromotionMode::Units {
-                    resolve: &resolve,
-                    known: &known,
-                },
-                budget,
-            };
-            let executor = input.spec.map_or(self.opts.executor, |s| s.executor);
-            let unit = executor
-                .run(&cx, input.start, input.key, &mut em)
-                .map_err(RuntimeError::Spec)?;
+            let unit = self.run_executor(&input, &mut em)?;
             em.backend.finish(unit.entry, frontend);
             clif::simplify_cfg(&mut cctx.func);
             unit
@@ -516,6 +556,7 @@ impl Shared {
                 .blocks()
                 .map(|b| cctx.func.layout.block_insts(b).count())
                 .sum(),
+            stencils: 0,
             stitch_ns: t0.elapsed().as_nanos() as u64,
             compile_ns: 0,
         };
@@ -526,13 +567,107 @@ impl Shared {
         // The quick tier's ISA for its specializations; the linear-time allocator for
         // large units (more than [`LARGE_UNIT_BLOCKS`] blocks) of the optimizing tier.
         let isa: Option<&dyn TargetIsa> = match input.spec.map(|s| s.tier) {
-            Some(Tier::Quick) => Some(&*self.quick_isa),
+            Some(Tier::Quick | Tier::Stitch) => Some(&*self.quick_isa),
             _ if cctx.func.dfg.num_blocks() > LARGE_UNIT_BLOCKS => Some(&*self.large_isa),
             _ => None,
         };
         define_function(region, module, id, &mut cctx, isa)?;
         stats.compile_ns = t1.elapsed().as_nanos() as u64;
         Ok(stats)
+    }
+
+    /// Runs the unit's executor over `em` (the fold layer over a backend): setup code,
+    /// promotion sites and the budget as the unit's specialization says.
+    fn run_executor<E: Emitter>(
+        &self,
+        input: &UnitInput,
+        em: &mut E,
+    ) -> Result<Unit<E::Block>, RuntimeError> {
+        let resolve = |site: &Site| match input.spec {
+            Some(s) => s.site_id(site),
+            None => 0,
+        };
+        let known = |id: u32| match input.spec {
+            Some(s) if input.inline_dispatch => s.known_values(id),
+            _ => Vec::new(),
+        };
+        // Generic code has no static context: every block is copied once, so its size
+        // is the program's, and the budget (which bounds specialization) does not apply.
+        let budget = match input.spec {
+            Some(_) => self.opts.budget,
+            None => Budget {
+                max_blocks: usize::MAX,
+                max_ops: usize::MAX,
+                ..self.opts.budget
+            },
+        };
+        let cx = Context {
+            prog: input.prog,
+            slices: input.slices,
+            hosts: &self.hosts,
+            mode: PromotionMode::Units {
+                resolve: &resolve,
+                known: &known,
+            },
+            budget,
+        };
+        let executor = input.spec.map_or(self.opts.executor, |s| s.executor);
+        executor
+            .run(&cx, input.start, input.key, em)
+            .map_err(RuntimeError::Spec)
+    }
+
+    /// Stitches one unit in [`Tier::Stitch`] into `region`: its address and what it cost,
+    /// or `None` when the stitch tier cannot make it (the caller compiles it with
+    /// Cranelift instead).
+    fn stitch_unit(
+        &self,
+        region: &CodeRegion,
+        input: UnitInput,
+    ) -> Result<Option<(usize, UnitStats)>, RuntimeError> {
+        if !StencilLib::supported() {
+            return Ok(None);
+        }
+        let prog = input.prog;
+        let t0 = std::time::Instant::now();
+        let inputs = prog.blocks[input.start].input_types();
+        let lens = input
+            .static_ptrs
+            .iter()
+            .map(|p| p.map(|(_, len, _)| len))
+            .collect();
+        let mut services = StitchServices {
+            shared: self,
+            region,
+            prog,
+            sites: input.spec.map(|s| &s.sites),
+        };
+        let em = StencilEmitter::new(
+            &self.stencils,
+            &mut services,
+            self.opts.fuel.is_some(),
+            input.static_ptrs.clone(),
+            &inputs,
+        );
+        let mut em = Fold::new(em, lens);
+        let unit = self.run_executor(&input, &mut em)?;
+        let Ok((code, stencils, insts)) = em.backend.finish(unit.entry) else {
+            return Ok(None);
+        };
+        let stitch_ns = t0.elapsed().as_nanos() as u64;
+        let t1 = std::time::Instant::now();
+        let addr = region.install(&code).map_err(RuntimeError::Jit)?;
+        Ok(Some((
+            addr,
+            UnitStats {
+                blocks: unit.blocks,
+                ops: unit.ops,
+                insts,
+                stencils,
+                stitch_ns,
+                compile_ns: t1.elapsed().as_nanos() as u64,
+            },
+        )))
     }
 
     /// A new code region that imports the runtime's symbols.
@@ -592,6 +727,7 @@ impl Runtime {
             hosts::dyc_host_call as *const () as usize,
         );
         symbols.insert("dyc_fmod".into(), hosts::dyc_fmod as *const () as usize);
+        symbols.insert("dyc_frame".into(), dyc_frame as *const () as usize);
         let helpers = Arc::new(symbols.clone());
         let code = CodeRegion::new(isa.clone(), "generic code".into(), move |name| {
             helpers.get(name).map(|&a| a as *const u8)
@@ -602,6 +738,13 @@ impl Runtime {
             isa,
             large_isa,
             quick_isa,
+            stencils: StencilLib::new(
+                host_isa(JitOptions {
+                    optimize: true,
+                    ..opts.jit
+                })
+                .map_err(|e| RuntimeError::Jit(e.to_string()))?,
+            ),
             hosts,
             generic: generic.clone(),
             symbols: Arc::new(HashMap::new()),
@@ -741,29 +884,37 @@ impl Runtime {
     ) -> Result<Specialization, RuntimeError> {
         let state = SpecState::new(&self.shared, prog.clone(), slices, executor, tier);
         let inputs = prog.blocks[prog.entry].input_types();
-        let (entry, stats) = state.region.with_module(|module| {
-            let unit = module
-                .declare_anonymous_function(&abi::unit_signature(&inputs))
-                .map_err(jit_err)?;
-            let input = UnitInput {
-                prog: &prog,
-                start: prog.entry,
-                key: &key,
-                slices: &state.slices,
-                static_ptrs: state.static_ptrs(),
-                callees: Callees::Imported,
-                spec: Some(&state),
-                ir_text,
-                inline_dispatch: false,
-            };
-            let mut stats = self
-                .shared
-                .compile_unit(&state.region, module, input, unit)?;
-            let t = std::time::Instant::now();
-            module.finalize_definitions().map_err(jit_err)?;
-            stats.compile_ns += t.elapsed().as_nanos() as u64;
-            Ok::<_, RuntimeError>((module.get_finalized_function(unit) as usize, stats))
-        })?;
+        let input = |ir_text| UnitInput {
+            prog: &prog,
+            start: prog.entry,
+            key: &key,
+            slices: &state.slices,
+            static_ptrs: state.static_ptrs(),
+            callees: Callees::Imported,
+            spec: Some(&state),
+            ir_text,
+            inline_dispatch: false,
+        };
+        let stitched = match tier {
+            Tier::Stitch => self.shared.stitch_unit(&state.region, input(None))?,
+            _ => None,
+        };
+        let (entry, stats) = match stitched {
+            Some(made) => made,
+            None => state.region.with_module(|module| {
+                let unit = module
+                    .declare_anonymous_function(&abi::unit_signature(&inputs))
+                    .map_err(jit_err)?;
+                let input = input(ir_text);
+                let mut stats = self
+                    .shared
+                    .compile_unit(&state.region, module, input, unit)?;
+                let t = std::time::Instant::now();
+                module.finalize_definitions().map_err(jit_err)?;
+                stats.compile_ns += t.elapsed().as_nanos() as u64;
+                Ok::<_, RuntimeError>((module.get_finalized_function(unit) as usize, stats))
+            })?,
+        };
         Ok(Specialization {
             state: Arc::new(state),
             wrapper: self.shared.wrapper(&inputs)?,
@@ -992,6 +1143,31 @@ impl SpecState {
         let full = site.site.key(&promoted);
         site.see(words);
         let code = guarded("stitching a continuation", || {
+            if self.tier == Tier::Stitch {
+                // As below: with the values seen dispatched inline, then without.
+                let stitch = |inline_dispatch| {
+                    let input = UnitInput {
+                        prog: &self.prog,
+                        start: site.site.block,
+                        key: &full,
+                        slices: &self.slices,
+                        static_ptrs: self.static_ptrs(),
+                        callees: Callees::Imported,
+                        spec: Some(self),
+                        ir_text: None,
+                        inline_dispatch,
+                    };
+                    self.runtime.stitch_unit(&self.region, input)
+                };
+                let made = match stitch(true) {
+                    Err(RuntimeError::Spec(SpecError::BudgetExceeded { .. })) => stitch(false),
+                    r => r,
+                }?;
+                if let Some((code, stats)) = made {
+                    self.lazy_stats.lock().add(&stats);
+                    return Ok(code);
+                }
+            }
             self.region.with_module(|module| {
                 let inputs = self.prog.blocks[site.site.block].input_types();
                 let id = module
@@ -1130,7 +1306,10 @@ impl Specialization {
             status: 0,
             stack_limit: 0,
             owner: Arc::as_ptr(&self.state) as *const (),
+            frame: std::ptr::null_mut(),
+            frame_words: 0,
             message: None,
+            frame_store: Vec::new(),
         };
         ctx.stack_limit = (&ctx as *const CallCtx as u64).saturating_sub(opts.max_stack);
         // SAFETY: `wrapper` is a finalized entry wrapper in the runtime's region for units

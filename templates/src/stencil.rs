@@ -1,0 +1,1493 @@
+//! The stitch tier: specialized code made by copying **stencils** (machine code compiled
+//! ahead by Cranelift) and patching their **holes**, with no Cranelift call per unit.
+//!
+//! **Values live in a frame.** A stitch-tier unit keeps every value in a word of a frame
+//! (the call context's `frame`, grown by the unit's prologue through `dyc_frame`); a
+//! stencil reads its operands from frame words, writes its result to one, and continues
+//! with the next stencil. A stencil is a Cranelift function in the `tail` convention,
+//! `(ctx, frame) -> (value, value2, status)`, that ends in a tail call of a colocated name
+//! (`jmp rel32`, an `X86CallPCRel4` relocation): its **continuation**. Copied stencils are
+//! chained by patching those displacements; a stencil whose code ends with the jump to the
+//! next one copied loses those five bytes and falls through. Faults return the status, as
+//! in the optimizing tier: a stencil's body is built by the same lowering
+//! ([`crate::clif::ClifEmitter`]), so both tiers share one definition of every operation,
+//! its checks and its faults.
+//!
+//! **Holes.** A frame word's byte offset is a load or store displacement; a constant
+//! operand is an immediate; a fault site record, an inline cache or a site number is a
+//! constant in code. Each is built from a *magic* value, and the stencil is compiled twice
+//! with two different sets of magic values: the bytes where the two compilations differ
+//! must be exactly the places where each hole's two magic values stand (4 or 8 bytes,
+//! little-endian), or the stencil is refused. This finds every hole, including a constant
+//! Cranelift used twice, and refuses any stencil in which Cranelift transformed a hole's
+//! value (negated it, folded it into another constant) instead of trusting a single
+//! compilation. A 4-byte hole is only patched with a value in `0..2^31`, on which sign and
+//! zero extension agree; larger constants use a stencil variant with an 8-byte hole
+//! (`movabs`), narrow types and faulting operations go through frame words. Calls of the
+//! runtime's helpers and of generic code are absolute addresses (`Abs8` relocations).
+//!
+//! **Stencils are made once per runtime**, on first use, and kept (a handful of dozens per
+//! program: one per operation, operand types and operand forms). A unit is made by
+//! [`StencilEmitter`], a [`Backend`] behind the fold layer like the Cranelift backend; its
+//! code is position-independent (continuations are relative within the unit, everything
+//! else absolute), so the runtime copies it into executable memory of its own.
+//!
+//! x86-64 only: elsewhere [`StencilLib::supported`] is false and the runtime uses the
+//! Cranelift tier.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use cranelift_codegen::binemit::Reloc;
+use cranelift_codegen::ir::{
+    self, types, ExternalName, InstBuilder, MemFlagsData, UserExternalName, UserFuncName,
+};
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::FinalizedRelocTarget;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+
+use crate::abi::{self, abi_types, ctx, unit_signature};
+use crate::clif::{clif_type, elem_size, CVal, ClifEmitter, ClifOptions, Hooks};
+use crate::fold::{BCase, Backend};
+use crate::ops::{BinaryOp, Const};
+use crate::template::{FaultKind, TOp};
+use crate::types::{Scalar, SrcLoc, Type};
+
+/// How an operand reaches a stencil.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Form {
+    /// A scalar in a frame word.
+    Slot(Scalar),
+    /// A constant scalar in code: a 4-byte hole (`false`) or an 8-byte one (`true`).
+    Imm(Scalar, bool),
+    /// A slice in two frame words (pointer, length).
+    Slice(Scalar),
+    /// A slice whose pointer and length are constants (8-byte holes).
+    ConstSlice(Scalar),
+}
+
+/// A callee, as a stencil that calls it is keyed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CalleeKey {
+    /// Generic code of a module function taking these types (its address is patched).
+    Func(Vec<Type>),
+    /// Host function number `n`.
+    Host(u32),
+}
+
+/// What a stencil does: the key of the stencil library.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Key {
+    /// A template operation (calls of module functions with callee 0: the callee is a
+    /// patched address).
+    Op {
+        op: TOp,
+        forms: Vec<Form>,
+        callee: Option<CalleeKey>,
+    },
+    /// A frame word set to a constant (4- or 8-byte hole).
+    Set(bool),
+    /// A frame word copied to another.
+    Move,
+    /// A scalar of this type copied from a frame word to a frame byte offset (an element
+    /// of an array in the frame).
+    MoveTo(Scalar),
+    /// A frame word set to the frame's address plus a constant.
+    FrameAddr,
+    /// A branch on a `bool` frame word: continuation 1 when true, 0 when false.
+    Branch,
+    /// Continuation 1 when a scalar frame word (zero-extended) equals a constant (4- or
+    /// 8-byte hole), else 0.
+    CaseEq(Scalar, bool),
+    Ret(Option<Form>),
+    Trap,
+    BoundsCheck(Form, Form),
+    /// Counts one block entry against the context's fuel.
+    Fuel,
+    /// Leaves the unit at a promotion site: `promoted` scalars and `live` values in frame
+    /// words; `inline`: probe the site's inline cache first.
+    Promote {
+        promoted: Vec<Scalar>,
+        live: Vec<Form>,
+        inline: bool,
+    },
+    /// A unit's entry: takes the unit signature of these types, makes room in the frame
+    /// and stores the inputs' words at its start.
+    Prologue(Vec<Type>),
+}
+
+/// What a hole is filled with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Word `k` of the operands (a frame word's byte offset, or a constant).
+    Arg(u16),
+    /// Word `k` of the result (a frame word's byte offset).
+    Res(u16),
+    /// A fault site record of this kind, at the instance's source position.
+    Fault(FaultKind),
+    /// The inline cache of the instance's promotion site.
+    InlineCache,
+    /// The instance's promotion site number.
+    Site,
+    /// The frame words the unit needs.
+    FrameWords,
+}
+
+/// A runtime helper a stencil calls (system ABI), or a callee's generic code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Import {
+    HostCall,
+    Promote,
+    Fmod,
+    Frame,
+    Callee,
+}
+
+const IMPORTS: [Import; 5] = [
+    Import::HostCall,
+    Import::Promote,
+    Import::Fmod,
+    Import::Frame,
+    Import::Callee,
+];
+
+/// The namespace of continuation names and of imports in stencil functions.
+const CONT_NS: u32 = 1;
+const IMPORT_NS: u32 = 2;
+
+/// One place a hole stands (a hole Cranelift used twice stands in two places).
+#[derive(Clone, Copy, Debug)]
+struct Hole {
+    at: u32,
+    /// Which hole: the order the stencil's builder asked for them.
+    index: u16,
+    wide: bool,
+    role: Role,
+}
+
+/// One stencil: code, holes, continuations and imports.
+#[derive(Debug)]
+pub struct Stencil {
+    code: Box<[u8]>,
+    holes: Vec<Hole>,
+    /// Holes asked for (some may stand nowhere).
+    nholes: usize,
+    /// `rel32` fields of continuation `k`.
+    conts: Vec<(u32, u8)>,
+    /// `Abs8` fields: import and addend.
+    imports: Vec<(u32, Import, i64)>,
+    /// The code ends with the jump to continuation 0 (its last five bytes).
+    falls_through: bool,
+    /// Machine instructions (for statistics).
+    pub insts: u32,
+}
+
+impl Stencil {
+    /// Bytes of machine code.
+    pub fn len(&self) -> usize {
+        self.code.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.code.is_empty()
+    }
+}
+
+/// Why a stencil or a stitch-tier unit could not be made (the runtime then uses the
+/// Cranelift tier for the unit).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StencilError(pub String);
+
+impl std::fmt::Display for StencilError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "stitch tier: {}", self.0)
+    }
+}
+
+/// The stencils of one runtime, made on first use and kept.
+pub struct StencilLib {
+    isa: OwnedTargetIsa,
+    stencils: RwLock<HashMap<Key, Result<Arc<Stencil>, StencilError>>>,
+}
+
+impl StencilLib {
+    /// A library compiling stencils with `isa` (optimizing, frame pointers preserved,
+    /// not position-independent).
+    pub fn new(isa: OwnedTargetIsa) -> StencilLib {
+        StencilLib {
+            isa,
+            stencils: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Whether this target has the stitch tier (x86-64).
+    pub fn supported() -> bool {
+        cfg!(target_arch = "x86_64")
+    }
+
+    /// The stencil for `key`, compiled the first time.
+    pub fn get(&self, key: &Key) -> Result<Arc<Stencil>, StencilError> {
+        if let Some(s) = self.stencils.read().expect("not poisoned").get(key) {
+            return s.clone();
+        }
+        let made = if Self::supported() {
+            make(&*self.isa, key).map(Arc::new)
+        } else {
+            Err(StencilError("not built for this target".into()))
+        };
+        self.stencils
+            .write()
+            .expect("not poisoned")
+            .entry(key.clone())
+            .or_insert(made)
+            .clone()
+    }
+
+    /// Stencils made so far (refused ones included).
+    pub fn len(&self) -> usize {
+        self.stencils.read().expect("not poisoned").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Making stencils.
+
+/// The magic value of hole `i` in compilation `pass` (0 or 1): 4-byte ones are positive
+/// and below 2^31; 8-byte ones need all 64 bits.
+fn magic(i: usize, pass: u8, wide: bool) -> u64 {
+    let i = i as u64;
+    let low = if pass == 0 { 0x2b1e_3a57 } else { 0x3c2f_4b69 } + i * 0x0001_0a0d;
+    if wide {
+        let high = 0x4d5e_6f17u64 + u64::from(pass) * 0x0102_0000 + i;
+        (high << 32) | (low ^ 0x0f0f_0f0f)
+    } else {
+        low
+    }
+}
+
+/// The holes one compilation asked for, in order.
+struct Gen {
+    pass: u8,
+    holes: Vec<(bool, Role)>,
+}
+
+impl Gen {
+    fn hole(&mut self, wide: bool, role: Role) -> u64 {
+        let i = self.holes.len();
+        self.holes.push((wide, role));
+        magic(i, self.pass, wide)
+    }
+
+    /// A hole used as a displacement (a frame word's offset).
+    fn disp(&mut self, role: Role) -> i32 {
+        self.hole(false, role) as i32
+    }
+}
+
+/// Declares an import (not colocated: an absolute address, `Abs8`).
+fn import(func: &mut ir::Function, what: Import, sig: ir::Signature) -> ir::FuncRef {
+    let index = IMPORTS.iter().position(|&i| i == what).expect("listed") as u32;
+    let name = func.declare_imported_user_function(UserExternalName::new(IMPORT_NS, index));
+    let signature = func.import_signature(sig);
+    func.import_function(ir::ExtFuncData {
+        name: ExternalName::user(name),
+        signature,
+        colocated: false,
+        patchable: false,
+    })
+}
+
+/// Hooks of the Cranelift lowering while a stencil's body is built: every service is a
+/// hole or an import.
+struct GenHooks<'g> {
+    gen: &'g std::cell::RefCell<Gen>,
+    callee: Option<CalleeKey>,
+    inline: bool,
+    isa: &'g dyn cranelift_codegen::isa::TargetIsa,
+}
+
+impl Hooks for GenHooks<'_> {
+    fn fault_site(&mut self, kind: FaultKind, _loc: SrcLoc) -> u64 {
+        self.gen.borrow_mut().hole(true, Role::Fault(kind))
+    }
+    fn func_ref(&mut self, func: &mut ir::Function, _callee: u32) -> Option<ir::FuncRef> {
+        match &self.callee {
+            Some(CalleeKey::Func(params)) => {
+                Some(import(func, Import::Callee, unit_signature(params)))
+            }
+            _ => None,
+        }
+    }
+    fn host_index(&self, _callee: u32) -> Option<u32> {
+        match self.callee {
+            Some(CalleeKey::Host(h)) => Some(h),
+            _ => None,
+        }
+    }
+    fn host_call(&mut self, func: &mut ir::Function) -> ir::FuncRef {
+        let sig = abi::host_signature(self.isa, &[types::I64; 5], &[types::I64]);
+        import(func, Import::HostCall, sig)
+    }
+    fn promote(&mut self, func: &mut ir::Function) -> ir::FuncRef {
+        let sig = abi::host_signature(self.isa, &[types::I64; 3], &[types::I64]);
+        import(func, Import::Promote, sig)
+    }
+    fn inline_cache(&mut self, _site: u32) -> Option<u64> {
+        self.inline
+            .then(|| self.gen.borrow_mut().hole(true, Role::InlineCache))
+    }
+    fn fmod(&mut self, func: &mut ir::Function) -> ir::FuncRef {
+        let sig = abi::host_signature(self.isa, &[types::F64; 2], &[types::F64]);
+        import(func, Import::Fmod, sig)
+    }
+}
+
+const TRUSTED: fn() -> MemFlagsData = MemFlagsData::trusted;
+
+/// The stencil signature: `(ctx, frame) -> (value, value2, status)`, `tail`.
+fn stencil_signature() -> ir::Signature {
+    unit_signature(&[Type::Scalar(Scalar::I64)])
+}
+
+/// Builds the body of one stencil for compilation `pass`; returns the function and the
+/// holes asked for.
+fn build(
+    isa: &dyn cranelift_codegen::isa::TargetIsa,
+    key: &Key,
+    pass: u8,
+) -> (ir::Function, Vec<(bool, Role)>) {
+    let gen = std::cell::RefCell::new(Gen {
+        pass,
+        holes: Vec::new(),
+    });
+    let sig = match key {
+        Key::Prologue(tys) => unit_signature(tys),
+        _ => stencil_signature(),
+    };
+    let mut func = ir::Function::with_name_signature(UserFuncName::user(0, 0), sig);
+    let mut fctx = FunctionBuilderContext::new();
+    let frontend = isa.frontend_config();
+    let b = FunctionBuilder::new(&mut func, &mut fctx);
+    if let Key::Prologue(tys) = key {
+        build_prologue(b, isa, &gen, tys);
+        return (func, gen.into_inner().holes);
+    }
+    let (callee, inline) = match key {
+        Key::Op { callee, .. } => (callee.clone(), false),
+        Key::Promote { inline, .. } => (None, *inline),
+        _ => (None, false),
+    };
+    let mut hooks = GenHooks {
+        gen: &gen,
+        callee,
+        inline,
+        isa,
+    };
+    let opts = ClifOptions {
+        fuel: matches!(key, Key::Fuel),
+    };
+    let mut em = ClifEmitter::new(
+        b,
+        &mut hooks,
+        opts,
+        Vec::new(),
+        &[Type::Scalar(Scalar::I64)],
+    );
+    let first = em.create_block(&[Type::Scalar(Scalar::I64)]);
+    em.switch_to_block(first);
+    let fp = em.b.block_params(first)[0];
+    let cx = em.ctx_param();
+    let cont = |em: &mut ClifEmitter, k: u32| {
+        let name =
+            em.b.func
+                .declare_imported_user_function(UserExternalName::new(CONT_NS, k));
+        let signature = em.b.func.import_signature(stencil_signature());
+        let f = em.b.func.import_function(ir::ExtFuncData {
+            name: ExternalName::user(name),
+            signature,
+            colocated: true,
+            patchable: false,
+        });
+        em.b.ins().return_call(f, &[cx, fp]);
+    };
+    let load = |em: &mut ClifEmitter, ty: ir::Type, role: Role| {
+        let d = gen.borrow_mut().disp(role);
+        em.b.ins().load(ty, TRUSTED(), fp, d)
+    };
+    let store = |em: &mut ClifEmitter, v: ir::Value, role: Role| {
+        let d = gen.borrow_mut().disp(role);
+        em.b.ins().store(TRUSTED(), v, fp, d);
+    };
+    // Operand `f` as words `k..`; returns the value and the next word.
+    let operand = |em: &mut ClifEmitter, f: Form, k: u16| -> (CVal, u16) {
+        match f {
+            Form::Slot(s) => (CVal::Val(load(em, clif_type(s), Role::Arg(k)), s), k + 1),
+            Form::Imm(s, wide) => {
+                let m = gen.borrow_mut().hole(wide, Role::Arg(k));
+                let v = match s {
+                    Scalar::F64 => {
+                        let w = em.b.ins().iconst(types::I64, m as i64);
+                        em.b.ins().bitcast(types::F64, MemFlagsData::new(), w)
+                    }
+                    s => em.b.ins().iconst(clif_type(s), m as i64),
+                };
+                (CVal::Val(v, s), k + 1)
+            }
+            Form::Slice(elem) => {
+                let ptr = load(em, types::I64, Role::Arg(k));
+                let len = load(em, types::I64, Role::Arg(k + 1));
+                (CVal::Slice { ptr, len, elem }, k + 2)
+            }
+            Form::ConstSlice(elem) => {
+                let p = gen.borrow_mut().hole(true, Role::Arg(k));
+                let l = gen.borrow_mut().hole(true, Role::Arg(k + 1));
+                let ptr = em.b.ins().iconst(types::I64, p as i64);
+                let len = em.b.ins().iconst(types::I64, l as i64);
+                (CVal::Slice { ptr, len, elem }, k + 2)
+            }
+        }
+    };
+    let operands = |em: &mut ClifEmitter, forms: &[Form]| -> Vec<CVal> {
+        let mut k = 0;
+        forms
+            .iter()
+            .map(|&f| {
+                let (v, next) = operand(em, f, k);
+                k = next;
+                v
+            })
+            .collect()
+    };
+    match key {
+        Key::Op { op, forms, .. } => {
+            let args = operands(&mut em, forms);
+            let tys: Vec<Type> = forms.iter().map(|&f| form_type(f)).collect();
+            match em.op(op, &args, &tys, SrcLoc::default()) {
+                Some(CVal::Val(v, _)) => store(&mut em, v, Role::Res(0)),
+                Some(CVal::Slice { ptr, len, .. }) => {
+                    store(&mut em, ptr, Role::Res(0));
+                    store(&mut em, len, Role::Res(1));
+                }
+                Some(CVal::StaticSlice { .. }) => unreachable!("no static slice reaches here"),
+                None => {}
+            }
+            cont(&mut em, 0);
+        }
+        Key::Set(wide) => {
+            let m = gen.borrow_mut().hole(*wide, Role::Arg(0));
+            let v = em.b.ins().iconst(types::I64, m as i64);
+            store(&mut em, v, Role::Res(0));
+            cont(&mut em, 0);
+        }
+        Key::Move => {
+            let v = load(&mut em, types::I64, Role::Arg(0));
+            store(&mut em, v, Role::Res(0));
+            cont(&mut em, 0);
+        }
+        Key::MoveTo(s) => {
+            let v = load(&mut em, clif_type(*s), Role::Arg(0));
+            store(&mut em, v, Role::Res(0));
+            cont(&mut em, 0);
+        }
+        Key::FrameAddr => {
+            let m = gen.borrow_mut().hole(false, Role::Arg(0));
+            let off = em.b.ins().iconst(types::I64, m as i64);
+            let a = em.b.ins().iadd(fp, off);
+            store(&mut em, a, Role::Res(0));
+            cont(&mut em, 0);
+        }
+        Key::Branch => {
+            let c = load(&mut em, types::I8, Role::Arg(0));
+            let t = em.b.create_block();
+            let e = em.b.create_block();
+            em.b.ins().brif(c, t, &[], e, &[]);
+            em.b.switch_to_block(t);
+            cont(&mut em, 1);
+            em.b.switch_to_block(e);
+            cont(&mut em, 0);
+        }
+        Key::CaseEq(s, wide) => {
+            let x = load(&mut em, clif_type(*s), Role::Arg(0));
+            let x = if clif_type(*s) == types::I64 {
+                x
+            } else {
+                em.b.ins().uextend(types::I64, x)
+            };
+            let m = gen.borrow_mut().hole(*wide, Role::Arg(1));
+            let k = em.b.ins().iconst(types::I64, m as i64);
+            let eq = em.b.ins().icmp(ir::condcodes::IntCC::Equal, x, k);
+            let t = em.b.create_block();
+            let e = em.b.create_block();
+            em.b.ins().brif(eq, t, &[], e, &[]);
+            em.b.switch_to_block(t);
+            cont(&mut em, 1);
+            em.b.switch_to_block(e);
+            cont(&mut em, 0);
+        }
+        Key::Ret(form) => {
+            let v = form.map(|f| operand(&mut em, f, 0).0);
+            em.ret(v);
+        }
+        Key::Trap => em.trap(SrcLoc::default()),
+        Key::BoundsCheck(s, i) => {
+            let args = operands(&mut em, &[*s, *i]);
+            let ty = match i {
+                Form::Slot(t) | Form::Imm(t, _) => *t,
+                _ => Scalar::I64,
+            };
+            em.bounds_check(args[0], args[1], ty, SrcLoc::default());
+            cont(&mut em, 0);
+        }
+        Key::Fuel => cont(&mut em, 0),
+        Key::Promote { promoted, live, .. } => {
+            let forms: Vec<Form> = promoted.iter().map(|&s| Form::Slot(s)).collect();
+            let p = operands(&mut em, &forms);
+            let mut k = p.len() as u16;
+            let l: Vec<CVal> = live
+                .iter()
+                .map(|&f| {
+                    let (v, next) = operand(&mut em, f, k);
+                    k = next;
+                    v
+                })
+                .collect();
+            let site = gen.borrow_mut().hole(false, Role::Site) as u32;
+            let pv: Vec<(CVal, Scalar)> = p.iter().zip(promoted).map(|(&v, &s)| (v, s)).collect();
+            em.promote(site, &pv, &l);
+        }
+        Key::Prologue(_) => unreachable!("built above"),
+    }
+    em.finish(first, frontend);
+    (func, gen.into_inner().holes)
+}
+
+/// A unit's prologue: makes room for the unit's frame words (a hole) and stores the
+/// inputs' words at the frame's start, then continues.
+fn build_prologue(
+    mut b: FunctionBuilder,
+    isa: &dyn cranelift_codegen::isa::TargetIsa,
+    gen: &std::cell::RefCell<Gen>,
+    tys: &[Type],
+) {
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let params = b.block_params(entry).to_vec();
+    let cx = params[0];
+    let fp0 = b.ins().load(types::I64, TRUSTED(), cx, ctx::FRAME);
+    let have = b.ins().load(types::I64, TRUSTED(), cx, ctx::FRAME_WORDS);
+    let m = gen.borrow_mut().hole(false, Role::FrameWords);
+    let need = b.ins().iconst(types::I64, m as i64);
+    let small = b
+        .ins()
+        .icmp(ir::condcodes::IntCC::UnsignedLessThan, have, need);
+    let grow = b.create_block();
+    let go = b.create_block();
+    b.append_block_param(go, types::I64);
+    b.set_cold_block(grow);
+    b.ins().brif(small, grow, &[], go, &[fp0.into()]);
+    b.switch_to_block(grow);
+    let sig = abi::host_signature(isa, &[types::I64; 2], &[types::I64]);
+    let f = import(b.func, Import::Frame, sig);
+    let call = b.ins().call(f, &[cx, need]);
+    let fp1 = b.inst_results(call)[0];
+    b.ins().jump(go, &[fp1.into()]);
+    b.switch_to_block(go);
+    let fp = b.block_params(go)[0];
+    debug_assert_eq!(abi_types(tys).len(), params.len() - 1);
+    for (k, &w) in params[1..].iter().enumerate() {
+        b.ins().store(TRUSTED(), w, fp, 8 * k as i32);
+    }
+    let name = b
+        .func
+        .declare_imported_user_function(UserExternalName::new(CONT_NS, 0));
+    let signature = b.func.import_signature(stencil_signature());
+    let f = b.func.import_function(ir::ExtFuncData {
+        name: ExternalName::user(name),
+        signature,
+        colocated: true,
+        patchable: false,
+    });
+    b.ins().return_call(f, &[cx, fp]);
+    b.seal_all_blocks();
+    b.finalize(isa.frontend_config());
+}
+
+/// The type of an operand form.
+fn form_type(f: Form) -> Type {
+    match f {
+        Form::Slot(s) | Form::Imm(s, _) => Type::Scalar(s),
+        Form::Slice(elem) | Form::ConstSlice(elem) => Type::Slice {
+            elem,
+            mutable: true,
+        },
+    }
+}
+
+/// One compilation: code bytes, relocations (offset, kind, name, addend) and the number
+/// of machine instructions.
+type Compiled = (Vec<u8>, Vec<(u32, Reloc, UserExternalName, i64)>, u32);
+
+fn compile(
+    isa: &dyn cranelift_codegen::isa::TargetIsa,
+    func: ir::Function,
+) -> Result<Compiled, StencilError> {
+    let mut cctx = cranelift_codegen::Context::for_function(func);
+    cctx.set_disasm(true);
+    let code = cctx
+        .compile(isa, &mut Default::default())
+        .map_err(|e| StencilError(format!("Cranelift: {:?}", e.inner)))?;
+    let insts = code.vcode.as_deref().map_or(0, count_insts);
+    let bytes = code.code_buffer().to_vec();
+    let mut refs = Vec::new();
+    for r in code.buffer.relocs() {
+        let FinalizedRelocTarget::ExternalName(ExternalName::User(name)) = r.target else {
+            return Err(StencilError(format!("an unexpected relocation {r:?}")));
+        };
+        refs.push((r.offset, r.kind, name, r.addend));
+    }
+    let names = cctx.func.params.user_named_funcs();
+    let relocs = refs
+        .into_iter()
+        .map(|(at, kind, name, addend)| (at, kind, names[name].clone(), addend))
+        .collect();
+    Ok((bytes, relocs, insts))
+}
+
+/// Machine instructions in Cranelift's listing of a compiled function: a jump to the next
+/// block is elided when emitted, a two-way branch is two jumps, a return or tail call
+/// also restores the frame (three instructions). An estimate, for statistics only.
+fn count_insts(listing: &str) -> u32 {
+    listing
+        .lines()
+        .map(|l| l.trim())
+        .filter(|l| !l.is_empty() && !l.ends_with(':') && !l.starts_with("unwind"))
+        .filter(|l| !(l.starts_with("jmp") && l.contains("label")))
+        .map(|l| {
+            if l.starts_with("return_call") || l.starts_with("ret") {
+                3
+            } else if l.contains("; j label") {
+                2
+            } else {
+                1
+            }
+        })
+        .sum()
+}
+
+/// Compiles the stencil of `key` twice and locates its holes (see the module doc).
+fn make(isa: &dyn cranelift_codegen::isa::TargetIsa, key: &Key) -> Result<Stencil, StencilError> {
+    let (fa, holes) = build(isa, key, 0);
+    let (fb, holes_b) = build(isa, key, 1);
+    if holes != holes_b {
+        return Err(StencilError(format!(
+            "{key:?}: holes differ between builds"
+        )));
+    }
+    let (a, relocs, insts) = compile(isa, fa)?;
+    let (b, relocs_b, _) = compile(isa, fb)?;
+    if a.len() != b.len() || relocs != relocs_b {
+        return Err(StencilError(format!(
+            "{key:?}: the two compilations differ in shape"
+        )));
+    }
+    let mut covered = vec![false; a.len()];
+    let mut found = Vec::new();
+    for (i, &(wide, role)) in holes.iter().enumerate() {
+        let w = if wide { 8 } else { 4 };
+        let ma = &magic(i, 0, wide).to_le_bytes()[..w];
+        let mb = &magic(i, 1, wide).to_le_bytes()[..w];
+        for p in 0..a.len().saturating_sub(w - 1) {
+            if &a[p..p + w] == ma && &b[p..p + w] == mb {
+                found.push(Hole {
+                    at: p as u32,
+                    index: i as u16,
+                    wide,
+                    role,
+                });
+                covered[p..p + w].iter_mut().for_each(|c| *c = true);
+            }
+        }
+    }
+    if let Some(p) = (0..a.len()).find(|&p| a[p] != b[p] && !covered[p]) {
+        return Err(StencilError(format!(
+            "{key:?}: byte {p} depends on a hole in a way patching cannot reproduce"
+        )));
+    }
+    let mut conts = Vec::new();
+    let mut imports = Vec::new();
+    for (at, kind, name, addend) in relocs {
+        match (name.namespace, kind) {
+            (CONT_NS, Reloc::X86CallPCRel4) if addend == -4 => conts.push((at, name.index as u8)),
+            (IMPORT_NS, Reloc::Abs8) => imports.push((at, IMPORTS[name.index as usize], addend)),
+            _ => {
+                return Err(StencilError(format!(
+                    "{key:?}: relocation {kind:?} of {name:?} not supported"
+                )))
+            }
+        }
+    }
+    let n = a.len() as u32;
+    let falls_through =
+        n >= 5 && a[n as usize - 5] == 0xe9 && conts.iter().any(|&(at, k)| k == 0 && at == n - 4);
+    Ok(Stencil {
+        code: a.into_boxed_slice(),
+        holes: found,
+        nholes: holes.len(),
+        conts,
+        imports,
+        falls_through,
+        insts,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// The backend.
+
+/// A value of a stitch-tier unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SVal {
+    /// A scalar in frame word `n`.
+    Slot(u32, Scalar),
+    /// A slice in two frame words.
+    Slice { ptr: u32, len: u32, elem: Scalar },
+    /// A constant (its canonical bits).
+    Imm(u64, Scalar),
+    /// A slice known now.
+    StaticSlice { ptr: u64, len: u64, elem: Scalar },
+}
+
+/// A word of a value: in a frame word, or a constant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Word {
+    Slot(u32),
+    Imm(u64),
+}
+
+/// A callee of a unit, as the runtime knows it.
+#[derive(Clone, Debug)]
+pub enum Callee {
+    /// Generic code at `addr` of a module function taking `params`.
+    Func { params: Vec<Type>, addr: u64 },
+    /// Host function number `n`.
+    Host(u32),
+}
+
+/// What a stitch-tier unit needs from the runtime.
+pub trait Services {
+    /// A fault site record; the word the code stores when it faults.
+    fn fault_site(&mut self, kind: FaultKind, loc: SrcLoc) -> u64;
+    /// The inline cache of promotion site `site`, if it has one.
+    fn inline_cache(&mut self, site: u32) -> Option<u64>;
+    fn callee(&self, callee: u32) -> Option<Callee>;
+    /// The address of a helper (`HostCall`, `Promote`, `Fmod`, `Frame`).
+    fn helper(&self, h: Import) -> u64;
+}
+
+/// What an instance of a stencil refers to besides its operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Extra {
+    None,
+    /// A promotion site.
+    Site(u32),
+    /// The address of a callee's generic code.
+    Callee(u64),
+}
+
+/// A block of a unit being stitched.
+struct BlockInfo {
+    params: Vec<SVal>,
+    at: Option<u32>,
+}
+
+/// The stitch-tier backend: builds one unit by copying stencils (see the module doc).
+pub struct StencilEmitter<'a> {
+    lib: &'a StencilLib,
+    services: &'a mut dyn Services,
+    fuel: bool,
+    static_slices: Vec<Option<(u64, u64, Scalar)>>,
+    code: Vec<u8>,
+    blocks: Vec<BlockInfo>,
+    /// `rel32` fields to patch with the address of a block.
+    fixups: Vec<(u32, u32)>,
+    /// Frame words in use.
+    slots: u32,
+    inputs: Vec<SVal>,
+    /// The block the prologue continues to (it moves the inputs to the entry's parameters).
+    start: u32,
+    /// Where the prologue's frame-size hole stands.
+    frame_holes: Vec<u32>,
+    /// The raw jump that ends the code, if any: its offset (dropped when its target is
+    /// placed right after).
+    last_jump: Option<u32>,
+    /// Stencils copied and their machine instructions.
+    copies: usize,
+    insts: usize,
+    error: Option<StencilError>,
+}
+
+impl<'a> StencilEmitter<'a> {
+    /// Starts a unit taking `inputs` (the unit signature's types).
+    pub fn new(
+        lib: &'a StencilLib,
+        services: &'a mut dyn Services,
+        fuel: bool,
+        static_slices: Vec<Option<(u64, u64, Scalar)>>,
+        inputs: &[Type],
+    ) -> StencilEmitter<'a> {
+        let mut e = StencilEmitter {
+            lib,
+            services,
+            fuel,
+            static_slices,
+            code: Vec::new(),
+            blocks: Vec::new(),
+            fixups: Vec::new(),
+            slots: 0,
+            inputs: Vec::new(),
+            start: 0,
+            frame_holes: Vec::new(),
+            last_jump: None,
+            copies: 0,
+            insts: 0,
+            error: None,
+        };
+        // The inputs take the first frame words, in order.
+        e.inputs = e.new_values(inputs);
+        e.start = e.new_block(Vec::new());
+        e.emit(
+            Key::Prologue(inputs.to_vec()),
+            &[],
+            &[],
+            SrcLoc::default(),
+            Extra::None,
+            &[Some(e.start)],
+        );
+        e
+    }
+
+    /// Machine code of the unit, once the executor is done (`entry` is its first block);
+    /// the stencils copied and their machine instructions.
+    pub fn finish(mut self, entry: u32) -> Result<(Vec<u8>, usize, usize), StencilError> {
+        self.place(self.start);
+        let inputs = self.inputs.clone();
+        self.jump(entry, &inputs);
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        for &(at, b) in &self.fixups {
+            let Some(target) = self.blocks[b as usize].at else {
+                return Err(StencilError(format!("block {b} was never placed")));
+            };
+            let rel = i64::from(target) - (i64::from(at) + 4);
+            let at = at as usize;
+            self.code[at..at + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+        }
+        let words = u64::from(self.slots);
+        if words >= 1 << 28 {
+            return Err(StencilError("the frame is too large".into()));
+        }
+        for &at in &self.frame_holes {
+            let at = at as usize;
+            self.code[at..at + 4].copy_from_slice(&(words as u32).to_le_bytes());
+        }
+        Ok((self.code, self.copies, self.insts))
+    }
+
+    fn fail(&mut self, e: StencilError) {
+        self.error.get_or_insert(e);
+    }
+
+    fn slot(&mut self) -> u32 {
+        self.slots += 1;
+        self.slots - 1
+    }
+
+    /// Fresh frame words for values of types `tys` (arrays as their elements).
+    fn new_values(&mut self, tys: &[Type]) -> Vec<SVal> {
+        let mut out = Vec::new();
+        for t in tys {
+            match *t {
+                Type::Scalar(s) => out.push(SVal::Slot(self.slot(), s)),
+                Type::Slice { elem, .. } => {
+                    let ptr = self.slot();
+                    let len = self.slot();
+                    out.push(SVal::Slice { ptr, len, elem });
+                }
+                Type::Array { elem, len } => {
+                    for _ in 0..len {
+                        out.push(SVal::Slot(self.slot(), elem));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn new_block(&mut self, params: Vec<SVal>) -> u32 {
+        self.blocks.push(BlockInfo { params, at: None });
+        self.blocks.len() as u32 - 1
+    }
+
+    /// Places block `b` here (dropping a jump to it that ends the code).
+    fn place(&mut self, b: u32) {
+        if let Some(at) = self.last_jump.take() {
+            if at as usize + 5 == self.code.len() && self.fixups.last() == Some(&(at + 1, b)) {
+                self.code.truncate(at as usize);
+                self.fixups.pop();
+            }
+        }
+        self.blocks[b as usize].at = Some(self.code.len() as u32);
+    }
+
+    /// A raw `jmp rel32` to block `b`.
+    fn raw_jump(&mut self, b: u32) {
+        let at = self.code.len() as u32;
+        self.code.extend_from_slice(&[0xe9, 0, 0, 0, 0]);
+        self.fixups.push((at + 1, b));
+        self.last_jump = Some(at);
+    }
+
+    /// Copies the stencil of `key` and patches it: `args` and `res` are the operand and
+    /// result words, `conts[k]` the block continuation `k` goes to (`None`: the code that
+    /// follows).
+    fn emit(
+        &mut self,
+        key: Key,
+        args: &[u64],
+        res: &[u64],
+        loc: SrcLoc,
+        extra: Extra,
+        conts: &[Option<u32>],
+    ) {
+        if args.len() > usize::from(u16::MAX) {
+            return self.fail(StencilError(
+                "too many operand words for one stencil".into(),
+            ));
+        }
+        let st = match self.lib.get(&key) {
+            Ok(s) => s,
+            Err(e) => return self.fail(e),
+        };
+        self.last_jump = None;
+        let drop_tail = st.falls_through && conts.first() == Some(&None);
+        self.copies += 1;
+        self.insts += st.insts as usize - usize::from(drop_tail);
+        let base = self.code.len();
+        let len = st.code.len() - if drop_tail { 5 } else { 0 };
+        self.code.extend_from_slice(&st.code[..len]);
+        let end = (base + len) as u32;
+        let site = match extra {
+            Extra::Site(s) => Some(s),
+            _ => None,
+        };
+        // One value per hole, however many places it stands in.
+        let mut values: Vec<Option<u64>> = vec![None; st.nholes];
+        for h in &st.holes {
+            if h.role == Role::FrameWords {
+                self.frame_holes.push(base as u32 + h.at);
+                continue;
+            }
+            let v = match values[h.index as usize] {
+                Some(v) => Some(v),
+                None => match h.role {
+                    Role::Arg(k) => args.get(k as usize).copied(),
+                    Role::Res(k) => res.get(k as usize).copied(),
+                    Role::Fault(kind) => Some(self.services.fault_site(kind, loc)),
+                    Role::InlineCache => site.and_then(|s| self.services.inline_cache(s)),
+                    Role::Site => site.map(u64::from),
+                    Role::FrameWords => unreachable!("filled by `finish`"),
+                },
+            };
+            values[h.index as usize] = v;
+            let Some(v) = v else {
+                return self.fail(StencilError(format!("{key:?}: no value for {:?}", h.role)));
+            };
+            let at = base + h.at as usize;
+            if h.wide {
+                self.code[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            } else if v < 1 << 31 {
+                self.code[at..at + 4].copy_from_slice(&(v as u32).to_le_bytes());
+            } else {
+                return self.fail(StencilError(format!(
+                    "{key:?}: {v:#x} does not fit a 4-byte hole"
+                )));
+            }
+        }
+        for &(at, k) in &st.conts {
+            let at = base as u32 + at;
+            if at + 4 > end {
+                continue; // the dropped jump to the next stencil
+            }
+            match conts.get(k as usize) {
+                Some(Some(b)) => self.fixups.push((at, *b)),
+                Some(None) => {
+                    let rel = i64::from(end) - (i64::from(at) + 4);
+                    let at = at as usize;
+                    self.code[at..at + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+                }
+                None => return self.fail(StencilError(format!("{key:?}: no continuation {k}"))),
+            }
+        }
+        for &(at, what, addend) in &st.imports {
+            let addr = match (what, extra) {
+                (Import::Callee, Extra::Callee(a)) => a,
+                (Import::Callee, _) => {
+                    return self.fail(StencilError(format!("{key:?}: no callee address")))
+                }
+                (h, _) => self.services.helper(h),
+            };
+            let at = base + at as usize;
+            let v = addr.wrapping_add(addend as u64);
+            self.code[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    /// The words of a value.
+    fn words(v: SVal) -> Vec<Word> {
+        match v {
+            SVal::Slot(s, _) => vec![Word::Slot(s)],
+            SVal::Slice { ptr, len, .. } => vec![Word::Slot(ptr), Word::Slot(len)],
+            SVal::Imm(bits, _) => vec![Word::Imm(bits)],
+            SVal::StaticSlice { ptr, len, .. } => vec![Word::Imm(ptr), Word::Imm(len)],
+        }
+    }
+
+    /// Frame word `dst` set to constant `v`.
+    fn set(&mut self, dst: u32, v: u64) {
+        let wide = v >= 1 << 31;
+        self.emit(
+            Key::Set(wide),
+            &[v],
+            &[8 * u64::from(dst)],
+            SrcLoc::default(),
+            Extra::None,
+            &[None],
+        );
+    }
+
+    fn move_word(&mut self, src: u32, dst: u32) {
+        if src != dst {
+            let (a, r) = (8 * u64::from(src), 8 * u64::from(dst));
+            self.emit(
+                Key::Move,
+                &[a],
+                &[r],
+                SrcLoc::default(),
+                Extra::None,
+                &[None],
+            );
+        }
+    }
+
+    /// `v` in frame words.
+    fn materialize(&mut self, v: SVal) -> SVal {
+        match v {
+            SVal::Imm(bits, s) => {
+                let d = self.slot();
+                self.set(d, bits);
+                SVal::Slot(d, s)
+            }
+            SVal::StaticSlice { ptr, len, elem } => {
+                let (p, l) = (self.slot(), self.slot());
+                self.set(p, ptr);
+                self.set(l, len);
+                SVal::Slice {
+                    ptr: p,
+                    len: l,
+                    elem,
+                }
+            }
+            v => v,
+        }
+    }
+
+    /// The form of operand `v` and its words; a constant becomes an immediate when
+    /// `imm` allows it and it fits, otherwise it goes through a frame word.
+    ///
+    /// At most one operand of a stencil is a constant (`consts` says whether one is
+    /// already): Cranelift would fold an operation between two constants (a bounds check
+    /// of a constant index against a constant length) the same way for both sets of
+    /// magic values, and the stencil would be wrong for the values patched in.
+    fn form(&mut self, v: SVal, imm: bool, consts: &mut bool, words: &mut Vec<u64>) -> Form {
+        let v = match v {
+            SVal::Imm(bits, s) if imm && !*consts => {
+                let wide = bits >= 1 << 31;
+                let ok = match s {
+                    Scalar::I64 | Scalar::U64 | Scalar::F64 => true,
+                    Scalar::I32 | Scalar::U32 => !wide,
+                    _ => false,
+                };
+                if ok {
+                    *consts = true;
+                    words.push(bits);
+                    return Form::Imm(s, wide || s == Scalar::F64);
+                }
+                self.materialize(v)
+            }
+            SVal::Imm(..) => self.materialize(v),
+            SVal::StaticSlice { .. } if *consts => self.materialize(v),
+            SVal::StaticSlice { .. } => {
+                *consts = true;
+                v
+            }
+            v => v,
+        };
+        match v {
+            SVal::Slot(s, t) => {
+                words.push(8 * u64::from(s));
+                Form::Slot(t)
+            }
+            SVal::Slice { ptr, len, elem } => {
+                words.push(8 * u64::from(ptr));
+                words.push(8 * u64::from(len));
+                Form::Slice(elem)
+            }
+            SVal::StaticSlice { ptr, len, elem } => {
+                words.push(ptr);
+                words.push(len);
+                Form::ConstSlice(elem)
+            }
+            SVal::Imm(..) => unreachable!("materialized"),
+        }
+    }
+
+    /// Moves `args` into the parameters of block `b` (a parallel move: through fresh
+    /// words when a source is also a destination).
+    fn pass_args(&mut self, b: u32, args: &[SVal]) {
+        let params = self.blocks[b as usize].params.clone();
+        let mut pairs: Vec<(u32, Word)> = Vec::new();
+        for (p, a) in params.iter().zip(args) {
+            for (d, w) in Self::words(*p).into_iter().zip(Self::words(*a)) {
+                let Word::Slot(d) = d else {
+                    unreachable!("parameters are frame words")
+                };
+                pairs.push((d, w));
+            }
+        }
+        let dsts: Vec<u32> = pairs.iter().map(|&(d, _)| d).collect();
+        let clash = pairs
+            .iter()
+            .any(|&(d, w)| matches!(w, Word::Slot(s) if s != d && dsts.contains(&s)));
+        if clash {
+            for pair in pairs.iter_mut() {
+                if let (d, Word::Slot(s)) = *pair {
+                    if s != d {
+                        let t = self.slot();
+                        self.move_word(s, t);
+                        *pair = (d, Word::Slot(t));
+                    }
+                }
+            }
+        }
+        for &(d, w) in &pairs {
+            match w {
+                Word::Slot(s) => self.move_word(s, d),
+                Word::Imm(v) => self.set(d, v),
+            }
+        }
+    }
+
+    /// The target of an edge: `b` itself when no arguments need passing, else a fresh
+    /// block that passes them (placed by `edges`).
+    fn edge(&mut self, b: u32, args: &[SVal], pending: &mut Vec<(u32, u32, Vec<SVal>)>) -> u32 {
+        if args.is_empty() {
+            return b;
+        }
+        let t = self.new_block(Vec::new());
+        pending.push((t, b, args.to_vec()));
+        t
+    }
+
+    fn edges(&mut self, pending: Vec<(u32, u32, Vec<SVal>)>) {
+        for (t, b, args) in pending {
+            self.place(t);
+            self.jump(b, &args);
+        }
+    }
+
+    /// The shape of an operation's result.
+    fn result_type(op: &TOp, args: &[SVal]) -> Option<Type> {
+        let ty = |v: SVal| match v {
+            SVal::Slot(_, s) | SVal::Imm(_, s) => Type::Scalar(s),
+            SVal::Slice { elem, .. } | SVal::StaticSlice { elem, .. } => Type::Slice {
+                elem,
+                mutable: true,
+            },
+        };
+        Some(match op {
+            TOp::Unary(_) | TOp::Binary(_) => ty(args[0]),
+            TOp::Cmp(_) => Type::BOOL,
+            TOp::Select => ty(args[1]),
+            TOp::Cast(to) => Type::Scalar(*to),
+            TOp::Len => Type::I64,
+            TOp::Load => match ty(args[0]) {
+                Type::Slice { elem, .. } => Type::Scalar(elem),
+                _ => return None,
+            },
+            TOp::Store => return None,
+            TOp::Call { ret, .. } => return *ret,
+        })
+    }
+
+    /// Whether operand `k` of `op` may be an immediate.
+    fn imm_ok(op: &TOp, k: usize) -> bool {
+        match op {
+            TOp::Binary(
+                BinaryOp::Add
+                | BinaryOp::Sub
+                | BinaryOp::Mul
+                | BinaryOp::And
+                | BinaryOp::Or
+                | BinaryOp::Xor
+                | BinaryOp::Min
+                | BinaryOp::Max,
+            )
+            | TOp::Cmp(_) => true,
+            TOp::Select => k > 0,
+            TOp::Store => k == 2,
+            _ => false,
+        }
+    }
+}
+
+impl Backend for StencilEmitter<'_> {
+    type Value = SVal;
+    type Block = u32;
+
+    fn create_block(&mut self, params: &[Type]) -> u32 {
+        let vals = self.new_values(params);
+        self.new_block(vals)
+    }
+
+    fn block_params(&self, b: u32, _types: &[Type]) -> Vec<SVal> {
+        self.blocks[b as usize].params.clone()
+    }
+
+    fn switch_to_block(&mut self, b: u32) {
+        self.place(b);
+        if self.fuel {
+            self.emit(Key::Fuel, &[], &[], SrcLoc::default(), Extra::None, &[None]);
+        }
+    }
+
+    fn constant(&mut self, c: Const) -> SVal {
+        let bits = match c {
+            Const::Int(_, x) => x,
+            Const::F64(x) => x.to_bits(),
+            Const::Bool(b) => u64::from(b),
+        };
+        SVal::Imm(bits, c.ty())
+    }
+
+    fn static_slice(&mut self, id: u32, ty: Type) -> SVal {
+        let elem = ty.elem().expect("a slice type");
+        match self.static_slices.get(id as usize).copied().flatten() {
+            Some((ptr, len, _)) => SVal::StaticSlice { ptr, len, elem },
+            None => {
+                self.fail(StencilError(format!("static slice {id} has no storage")));
+                SVal::Imm(0, Scalar::I64)
+            }
+        }
+    }
+
+    fn op(&mut self, op: &TOp, args: &[SVal], _types: &[Type], loc: SrcLoc) -> Option<SVal> {
+        let mut words = Vec::new();
+        let mut consts = false;
+        let forms: Vec<Form> = args
+            .iter()
+            .enumerate()
+            .map(|(k, &a)| self.form(a, Self::imm_ok(op, k), &mut consts, &mut words))
+            .collect();
+        let mut extra = Extra::None;
+        let (op, callee) = match op {
+            TOp::Call { callee, ret } => match self.services.callee(*callee) {
+                Some(Callee::Func { params, addr }) => {
+                    extra = Extra::Callee(addr);
+                    (
+                        TOp::Call {
+                            callee: 0,
+                            ret: *ret,
+                        },
+                        Some(CalleeKey::Func(params)),
+                    )
+                }
+                Some(Callee::Host(h)) => (op.clone(), Some(CalleeKey::Host(h))),
+                None => {
+                    self.fail(StencilError(format!("unknown callee {callee}")));
+                    return None;
+                }
+            },
+            op => (op.clone(), None),
+        };
+        let ty = Self::result_type(&op, args);
+        let result = ty.map(|t| self.new_values(&[t])[0]);
+        let res: Vec<u64> = result
+            .map(|r| {
+                Self::words(r)
+                    .into_iter()
+                    .map(|w| match w {
+                        Word::Slot(s) => 8 * u64::from(s),
+                        Word::Imm(_) => unreachable!("results are frame words"),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.emit(
+            Key::Op { op, forms, callee },
+            &words,
+            &res,
+            loc,
+            extra,
+            &[None],
+        );
+        result
+    }
+
+    fn array_slot(&mut self, elem: Scalar, elems: &[SVal]) -> SVal {
+        let size = elem_size(elem) as u64;
+        let words = (size * elems.len() as u64).div_ceil(8).max(1) as u32;
+        let base = self.slots;
+        self.slots += words;
+        let (ptr, len) = (self.slot(), self.slot());
+        self.emit(
+            Key::FrameAddr,
+            &[8 * u64::from(base)],
+            &[8 * u64::from(ptr)],
+            SrcLoc::default(),
+            Extra::None,
+            &[None],
+        );
+        self.set(len, elems.len() as u64);
+        for (k, &e) in elems.iter().enumerate() {
+            let SVal::Slot(s, _) = self.materialize(e) else {
+                unreachable!("elements are scalars")
+            };
+            let dst = 8 * u64::from(base) + k as u64 * size;
+            self.emit(
+                Key::MoveTo(elem),
+                &[8 * u64::from(s)],
+                &[dst],
+                SrcLoc::default(),
+                Extra::None,
+                &[None],
+            );
+        }
+        SVal::Slice { ptr, len, elem }
+    }
+
+    fn bounds_check(&mut self, slice: SVal, index: SVal, _ty: Scalar, loc: SrcLoc) {
+        let mut words = Vec::new();
+        let mut consts = false;
+        let s = self.form(slice, false, &mut consts, &mut words);
+        let i = self.form(index, true, &mut consts, &mut words);
+        self.emit(
+            Key::BoundsCheck(s, i),
+            &words,
+            &[],
+            loc,
+            Extra::None,
+            &[None],
+        );
+    }
+
+    fn jump(&mut self, dest: u32, args: &[SVal]) {
+        self.pass_args(dest, args);
+        self.raw_jump(dest);
+    }
+
+    fn brif(&mut self, cond: SVal, t: (u32, &[SVal]), e: (u32, &[SVal])) {
+        let SVal::Slot(c, _) = self.materialize(cond) else {
+            unreachable!("a condition is a scalar")
+        };
+        let mut pending = Vec::new();
+        let tb = self.edge(t.0, t.1, &mut pending);
+        // The else edge, when it passes arguments, follows the branch: it falls through.
+        let eb = (e.1.is_empty()).then_some(e.0);
+        self.emit(
+            Key::Branch,
+            &[8 * u64::from(c)],
+            &[],
+            SrcLoc::default(),
+            Extra::None,
+            &[eb, Some(tb)],
+        );
+        if eb.is_none() {
+            self.jump(e.0, e.1);
+        }
+        self.edges(pending);
+    }
+
+    fn switch(&mut self, arg: SVal, t: Scalar, cases: &[BCase<Self>], default: (u32, &[SVal])) {
+        let SVal::Slot(x, _) = self.materialize(arg) else {
+            unreachable!("a switch value is a scalar")
+        };
+        let mask = match t.int_bits() {
+            Some(64) | None => u64::MAX,
+            Some(w) => (1u64 << w) - 1,
+        };
+        let mut pending = Vec::new();
+        for (k, b, args) in cases {
+            let v = *k & mask;
+            let target = self.edge(*b, args, &mut pending);
+            self.emit(
+                Key::CaseEq(t, v >= 1 << 31),
+                &[8 * u64::from(x), v],
+                &[],
+                SrcLoc::default(),
+                Extra::None,
+                &[None, Some(target)],
+            );
+        }
+        self.jump(default.0, default.1);
+        self.edges(pending);
+    }
+
+    fn ret(&mut self, value: Option<SVal>) {
+        let mut words = Vec::new();
+        let form = value.map(|v| self.form(v, false, &mut false, &mut words));
+        self.emit(
+            Key::Ret(form),
+            &words,
+            &[],
+            SrcLoc::default(),
+            Extra::None,
+            &[],
+        );
+    }
+
+    fn trap(&mut self, loc: SrcLoc) {
+        self.emit(Key::Trap, &[], &[], loc, Extra::None, &[]);
+    }
+
+    fn promote(&mut self, site: u32, promoted: &[(SVal, Scalar)], live: &[SVal]) {
+        let mut words = Vec::new();
+        let mut scalars = Vec::new();
+        for &(v, s) in promoted {
+            self.form(v, false, &mut false, &mut words);
+            scalars.push(s);
+        }
+        let mut forms = Vec::new();
+        for &v in live {
+            let v = self.materialize(v);
+            forms.push(self.form(v, false, &mut false, &mut words));
+        }
+        let inline = promoted.len() <= 1 && self.services.inline_cache(site).is_some();
+        let key = Key::Promote {
+            promoted: scalars,
+            live: forms,
+            inline,
+        };
+        self.emit(key, &words, &[], SrcLoc::default(), Extra::Site(site), &[]);
+    }
+
+    fn promote_miss(&mut self, _site: u32, _promoted: &[SVal]) {
+        self.fail(StencilError(
+            "machine code leaves the unit at promotions".into(),
+        ));
+    }
+}
