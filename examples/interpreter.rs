@@ -11,10 +11,10 @@
 //!   from replacing the loops by closed forms, which no interpreter could match),
 //!
 //! then the speedups, and what each program cost to compile: specialization time and CLIF
-//! instructions beside the hand translation's; last, the two tiers side by side (the
-//! quick first tier against the optimizing tier: specialization time per generated
-//! instruction and code speed). Timings are the median of several runs in one process,
-//! side by side.
+//! instructions beside the hand translation's; last, the three tiers side by side (the
+//! stitch tier, which copies and patches stencils, and the quick tier against the
+//! optimizing tier: specialization time and code speed). Timings are the median of
+//! several runs in one process, side by side.
 //!
 //! Run with `cargo run --release --example interpreter`.
 
@@ -71,6 +71,16 @@ fn main() {
     let (mut vs_interp, mut vs_hand, mut vs_rust) = (Vec::new(), Vec::new(), Vec::new());
     let mut costs = Vec::new();
     let mut tiers = Vec::new();
+    let mut stitched = Vec::new();
+    // The stitch tier's stencils are made once per runtime, when first used: made here,
+    // on every program, before anything is timed.
+    let t = Instant::now();
+    for b in benches() {
+        region
+            .specialize_in(&[Arg::from(&b.code[..])], Tier::Stitch)
+            .expect("specializes");
+    }
+    let t_stencils = t.elapsed().as_secs_f64();
     for b in benches() {
         let code = &b.code;
         let mem = std::cell::RefCell::new(vec![0i64; b.mem.max(1)]);
@@ -118,6 +128,21 @@ fn main() {
                 .and_then(|c| c.as_i64())
                 .expect("i64")
         });
+        // The stitch tier on the same program.
+        let t = Instant::now();
+        let stitch = region
+            .specialize_in(&[Arg::from(&code[..])], Tier::Stitch)
+            .expect("specializes");
+        let t_stitch_spec = t.elapsed().as_secs_f64();
+        let (r_stitch, t_stitch) = time(runs, reset, || {
+            let mut mem = mem.borrow_mut();
+            let mut args = [Arg::from(b.n), Arg::from(&mut mem[..])];
+            stitch
+                .call(&mut args)
+                .expect("runs")
+                .and_then(|c| c.as_i64())
+                .expect("i64")
+        });
         let translated = hand::compile(code);
         let (r_hand, t_hand) = time(runs, reset, || {
             translated
@@ -129,6 +154,7 @@ fn main() {
             ("generic code", r_generic),
             ("specialized code", r_spec),
             ("quick-tier code", r_quick),
+            ("stitch-tier code", r_stitch),
             ("the hand translation", r_hand),
             ("the hand-written version", r_native),
         ] {
@@ -154,6 +180,14 @@ fn main() {
         // Units stitched at promotions while the program ran count too.
         let (units, st, t_spec) = with_lazy(&spec, t_spec);
         let (_, st_quick, t_quick_spec) = with_lazy(&quick, t_quick_spec);
+        let (_, st_stitch, t_stitch_spec) = with_lazy(&stitch, t_stitch_spec);
+        stitched.push((
+            b.name,
+            code.len() / 4,
+            (t_spec, t_specialized),
+            (st_stitch, t_stitch_spec, t_stitch),
+            t_interp,
+        ));
         tiers.push((
             b.name,
             (st, t_spec, t_specialized),
@@ -228,6 +262,40 @@ fn main() {
         "\nGeometric means: the quick tier specializes {:.2}x faster and its code runs {:.2}x slower than the optimizing tier's.",
         geomean(&speedups),
         geomean(&slowdowns)
+    );
+    println!(
+        "\nThe stitch tier (copy-and-patch) against the optimizing tier (specialization includes the units promotions stitched; machine instructions as the stencils' Cranelift listings count them; its stencils were made once beforehand, {}):\n",
+        ms(t_stencils)
+    );
+    println!(
+        "| program | optimizing: specialization | stitch: specialization | per byte-code inst | stencils | machine insts | per machine inst | specialization speedup | optimizing: code | stitch: code | stitch code slowdown | stitch vs Rust interpreter |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let (mut speedups, mut slowdowns, mut vs_interp) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, count, (spec_o, run_o), (st, spec_s, run_s), t_interp) in &stitched {
+        println!(
+            "| {name} | {} | {:.1} us | {:.0} ns | {} | {} | {:.1} ns | {:.0}x | {} | {} | {:.2}x | {:.2}x |",
+            ms(*spec_o),
+            spec_s * 1e6,
+            spec_s * 1e9 / *count as f64,
+            st.stencils,
+            st.insts,
+            spec_s * 1e9 / st.insts as f64,
+            spec_o / spec_s,
+            ms(*run_o),
+            ms(*run_s),
+            run_s / run_o,
+            t_interp / run_s,
+        );
+        speedups.push(spec_o / spec_s);
+        slowdowns.push(run_s / run_o);
+        vs_interp.push(t_interp / run_s);
+    }
+    println!(
+        "\nGeometric means: the stitch tier specializes {:.0}x faster than the optimizing tier; its code runs {:.2}x slower than the optimizing tier's and {:.2}x faster than the Rust interpreter.",
+        geomean(&speedups),
+        geomean(&slowdowns),
+        geomean(&vs_interp)
     );
 }
 
