@@ -443,7 +443,9 @@ impl stencil::Services for StitchServices<'_> {
             stencil::Import::HostCall => "dyc_host_call",
             stencil::Import::Promote => "dyc_promote",
             stencil::Import::Fmod => "dyc_fmod",
-            stencil::Import::Frame | stencil::Import::Callee => "dyc_frame",
+            stencil::Import::Frame => "dyc_frame",
+            // A callee's address comes with its call (`Callee::Func`), never from here.
+            stencil::Import::Callee => return 0,
         };
         self.shared.symbols.get(name).map_or(0, |&a| a as u64)
     }
@@ -1142,22 +1144,24 @@ impl SpecState {
             .collect();
         let full = site.site.key(&promoted);
         site.see(words);
+        // The continuation's unit, with the values seen at promotion sites dispatched
+        // inline, or without (should their continuations not fit the budget of one unit).
+        let input = |inline_dispatch| UnitInput {
+            prog: &self.prog,
+            start: site.site.block,
+            key: &full,
+            slices: &self.slices,
+            static_ptrs: self.static_ptrs(),
+            callees: Callees::Imported,
+            spec: Some(self),
+            ir_text: None,
+            inline_dispatch,
+        };
         let code = guarded("stitching a continuation", || {
             if self.tier == Tier::Stitch {
-                // As below: with the values seen dispatched inline, then without.
                 let stitch = |inline_dispatch| {
-                    let input = UnitInput {
-                        prog: &self.prog,
-                        start: site.site.block,
-                        key: &full,
-                        slices: &self.slices,
-                        static_ptrs: self.static_ptrs(),
-                        callees: Callees::Imported,
-                        spec: Some(self),
-                        ir_text: None,
-                        inline_dispatch,
-                    };
-                    self.runtime.stitch_unit(&self.region, input)
+                    self.runtime
+                        .stitch_unit(&self.region, input(inline_dispatch))
                 };
                 let made = match stitch(true) {
                     Err(RuntimeError::Spec(SpecError::BudgetExceeded { .. })) => stitch(false),
@@ -1173,21 +1177,9 @@ impl SpecState {
                 let id = module
                     .declare_anonymous_function(&abi::unit_signature(&inputs))
                     .map_err(jit_err)?;
-                // With the values seen at promotion sites dispatched inline, then (should
-                // their continuations not fit the budget of one unit) without.
                 let mut compile = |inline_dispatch| {
-                    let input = UnitInput {
-                        prog: &self.prog,
-                        start: site.site.block,
-                        key: &full,
-                        slices: &self.slices,
-                        static_ptrs: self.static_ptrs(),
-                        callees: Callees::Imported,
-                        spec: Some(self),
-                        ir_text: None,
-                        inline_dispatch,
-                    };
-                    self.runtime.compile_unit(&self.region, module, input, id)
+                    self.runtime
+                        .compile_unit(&self.region, module, input(inline_dispatch), id)
                 };
                 let mut stats = match compile(true) {
                     Err(RuntimeError::Spec(SpecError::BudgetExceeded { .. })) => compile(false),
