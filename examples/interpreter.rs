@@ -100,49 +100,27 @@ fn main() {
                 .and_then(|c| c.as_i64())
                 .expect("i64")
         });
-        let t = Instant::now();
-        let spec = region
-            .specialize(&[Arg::from(&code[..])])
-            .expect("specializes");
-        let t_spec = t.elapsed().as_secs_f64();
-        let (r_spec, t_specialized) = time(runs, reset, || {
-            let mut mem = mem.borrow_mut();
-            let mut args = [Arg::from(b.n), Arg::from(&mut mem[..])];
-            spec.call(&mut args)
-                .expect("runs")
-                .and_then(|c| c.as_i64())
-                .expect("i64")
-        });
-        // The quick tier on the same program.
-        let t = Instant::now();
-        let quick = region
-            .specialize_in(&[Arg::from(&code[..])], Tier::Quick)
-            .expect("specializes");
-        let t_quick_spec = t.elapsed().as_secs_f64();
-        let (r_quick, t_quick) = time(runs, reset, || {
-            let mut mem = mem.borrow_mut();
-            let mut args = [Arg::from(b.n), Arg::from(&mut mem[..])];
-            quick
-                .call(&mut args)
-                .expect("runs")
-                .and_then(|c| c.as_i64())
-                .expect("i64")
-        });
-        // The stitch tier on the same program.
-        let t = Instant::now();
-        let stitch = region
-            .specialize_in(&[Arg::from(&code[..])], Tier::Stitch)
-            .expect("specializes");
-        let t_stitch_spec = t.elapsed().as_secs_f64();
-        let (r_stitch, t_stitch) = time(runs, reset, || {
-            let mut mem = mem.borrow_mut();
-            let mut args = [Arg::from(b.n), Arg::from(&mut mem[..])];
-            stitch
-                .call(&mut args)
-                .expect("runs")
-                .and_then(|c| c.as_i64())
-                .expect("i64")
-        });
+        // The region specialized on the program in `tier`: the specialization, what making
+        // it took, and its result and run time.
+        let in_tier = |tier| {
+            let t = Instant::now();
+            let spec = region
+                .specialize_in(&[Arg::from(&code[..])], tier)
+                .expect("specializes");
+            let t_spec = t.elapsed().as_secs_f64();
+            let (r, t_run) = time(runs, reset, || {
+                let mut mem = mem.borrow_mut();
+                let mut args = [Arg::from(b.n), Arg::from(&mut mem[..])];
+                spec.call(&mut args)
+                    .expect("runs")
+                    .and_then(|c| c.as_i64())
+                    .expect("i64")
+            });
+            (spec, t_spec, r, t_run)
+        };
+        let (spec, t_spec, r_spec, t_specialized) = in_tier(Tier::Optimizing);
+        let (quick, t_quick_spec, r_quick, t_quick) = in_tier(Tier::Quick);
+        let (stitch, t_stitch_spec, r_stitch, t_stitch) = in_tier(Tier::Stitch);
         let translated = hand::compile(code);
         let (r_hand, t_hand) = time(runs, reset, || {
             translated

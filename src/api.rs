@@ -931,9 +931,9 @@ impl Region {
             if let Some(v) = st.cache.get(key.as_slice(), now, &guard) {
                 if !st.caching.checked() || self.fits(v, args) {
                     st.counters.hits.bump();
-                    if let Version::Spec(quick) = v {
-                        if quick.tier() != Tier::Optimizing && self.hot(quick) {
-                            return self.tier_up(quick, key.as_slice(), args, &guard);
+                    if let Version::Spec(first) = v {
+                        if first.tier() != Tier::Optimizing && self.hot(first) {
+                            return self.tier_up(first, key.as_slice(), args, &guard);
                         }
                     }
                     return self.run(v, args);
@@ -1056,8 +1056,8 @@ impl Region {
         v.calls.fetch_add(1, Ordering::Relaxed) + 1 == hot
     }
 
-    /// Specializes `quick`'s key again in the optimizing tier, replaces `quick` in the
-    /// cache (it is freed once no call still runs it) and runs the call; if that fails,
+    /// Specializes `quick`'s key (a version of the quick or the stitch tier) again in the
+    /// optimizing tier, replaces `quick` in the cache (it is freed once no call still runs it) and runs the call; if that fails,
     /// `quick` goes on serving.
     fn tier_up(
         &self,

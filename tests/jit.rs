@@ -241,12 +241,7 @@ fn lazy_variant(src: &str, policy: &str) -> Option<String> {
 
 #[test]
 fn threads_specialize_and_call_one_region_with_overlapping_keys() {
-    let src = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/bytecode.dyc"
-    ))
-    .expect("example");
-    let p = Program::compile_with("bytecode.dyc", &src, options()).expect("compiles");
+    let p = bytecode(options());
     let region = Arc::new(p.region("run").expect("region"));
     // Programs sum 1..n (n >= 1), with a trailing word that makes four distinct keys.
     let sum = |tag: i64| -> Vec<i64> {
@@ -286,12 +281,7 @@ fn threads_specialize_and_call_one_region_with_overlapping_keys() {
 #[test]
 fn promotions_stitch_targets_lazily_from_many_threads() {
     // An indirect jump through a register: each thread jumps to a different target.
-    let src = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/bytecode.dyc"
-    ))
-    .expect("example");
-    let p = Program::compile_with("bytecode.dyc", &src, options()).expect("compiles");
+    let p = bytecode(options());
     let region = Arc::new(p.region("run").expect("region"));
     // r1 = regs[0] * 8 + 20 (computed dynamically); JMPR r1; from slot 20, eight-slot
     // targets: LOADI r2, 100 + k; HALT r2.
@@ -329,6 +319,16 @@ fn promotions_stitch_targets_lazily_from_many_threads() {
 
 /// The byte-code example's dispatch loop through `JMPR` over `targets` targets: each
 /// iteration jumps to target `i % targets`, which adds `i % targets + 1` to the result.
+/// The byte-code interpreter of `examples/bytecode.dyc`, compiled with `opts`.
+fn bytecode(opts: RuntimeOptions) -> Program {
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/bytecode.dyc"
+    ))
+    .expect("example");
+    Program::compile_with("bytecode.dyc", &src, opts).expect("compiles")
+}
+
 fn dispatch_program(targets: i64) -> Vec<i64> {
     let t0 = 48;
     let mut code = vec![
@@ -353,12 +353,7 @@ fn dispatch_program(targets: i64) -> Vec<i64> {
 
 #[test]
 fn an_indirect_jump_dispatches_inline_once_its_targets_are_seen() {
-    let src = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/bytecode.dyc"
-    ))
-    .expect("example");
-    let p = Program::compile_with("bytecode.dyc", &src, options()).expect("compiles");
+    let p = bytecode(options());
     let region = p.region("run").expect("region");
     // Up to 8 targets are dispatched inline; beyond, the others go through the site's cache.
     let mut one = None;
@@ -403,14 +398,9 @@ fn an_indirect_jump_dispatches_inline_once_its_targets_are_seen() {
 fn a_continuation_too_large_to_dispatch_inline_is_stitched_without() {
     // Each target's continuation is about 20 block copies: with a budget of 60 per unit,
     // the unit for the fourth target cannot hold the continuations of all four inline.
-    let src = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/bytecode.dyc"
-    ))
-    .expect("example");
     let mut opts = options();
     opts.budget.max_blocks = 60;
-    let p = Program::compile_with("bytecode.dyc", &src, opts).expect("compiles");
+    let p = bytecode(opts);
     let region = p.region("run").expect("region");
     let code = dispatch_program(6);
     let spec = region
@@ -558,12 +548,7 @@ b:
 /// tier's does, faults included.
 #[test]
 fn the_stitch_tier_makes_the_interpreters_units_by_copying_stencils() {
-    let src = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/bytecode.dyc"
-    ))
-    .expect("example");
-    let p = Program::compile_with("bytecode.dyc", &src, options()).expect("compiles");
+    let p = bytecode(options());
     let region = p.region("run").expect("region");
     let mut programs: Vec<Vec<i64>> = (1..=6).map(dispatch_program).collect();
     // Division by zero at the fourth instruction.

@@ -182,17 +182,6 @@ pub struct Stencil {
     pub insts: u32,
 }
 
-impl Stencil {
-    /// Bytes of machine code.
-    pub fn len(&self) -> usize {
-        self.code.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.code.is_empty()
-    }
-}
-
 /// Why a stencil or a stitch-tier unit could not be made (the runtime then uses the
 /// Cranelift tier for the unit).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -241,15 +230,6 @@ impl StencilLib {
             .entry(key.clone())
             .or_insert(made)
             .clone()
-    }
-
-    /// Stencils made so far (refused ones included).
-    pub fn len(&self) -> usize {
-        self.stencils.read().expect("not poisoned").len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -451,6 +431,16 @@ fn build(
             }
         }
     };
+    // Continuation 1 when `c` is nonzero, else 0.
+    let two_way = |em: &mut ClifEmitter, c: ir::Value| {
+        let t = em.b.create_block();
+        let e = em.b.create_block();
+        em.b.ins().brif(c, t, &[], e, &[]);
+        em.b.switch_to_block(t);
+        cont(em, 1);
+        em.b.switch_to_block(e);
+        cont(em, 0);
+    };
     let operands = |em: &mut ClifEmitter, forms: &[Form]| -> Vec<CVal> {
         let mut k = 0;
         forms
@@ -502,13 +492,7 @@ fn build(
         }
         Key::Branch => {
             let c = load(&mut em, types::I8, Role::Arg(0));
-            let t = em.b.create_block();
-            let e = em.b.create_block();
-            em.b.ins().brif(c, t, &[], e, &[]);
-            em.b.switch_to_block(t);
-            cont(&mut em, 1);
-            em.b.switch_to_block(e);
-            cont(&mut em, 0);
+            two_way(&mut em, c);
         }
         Key::CaseEq(s, wide) => {
             let x = load(&mut em, clif_type(*s), Role::Arg(0));
@@ -520,13 +504,7 @@ fn build(
             let m = gen.borrow_mut().hole(*wide, Role::Arg(1));
             let k = em.b.ins().iconst(types::I64, m as i64);
             let eq = em.b.ins().icmp(ir::condcodes::IntCC::Equal, x, k);
-            let t = em.b.create_block();
-            let e = em.b.create_block();
-            em.b.ins().brif(eq, t, &[], e, &[]);
-            em.b.switch_to_block(t);
-            cont(&mut em, 1);
-            em.b.switch_to_block(e);
-            cont(&mut em, 0);
+            two_way(&mut em, eq);
         }
         Key::Ret(form) => {
             let v = form.map(|f| operand(&mut em, f, 0).0);
@@ -824,6 +802,8 @@ pub struct StencilEmitter<'a> {
     /// The raw jump that ends the code, if any: its offset (dropped when its target is
     /// placed right after).
     last_jump: Option<u32>,
+    /// The values of the holes of the stencil being copied.
+    hole_values: Vec<Option<u64>>,
     /// Stencils copied and their machine instructions.
     copies: usize,
     insts: usize,
@@ -852,6 +832,7 @@ impl<'a> StencilEmitter<'a> {
             start: 0,
             frame_holes: Vec::new(),
             last_jump: None,
+            hole_values: Vec::new(),
             copies: 0,
             insts: 0,
             error: None,
@@ -985,8 +966,11 @@ impl<'a> StencilEmitter<'a> {
             Extra::Site(s) => Some(s),
             _ => None,
         };
-        // One value per hole, however many places it stands in.
-        let mut values: Vec<Option<u64>> = vec![None; st.nholes];
+        // One value per hole, however many places it stands in (a buffer reused by every
+        // copy).
+        let mut values = std::mem::take(&mut self.hole_values);
+        values.clear();
+        values.resize(st.nholes, None);
         for h in &st.holes {
             if h.role == Role::FrameWords {
                 self.frame_holes.push(base as u32 + h.at);
@@ -1018,6 +1002,7 @@ impl<'a> StencilEmitter<'a> {
                 )));
             }
         }
+        self.hole_values = values;
         for &(at, k) in &st.conts {
             let at = base as u32 + at;
             if at + 4 > end {

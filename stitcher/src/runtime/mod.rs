@@ -486,6 +486,16 @@ struct UnitInput<'a> {
     inline_dispatch: bool,
 }
 
+impl UnitInput<'_> {
+    /// The lengths of the static slices, which the fold layer checks bounds against.
+    fn static_lens(&self) -> Vec<Option<u64>> {
+        self.static_ptrs
+            .iter()
+            .map(|p| p.map(|(_, len, _)| len))
+            .collect()
+    }
+}
+
 impl Shared {
     /// The entry wrapper for units taking `inputs`, compiled into the runtime's region
     /// the first time (lock order: the wrapper table, then that region's module).
@@ -537,11 +547,7 @@ impl Shared {
             let opts = ClifOptions {
                 fuel: self.opts.fuel.is_some(),
             };
-            let lens = input
-                .static_ptrs
-                .iter()
-                .map(|p| p.map(|(_, len, _)| len))
-                .collect();
+            let lens = input.static_lens();
             let em = ClifEmitter::new(b, &mut hooks, opts, input.static_ptrs.clone(), &inputs);
             let mut em = Fold::new(em, lens);
             let unit = self.run_executor(&input, &mut em)?;
@@ -633,11 +639,7 @@ impl Shared {
         let prog = input.prog;
         let t0 = std::time::Instant::now();
         let inputs = prog.blocks[input.start].input_types();
-        let lens = input
-            .static_ptrs
-            .iter()
-            .map(|p| p.map(|(_, len, _)| len))
-            .collect();
+        let lens = input.static_lens();
         let mut services = StitchServices {
             shared: self,
             region,
