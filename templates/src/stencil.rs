@@ -394,12 +394,23 @@ fn build(
         });
         em.b.ins().return_call(f, &[cx, fp]);
     };
+    let word = |em: &mut ClifEmitter, v: ir::Value| {
+        let ty = em.b.func.dfg.value_type(v);
+        if ty.is_int() && ty.bits() < 64 {
+            em.b.ins().uextend(types::I64, v)
+        } else {
+            v
+        }
+    };
     let load = |em: &mut ClifEmitter, ty: ir::Type, role: Role| {
         let d = gen.borrow_mut().disp(role);
         em.b.ins().load(ty, TRUSTED(), fp, d)
     };
+    // A frame word is always written whole (narrow integers zero-extended), so that a
+    // later load of the word, of any width, is forwarded from the store.
     let store = |em: &mut ClifEmitter, v: ir::Value, role: Role| {
         let d = gen.borrow_mut().disp(role);
+        let v = word(em, v);
         em.b.ins().store(TRUSTED(), v, fp, d);
     };
     // Operand `f` as words `k..`; returns the value and the next word.
@@ -479,8 +490,10 @@ fn build(
             cont(&mut em, 0);
         }
         Key::MoveTo(s) => {
+            // An element of an array in the frame: written at its own width.
             let v = load(&mut em, clif_type(*s), Role::Arg(0));
-            store(&mut em, v, Role::Res(0));
+            let d = gen.borrow_mut().disp(Role::Res(0));
+            em.b.ins().store(TRUSTED(), v, fp, d);
             cont(&mut em, 0);
         }
         Key::FrameAddr => {
@@ -578,6 +591,12 @@ fn build_prologue(
     let fp = b.block_params(go)[0];
     debug_assert_eq!(abi_types(tys).len(), params.len() - 1);
     for (k, &w) in params[1..].iter().enumerate() {
+        let ty = b.func.dfg.value_type(w);
+        let w = if ty.is_int() && ty.bits() < 64 {
+            b.ins().uextend(types::I64, w)
+        } else {
+            w
+        };
         b.ins().store(TRUSTED(), w, fp, 8 * k as i32);
     }
     let name = b
@@ -780,6 +799,10 @@ enum Extra {
 struct BlockInfo {
     params: Vec<SVal>,
     at: Option<u32>,
+    /// The parameters' frame words are final: the block was entered, placed, or its
+    /// parameters handed out. Until then the first jump to it binds them (see
+    /// `pass_args`).
+    fixed: std::cell::Cell<bool>,
 }
 
 /// The stitch-tier backend: builds one unit by copying stencils (see the module doc).
@@ -910,7 +933,11 @@ impl<'a> StencilEmitter<'a> {
     }
 
     fn new_block(&mut self, params: Vec<SVal>) -> u32 {
-        self.blocks.push(BlockInfo { params, at: None });
+        self.blocks.push(BlockInfo {
+            params,
+            at: None,
+            fixed: std::cell::Cell::new(false),
+        });
         self.blocks.len() as u32 - 1
     }
 
@@ -922,7 +949,9 @@ impl<'a> StencilEmitter<'a> {
                 self.fixups.pop();
             }
         }
-        self.blocks[b as usize].at = Some(self.code.len() as u32);
+        let info = &mut self.blocks[b as usize];
+        info.at = Some(self.code.len() as u32);
+        info.fixed.set(true);
     }
 
     /// A raw `jmp rel32` to block `b`.
@@ -1143,7 +1172,40 @@ impl<'a> StencilEmitter<'a> {
 
     /// Moves `args` into the parameters of block `b` (a parallel move: through fresh
     /// words when a source is also a destination).
+    ///
+    /// **Coalescing.** The first jump to a block not yet placed, whose parameters nobody
+    /// has asked for, gives each parameter the frame words of the value it passes (when
+    /// no other parameter took them), so that edge moves nothing. This is sound because
+    /// a stitched block reads only its parameters and the values it defines (every value
+    /// another block needs is passed as an argument): a frame word shared by a value and
+    /// the parameters bound to it is written only where one of them is defined (an
+    /// operation's result, a jump into a block), and each of them is read only after
+    /// that write on every path, before control leaves its block.
     fn pass_args(&mut self, b: u32, args: &[SVal]) {
+        let info = &self.blocks[b as usize];
+        if !info.fixed.replace(true) {
+            let mut taken: Vec<u32> = Vec::new();
+            let mut free = |s: u32| {
+                let ok = !taken.contains(&s);
+                taken.push(s);
+                ok
+            };
+            let bound: Vec<SVal> = info
+                .params
+                .iter()
+                .zip(args)
+                .map(|(&p, &a)| match (p, a) {
+                    (SVal::Slot(_, t), SVal::Slot(s, _)) if free(s) => SVal::Slot(s, t),
+                    (SVal::Slice { elem, .. }, SVal::Slice { ptr, len, .. })
+                        if free(ptr) & free(len) =>
+                    {
+                        SVal::Slice { ptr, len, elem }
+                    }
+                    _ => p,
+                })
+                .collect();
+            self.blocks[b as usize].params = bound;
+        }
         let params = self.blocks[b as usize].params.clone();
         let mut pairs: Vec<(u32, Word)> = Vec::new();
         for (p, a) in params.iter().zip(args) {
@@ -1250,7 +1312,9 @@ impl Backend for StencilEmitter<'_> {
     }
 
     fn block_params(&self, b: u32, _types: &[Type]) -> Vec<SVal> {
-        self.blocks[b as usize].params.clone()
+        let info = &self.blocks[b as usize];
+        info.fixed.set(true);
+        info.params.clone()
     }
 
     fn switch_to_block(&mut self, b: u32) {
