@@ -176,8 +176,12 @@ pub struct Stencil {
     conts: Vec<(u32, u8)>,
     /// `Abs8` fields: import and addend.
     imports: Vec<(u32, Import, i64)>,
-    /// The code ends with the jump to continuation 0 (its last five bytes).
-    falls_through: bool,
+    /// Bytes at the end that only go to continuation 0 (its `jmp`, and the `nop` left of
+    /// the epilogue before it in a stencil without frame), dropped when continuation 0
+    /// is the code that follows; 0 if the code does not end so.
+    tail: u8,
+    /// Machine instructions in those bytes.
+    tail_insts: u8,
     /// Machine instructions (for statistics).
     pub insts: u32,
 }
@@ -625,9 +629,9 @@ fn form_type(f: Form) -> Type {
     }
 }
 
-/// One compilation: code bytes, relocations (offset, kind, name, addend) and the number
-/// of machine instructions.
-type Compiled = (Vec<u8>, Vec<(u32, Reloc, UserExternalName, i64)>, u32);
+/// One compilation: code bytes, relocations (offset, kind, name, addend) and Cranelift's
+/// listing of the machine code.
+type Compiled = (Vec<u8>, Vec<(u32, Reloc, UserExternalName, i64)>, String);
 
 fn compile(
     isa: &dyn cranelift_codegen::isa::TargetIsa,
@@ -638,7 +642,7 @@ fn compile(
     let code = cctx
         .compile(isa, &mut Default::default())
         .map_err(|e| StencilError(format!("Cranelift: {:?}", e.inner)))?;
-    let insts = code.vcode.as_deref().map_or(0, count_insts);
+    let listing = code.vcode.clone().unwrap_or_default();
     let bytes = code.code_buffer().to_vec();
     let mut refs = Vec::new();
     for r in code.buffer.relocs() {
@@ -652,12 +656,12 @@ fn compile(
         .into_iter()
         .map(|(at, kind, name, addend)| (at, kind, names[name].clone(), addend))
         .collect();
-    Ok((bytes, relocs, insts))
+    Ok((bytes, relocs, listing))
 }
 
 /// Machine instructions in Cranelift's listing of a compiled function: a jump to the next
-/// block is elided when emitted, a two-way branch is two jumps, a return or tail call
-/// also restores the frame (three instructions). An estimate, for statistics only.
+/// block is elided when emitted, a two-way branch is two jumps, a tail call also restores
+/// the frame (three instructions; a return's epilogue is listed). An estimate, for statistics only.
 fn count_insts(listing: &str) -> u32 {
     listing
         .lines()
@@ -665,7 +669,7 @@ fn count_insts(listing: &str) -> u32 {
         .filter(|l| !l.is_empty() && !l.ends_with(':') && !l.starts_with("unwind"))
         .filter(|l| !(l.starts_with("jmp") && l.contains("label")))
         .map(|l| {
-            if l.starts_with("return_call") || l.starts_with("ret") {
+            if l.starts_with("return_call") {
                 3
             } else if l.contains("; j label") {
                 2
@@ -685,7 +689,8 @@ fn make(isa: &dyn cranelift_codegen::isa::TargetIsa, key: &Key) -> Result<Stenci
             "{key:?}: holes differ between builds"
         )));
     }
-    let (a, relocs, insts) = compile(isa, fa)?;
+    let (a, relocs, listing) = compile(isa, fa)?;
+    let insts = count_insts(&listing);
     let (b, relocs_b, _) = compile(isa, fb)?;
     if a.len() != b.len() || relocs != relocs_b {
         return Err(StencilError(format!(
@@ -728,18 +733,98 @@ fn make(isa: &dyn cranelift_codegen::isa::TargetIsa, key: &Key) -> Result<Stenci
             }
         }
     }
-    let n = a.len() as u32;
-    let falls_through =
-        n >= 5 && a[n as usize - 5] == 0xe9 && conts.iter().any(|&(at, k)| k == 0 && at == n - 4);
-    Ok(Stencil {
+    let mut st = Stencil {
         code: a.into_boxed_slice(),
         holes: found,
         nholes: holes.len(),
         conts,
         imports,
-        falls_through,
+        tail: 0,
+        tail_insts: 0,
         insts,
-    })
+    };
+    let n = st.code.len() as u32;
+    if n >= 5 && st.code[n as usize - 5] == 0xe9 && st.conts.contains(&(n - 4, 0)) {
+        st.tail = 5;
+        st.tail_insts = 1;
+    }
+    drop_frame(&mut st, &listing, &covered);
+    Ok(st)
+}
+
+/// `push rbp; mov rbp, rsp` and `mov rsp, rbp; pop rbp`, as Cranelift emits them.
+const PROLOGUE: [u8; 4] = [0x55, 0x48, 0x89, 0xe5];
+const EPILOGUE: [u8; 4] = [0x48, 0x89, 0xec, 0x5d];
+/// A four-byte `nop`.
+const NOP4: [u8; 4] = [0x0f, 0x1f, 0x40, 0x00];
+
+/// Drops the frame of a stencil that does not need one: nothing in it calls, and no
+/// instruction but its prologue and epilogues touches `rsp` or `rbp` (Cranelift keeps
+/// frame pointers for tail calls, so every stencil has a frame). The prologue goes
+/// (everything after it keeps its relative distances) and each epilogue becomes a `nop`
+/// (a branch may jump to it). Checked against Cranelift's listing: its `rsp`/`rbp`
+/// lines must be exactly one prologue and one epilogue per `retq`, and the bytes must
+/// show the prologue at the start, an epilogue before each continuation's `jmp` and
+/// before exactly as many `ret`s as the listing has; otherwise the stencil keeps its
+/// frame.
+fn drop_frame(st: &mut Stencil, listing: &str, holes: &[bool]) {
+    let lines: Vec<&str> = listing.lines().map(str::trim).collect();
+    let touches = |l: &&&str| l.contains("%rsp") || l.contains("%rbp");
+    let frame_lines: Vec<&&str> = lines.iter().filter(touches).collect();
+    let rets = lines
+        .iter()
+        .filter(|l| l.starts_with("ret") && !l.starts_with("return_call"))
+        .count();
+    let calls = lines.iter().any(|l| l.starts_with("call"));
+    let expected = 2 + 2 * rets;
+    let shape_ok = frame_lines.len() == expected
+        && frame_lines[..2] == [&"pushq %rbp", &"movq %rsp, %rbp"]
+        && frame_lines[2..]
+            .chunks(2)
+            .all(|c| c == [&"movq %rbp, %rsp", &"popq %rbp"]);
+    if calls || !shape_ok || !st.code.starts_with(&PROLOGUE) {
+        return;
+    }
+    let code = &st.code;
+    let free = |p: usize| (p..p + 5).all(|q| !holes[q]);
+    let mut epilogues: Vec<usize> = Vec::new();
+    for &(at, _) in &st.conts {
+        let Some(p) = (at as usize).checked_sub(5) else {
+            return;
+        };
+        if code[p..p + 4] != EPILOGUE {
+            return;
+        }
+        epilogues.push(p);
+    }
+    let ret_epilogues: Vec<usize> = (0..code.len().saturating_sub(4))
+        .filter(|&p| code[p..p + 4] == EPILOGUE && code[p + 4] == 0xc3 && free(p))
+        .collect();
+    if ret_epilogues.len() != rets {
+        return;
+    }
+    epilogues.extend(ret_epilogues);
+    let mut code = code.to_vec();
+    for p in epilogues {
+        code[p..p + 4].copy_from_slice(&NOP4);
+    }
+    st.code = code[4..].into();
+    for h in &mut st.holes {
+        h.at -= 4;
+    }
+    for c in &mut st.conts {
+        c.0 -= 4;
+    }
+    for i in &mut st.imports {
+        i.0 -= 4;
+    }
+    // The prologue's two instructions are gone; each epilogue's two are one `nop`.
+    st.insts -= 2 + (st.conts.len() + rets) as u32;
+    if st.tail > 0 {
+        // Falling through drops the `nop` too.
+        st.tail = 9;
+        st.tail_insts = 2;
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -984,11 +1069,11 @@ impl<'a> StencilEmitter<'a> {
             Err(e) => return self.fail(e),
         };
         self.last_jump = None;
-        let drop_tail = st.falls_through && conts.first() == Some(&None);
+        let drop_tail = st.tail > 0 && conts.first() == Some(&None);
         self.copies += 1;
-        self.insts += st.insts as usize - usize::from(drop_tail);
+        self.insts += st.insts as usize - if drop_tail { st.tail_insts as usize } else { 0 };
         let base = self.code.len();
-        let len = st.code.len() - if drop_tail { 5 } else { 0 };
+        let len = st.code.len() - if drop_tail { st.tail as usize } else { 0 };
         self.code.extend_from_slice(&st.code[..len]);
         let end = (base + len) as u32;
         let site = match extra {
@@ -1538,5 +1623,101 @@ impl Backend for StencilEmitter<'_> {
         self.fail(StencilError(
             "machine code leaves the unit at promotions".into(),
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cranelift_codegen::settings::{self, Configurable};
+
+    /// The host target as the runtime sets it up for stencils.
+    fn test_isa() -> OwnedTargetIsa {
+        let mut flags = settings::builder();
+        flags.set("opt_level", "speed").unwrap();
+        flags.set("preserve_frame_pointers", "true").unwrap();
+        flags.set("is_pic", "false").unwrap();
+        cranelift_native::builder()
+            .expect("host ISA")
+            .finish(settings::Flags::new(flags))
+            .expect("ISA")
+    }
+    fn int(op: TOp, forms: &[Form]) -> Key {
+        Key::Op {
+            op,
+            forms: forms.to_vec(),
+            callee: None,
+        }
+    }
+
+    /// Every kind of stencil is made (its holes located) for typical forms; those that
+    /// call nothing lose their frame, those that call keep it.
+    #[test]
+    fn stencils_are_made_and_leaves_lose_their_frame() {
+        use crate::ops::CmpOp;
+        let lib = StencilLib::new(test_isa());
+        let (i, f) = (Scalar::I64, Scalar::F64);
+        let slot = Form::Slot(i);
+        let leaves = [
+            int(TOp::Binary(BinaryOp::Add), &[slot, slot]),
+            int(TOp::Binary(BinaryOp::Add), &[slot, Form::Imm(i, false)]),
+            int(TOp::Binary(BinaryOp::Sub), &[Form::Imm(i, true), slot]),
+            int(TOp::Binary(BinaryOp::Div), &[slot, slot]),
+            int(TOp::Cmp(CmpOp::Lt), &[slot, Form::Imm(i, false)]),
+            int(
+                TOp::Binary(BinaryOp::Mul),
+                &[Form::Slot(f), Form::Imm(f, true)],
+            ),
+            int(TOp::Load, &[Form::Slice(i), slot]),
+            int(TOp::Store, &[Form::Slice(i), slot, Form::Imm(i, false)]),
+            Key::Set(false),
+            Key::Set(true),
+            Key::Move,
+            Key::MoveTo(Scalar::U8),
+            Key::FrameAddr,
+            Key::Branch,
+            Key::CaseEq(Scalar::U8, true),
+            Key::Ret(Some(slot)),
+            Key::Ret(Some(Form::Slice(i))),
+            Key::Trap,
+            Key::BoundsCheck(Form::ConstSlice(i), slot),
+            Key::Fuel,
+        ];
+        for k in &leaves {
+            let st = lib.get(k).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!st.code.starts_with(&PROLOGUE), "{k:?} keeps its frame");
+            assert!(!st.holes.is_empty() || matches!(k, Key::Ret(None)), "{k:?}");
+        }
+        let callers = [
+            int(TOp::Binary(BinaryOp::Rem), &[Form::Slot(f), Form::Slot(f)]),
+            Key::Promote {
+                promoted: vec![i],
+                live: vec![slot, Form::Slice(i)],
+                inline: true,
+            },
+            Key::Prologue(vec![Type::I64]),
+        ];
+        for k in &callers {
+            let st = lib.get(k).unwrap_or_else(|e| panic!("{e}"));
+            assert!(st.code.starts_with(&PROLOGUE), "{k:?} lost its frame");
+            assert!(!st.imports.is_empty(), "{k:?}");
+        }
+    }
+
+    /// A hole Cranelift does not keep as it is (a constant divisor becomes a
+    /// multiplication by its reciprocal) is found out and the stencil refused.
+    #[test]
+    fn a_transformed_hole_refuses_the_stencil() {
+        let lib = StencilLib::new(test_isa());
+        let k = int(
+            TOp::Binary(BinaryOp::Div),
+            &[Form::Slot(Scalar::U64), Form::Imm(Scalar::U64, false)],
+        );
+        // Either the code's length or its bytes differ outside the holes.
+        let e = lib.get(&k).expect_err("refused");
+        assert!(
+            e.0.contains("depends on a hole") || e.0.contains("differ in shape"),
+            "{e}"
+        );
     }
 }
