@@ -912,6 +912,8 @@ pub struct StencilEmitter<'a> {
     last_jump: Option<u32>,
     /// The values of the holes of the stencil being copied.
     hole_values: Vec<Option<u64>>,
+    /// The moves of the edge being passed.
+    moves: Vec<(u32, Word)>,
     /// Stencils copied and their machine instructions.
     copies: usize,
     insts: usize,
@@ -941,6 +943,7 @@ impl<'a> StencilEmitter<'a> {
             frame_holes: Vec::new(),
             last_jump: None,
             hole_values: Vec::new(),
+            moves: Vec::new(),
             copies: 0,
             insts: 0,
             error: None,
@@ -1147,12 +1150,12 @@ impl<'a> StencilEmitter<'a> {
     }
 
     /// The words of a value.
-    fn words(v: SVal) -> Vec<Word> {
+    fn words(v: SVal) -> ([Word; 2], usize) {
         match v {
-            SVal::Slot(s, _) => vec![Word::Slot(s)],
-            SVal::Slice { ptr, len, .. } => vec![Word::Slot(ptr), Word::Slot(len)],
-            SVal::Imm(bits, _) => vec![Word::Imm(bits)],
-            SVal::StaticSlice { ptr, len, .. } => vec![Word::Imm(ptr), Word::Imm(len)],
+            SVal::Slot(s, _) => ([Word::Slot(s), Word::Imm(0)], 1),
+            SVal::Slice { ptr, len, .. } => ([Word::Slot(ptr), Word::Slot(len)], 2),
+            SVal::Imm(bits, _) => ([Word::Imm(bits), Word::Imm(0)], 1),
+            SVal::StaticSlice { ptr, len, .. } => ([Word::Imm(ptr), Word::Imm(len)], 2),
         }
     }
 
@@ -1291,20 +1294,23 @@ impl<'a> StencilEmitter<'a> {
                 .collect();
             self.blocks[b as usize].params = bound;
         }
-        let params = self.blocks[b as usize].params.clone();
-        let mut pairs: Vec<(u32, Word)> = Vec::new();
-        for (p, a) in params.iter().zip(args) {
-            for (d, w) in Self::words(*p).into_iter().zip(Self::words(*a)) {
-                let Word::Slot(d) = d else {
+        // The words that must move (a buffer reused by every edge).
+        let mut pairs = std::mem::take(&mut self.moves);
+        pairs.clear();
+        for (p, a) in self.blocks[b as usize].params.iter().zip(args) {
+            let ((dst, n), (src, _)) = (Self::words(*p), Self::words(*a));
+            for k in 0..n {
+                let Word::Slot(d) = dst[k] else {
                     unreachable!("parameters are frame words")
                 };
-                pairs.push((d, w));
+                if src[k] != Word::Slot(d) {
+                    pairs.push((d, src[k]));
+                }
             }
         }
-        let dsts: Vec<u32> = pairs.iter().map(|&(d, _)| d).collect();
         let clash = pairs
             .iter()
-            .any(|&(d, w)| matches!(w, Word::Slot(s) if s != d && dsts.contains(&s)));
+            .any(|&(_, w)| matches!(w, Word::Slot(s) if pairs.iter().any(|&(d, _)| d == s)));
         if clash {
             for pair in pairs.iter_mut() {
                 if let (d, Word::Slot(s)) = *pair {
@@ -1322,6 +1328,7 @@ impl<'a> StencilEmitter<'a> {
                 Word::Imm(v) => self.set(d, v),
             }
         }
+        self.moves = pairs;
     }
 
     /// The target of an edge: `b` itself when no arguments need passing, else a fresh
@@ -1460,21 +1467,22 @@ impl Backend for StencilEmitter<'_> {
         };
         let ty = Self::result_type(&op, args);
         let result = ty.map(|t| self.new_values(&[t])[0]);
-        let res: Vec<u64> = result
-            .map(|r| {
-                Self::words(r)
-                    .into_iter()
-                    .map(|w| match w {
-                        Word::Slot(s) => 8 * u64::from(s),
-                        Word::Imm(_) => unreachable!("results are frame words"),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut res = [0u64; 2];
+        let nres = result.map_or(0, |r| {
+            let (ws, n) = Self::words(r);
+            for k in 0..n {
+                let Word::Slot(s) = ws[k] else {
+                    unreachable!("results are frame words")
+                };
+                res[k] = 8 * u64::from(s);
+            }
+            n
+        });
+        let res = &res[..nres];
         self.emit(
             Key::Op { op, forms, callee },
             &words,
-            &res,
+            res,
             loc,
             extra,
             &[None],
