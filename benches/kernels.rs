@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use dyc::{Arg, Program, RuntimeOptions};
+use dyc::{Arg, Program, RuntimeOptions, Tier};
 
 /// An argument, owned.
 #[derive(Clone)]
@@ -324,7 +324,16 @@ fn kernels() -> Vec<Kernel> {
     ]
 }
 
-const VARIANTS: [&str; 4] = ["Rust", "generic", "specialized", "specialize"];
+/// Plain Rust, generic code, then for the optimizing tier and the stitch tier: a call of
+/// the specialized code and a specialization.
+const VARIANTS: [&str; 6] = [
+    "Rust",
+    "generic",
+    "specialized",
+    "specialize",
+    "stitched",
+    "stitch",
+];
 
 /// (kernel index, variant) -> (total time, runs), over every run criterion made.
 type Results = BTreeMap<(usize, usize), (Duration, u64)>;
@@ -347,6 +356,9 @@ fn bench(c: &mut Criterion) {
         let mut keys = k.keys.clone();
         let key_args: Vec<Arg> = keys.iter_mut().map(Val::arg).collect();
         let spec = region.specialize(&key_args).expect("specializes");
+        let stitched = region
+            .specialize_in(&key_args, Tier::Stitch)
+            .expect("specializes");
         drop(key_args);
         let mut dyns = k.dyns.clone();
         let expected = (k.rust)(&k.keys, &mut dyns);
@@ -373,13 +385,19 @@ fn bench(c: &mut Criterion) {
                                     .collect();
                                 result_f64(generic.call(&mut args).expect("runs"))
                             }
-                            2 => {
+                            2 | 4 => {
                                 let mut args: Vec<Arg> = dyns.iter_mut().map(Val::arg).collect();
-                                result_f64(spec.call(&mut args).expect("runs"))
+                                let s = if v == 2 { &spec } else { &stitched };
+                                result_f64(s.call(&mut args).expect("runs"))
                             }
                             _ => {
                                 let args: Vec<Arg> = keys.iter_mut().map(Val::arg).collect();
-                                let s = region.specialize(&args).expect("specializes");
+                                let tier = if v == 3 {
+                                    Tier::Optimizing
+                                } else {
+                                    Tier::Stitch
+                                };
+                                let s = region.specialize_in(&args, tier).expect("specializes");
                                 std::hint::black_box(&s);
                                 expected
                             }
@@ -434,9 +452,46 @@ fn report() {
             cost * 1e6
         );
     }
+    let geomean = |xs: &[f64]| (xs.iter().map(|x| x.ln()).sum::<f64>() / xs.len() as f64).exp();
     if !speedups.is_empty() {
-        let g = (speedups.iter().map(|x| x.ln()).sum::<f64>() / speedups.len() as f64).exp();
-        println!("\nGeometric mean of specialized over generic: {g:.2}x");
+        println!(
+            "\nGeometric mean of specialized over generic: {:.2}x",
+            geomean(&speedups)
+        );
+    }
+    println!("\nThe stitch tier: mean time per call (us), ratios, and break-even in calls:\n");
+    println!(
+        "| kernel | generic | stitched | stitched vs generic | stitched vs optimizing | stitch (us) | stitch vs optimizing specialization | break-even calls |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut speedups = Vec::new();
+    for (n, name) in names.iter().enumerate() {
+        let (Some(gen), Some(spec), Some(cost), Some(st), Some(st_cost)) =
+            (mean(n, 1), mean(n, 2), mean(n, 3), mean(n, 4), mean(n, 5))
+        else {
+            continue;
+        };
+        speedups.push(gen / st);
+        let even = if gen > st {
+            format!("{:.1}", st_cost / (gen - st))
+        } else {
+            "never".into()
+        };
+        println!(
+            "| {name} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.0} | {:.1}x faster | {even} |",
+            gen * 1e6,
+            st * 1e6,
+            gen / st,
+            spec / st,
+            st_cost * 1e6,
+            cost / st_cost
+        );
+    }
+    if !speedups.is_empty() {
+        println!(
+            "\nGeometric mean of stitched over generic: {:.2}x",
+            geomean(&speedups)
+        );
     }
 }
 

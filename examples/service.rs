@@ -11,11 +11,12 @@
 //!
 //! Options: `--seconds N` (run time; the soak), `--calls N` (stop after N calls instead),
 //! `--threads N`, `--rule-sets N` (in use at once), `--code-kib N` (the code-byte limit),
-//! `--records N` (records per call).
+//! `--records N` (records per call), `--tier stitch|quick|optimizing` (the tier new
+//! versions are specialized in, default optimizing; hot ones move to the optimizing tier).
 
 use std::time::Duration;
 
-use dyc::{Limits, Program, RuntimeOptions};
+use dyc::{Limits, Program, RuntimeOptions, Tier, Tiers};
 
 #[path = "service/rules.rs"]
 mod rules;
@@ -43,6 +44,20 @@ fn main() {
         records: arg(&args, "--records", 16) as usize,
         interpret_every: 1_000,
     };
+    let tier = match args
+        .iter()
+        .position(|a| a == "--tier")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+    {
+        None | Some("optimizing") => Tier::Optimizing,
+        Some("quick") => Tier::Quick,
+        Some("stitch") => Tier::Stitch,
+        Some(other) => {
+            eprintln!("--tier takes stitch, quick or optimizing, not `{other}`");
+            std::process::exit(2);
+        }
+    };
     let opts = RuntimeOptions {
         // The code-byte limit governs: versions per entry and specializations in all are
         // left unbounded for practical purposes.
@@ -52,11 +67,15 @@ fn main() {
             max_specializations: usize::MAX,
             ..Limits::default()
         },
+        tiers: Tiers {
+            first: tier,
+            ..Tiers::default()
+        },
         ..RuntimeOptions::default()
     };
     let program = Program::compile_with("rules.dyc", rules::SOURCE, opts).expect("compiles");
     println!(
-        "rule service: {} threads, {} rule sets, {} records per call, code limit {} KiB, {} s",
+        "rule service: {tier:?} tier, {} threads, {} rule sets, {} records per call, code limit {} KiB, {} s",
         load.threads,
         load.rule_sets,
         load.records,

@@ -192,20 +192,7 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
         };
         // Every tier: specializations in the optimizing tier, the quick tier and the
         // stitch tier.
-        let quick = RuntimeOptions {
-            tiers: Tiers {
-                first: Tier::Quick,
-                hot_calls: u64::MAX,
-            },
-            ..options()
-        };
-        let stitch = RuntimeOptions {
-            tiers: Tiers {
-                first: Tier::Stitch,
-                hot_calls: u64::MAX,
-            },
-            ..options()
-        };
+        let (quick, stitch) = (in_tier(Tier::Quick), in_tier(Tier::Stitch));
         compared += check(&m, &src, options(), "optimizing tier", &path);
         compared += check(&m, &src, quick, "quick tier", &path);
         compared += check(&m, &src, stitch, "stitch tier", &path);
@@ -239,9 +226,26 @@ fn lazy_variant(src: &str, policy: &str) -> Option<String> {
     Some(format!("{}: {policy}{}", &src[..close], &src[close..]))
 }
 
+/// [`options`] with region entries specialized in `tier` (no tiering up).
+fn in_tier(tier: Tier) -> RuntimeOptions {
+    RuntimeOptions {
+        tiers: Tiers {
+            first: tier,
+            hot_calls: u64::MAX,
+        },
+        ..options()
+    }
+}
+
 #[test]
 fn threads_specialize_and_call_one_region_with_overlapping_keys() {
-    let p = bytecode(options());
+    for tier in [Tier::Optimizing, Tier::Stitch] {
+        threads_on_overlapping_keys(tier);
+    }
+}
+
+fn threads_on_overlapping_keys(tier: Tier) {
+    let p = bytecode(in_tier(tier));
     let region = Arc::new(p.region("run").expect("region"));
     // Programs sum 1..n (n >= 1), with a trailing word that makes four distinct keys.
     let sum = |tag: i64| -> Vec<i64> {
@@ -267,7 +271,7 @@ fn threads_specialize_and_call_one_region_with_overlapping_keys() {
                         ])
                         .expect("runs")
                         .and_then(|c| c.as_i64());
-                    assert_eq!(r, Some(n * (n + 1) / 2), "thread {t}, n = {n}");
+                    assert_eq!(r, Some(n * (n + 1) / 2), "{tier:?}: thread {t}, n = {n}");
                 }
             })
         })
@@ -280,8 +284,14 @@ fn threads_specialize_and_call_one_region_with_overlapping_keys() {
 
 #[test]
 fn promotions_stitch_targets_lazily_from_many_threads() {
+    for tier in [Tier::Optimizing, Tier::Stitch] {
+        promotions_from_many_threads(tier);
+    }
+}
+
+fn promotions_from_many_threads(tier: Tier) {
     // An indirect jump through a register: each thread jumps to a different target.
-    let p = bytecode(options());
+    let p = bytecode(in_tier(tier));
     let region = Arc::new(p.region("run").expect("region"));
     // r1 = regs[0] * 8 + 20 (computed dynamically); JMPR r1; from slot 20, eight-slot
     // targets: LOADI r2, 100 + k; HALT r2.
@@ -306,7 +316,7 @@ fn promotions_stitch_targets_lazily_from_many_threads() {
                     assert_eq!(
                         r.expect("runs").and_then(|c| c.as_i64()),
                         Some(100 + target),
-                        "thread {t}"
+                        "{tier:?}: thread {t}"
                     );
                 }
             })

@@ -3,13 +3,14 @@
 //! are evicted all the time. Every result matches plain Rust (and some the interpreter),
 //! the cached code never exceeds the limit, and once the program is dropped every code
 //! region and byte is given back, evicted ones included (the runtime's live counts are
-//! process-wide, hence one test in its own binary). The long soak is
+//! process-wide, hence one test in its own binary), in the optimizing tier and in the
+//! stitch tier. The long soak is
 //! `cargo run --release --example service -- --seconds N --threads 8`.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use dyc::{Limits, Program, RuntimeOptions};
+use dyc::{Limits, Program, RuntimeOptions, Tier, Tiers};
 
 #[allow(dead_code)]
 #[path = "../examples/service/rules.rs"]
@@ -17,6 +18,12 @@ mod rules;
 
 #[test]
 fn the_rule_service_stays_correct_and_bounded_and_gives_everything_back() {
+    for tier in [Tier::Optimizing, Tier::Stitch] {
+        soak(tier);
+    }
+}
+
+fn soak(tier: Tier) {
     let start = dyc::runtime_live();
     let limit = 24 << 10;
     let opts = RuntimeOptions {
@@ -24,6 +31,10 @@ fn the_rule_service_stays_correct_and_bounded_and_gives_everything_back() {
             max_code_bytes: limit,
             max_versions: usize::MAX,
             ..Limits::default()
+        },
+        tiers: Tiers {
+            first: tier,
+            hot_calls: u64::MAX,
         },
         ..RuntimeOptions::default()
     };
@@ -61,7 +72,7 @@ fn the_rule_service_stays_correct_and_bounded_and_gives_everything_back() {
         !over.load(Ordering::Relaxed) && s.code_bytes <= limit,
         "{s}"
     );
-    assert!(s.evictions > 100 && s.hits > 0, "{s}");
+    assert!(s.evictions > 100 && s.hits > 0, "{tier:?}: {s}");
     drop((region, program));
     // Deferred frees run as the epoch advances.
     let mut live = dyc::runtime_live();
@@ -73,5 +84,8 @@ fn the_rule_service_stays_correct_and_bounded_and_gives_everything_back() {
         std::thread::yield_now();
         live = dyc::runtime_live();
     }
-    assert_eq!(live, start, "live counts after dropping the program");
+    assert_eq!(
+        live, start,
+        "{tier:?}: live counts after dropping the program"
+    );
 }
