@@ -64,7 +64,8 @@ pub enum Form {
     Slice(Scalar),
     /// A slice whose pointer and length are constants (8-byte holes).
     ConstSlice(Scalar),
-    /// A scalar in the accumulator: the register the stencil before left its result in.
+    /// A scalar in the accumulator: the register the stencil before left its result in
+    /// (`f64` results have an accumulator of their own).
     Acc(Scalar),
 }
 
@@ -335,11 +336,15 @@ impl Hooks for GenHooks<'_> {
 
 const TRUSTED: fn() -> MemFlagsData = MemFlagsData::trusted;
 
-/// The stencil signature: `(ctx, frame, acc) -> (value, value2, status)`, `tail`; `acc`
-/// is the accumulator, the word of the last result.
+/// The stencil signature: `(ctx, frame, acc, facc) -> (value, value2, status)`, `tail`;
+/// `acc` is the accumulator, the word of the last integer result, `facc` the last `f64`
+/// result.
 fn stencil_signature() -> ir::Signature {
-    unit_signature(&[Type::I64, Type::I64])
+    unit_signature(&STENCIL_INPUTS)
 }
+
+/// The values a stencil receives after the context.
+const STENCIL_INPUTS: [Type; 3] = [Type::I64, Type::I64, Type::Scalar(Scalar::F64)];
 
 /// Builds the body of one stencil for compilation `pass`; returns the function and the
 /// holes asked for.
@@ -378,13 +383,14 @@ fn build(
     let opts = ClifOptions {
         fuel: matches!(key, Key::Fuel),
     };
-    let mut em = ClifEmitter::new(b, &mut hooks, opts, Vec::new(), &[Type::I64, Type::I64]);
-    let first = em.create_block(&[Type::I64, Type::I64]);
+    let mut em = ClifEmitter::new(b, &mut hooks, opts, Vec::new(), &STENCIL_INPUTS);
+    let first = em.create_block(&STENCIL_INPUTS);
     em.switch_to_block(first);
-    let (fp, acc) = (em.b.block_params(first)[0], em.b.block_params(first)[1]);
+    let p = em.b.block_params(first).to_vec();
+    let (fp, acc, facc) = (p[0], p[1], p[2]);
     let cx = em.ctx_param();
-    // Continuation `k`, with `out` in the accumulator.
-    let cont = |em: &mut ClifEmitter, k: u32, out: ir::Value| {
+    // Continuation `k`, with `out` in the accumulators (integer, `f64`).
+    let cont = |em: &mut ClifEmitter, k: u32, out: (ir::Value, ir::Value)| {
         let name =
             em.b.func
                 .declare_imported_user_function(UserExternalName::new(CONT_NS, k));
@@ -395,8 +401,9 @@ fn build(
             colocated: true,
             patchable: false,
         });
-        em.b.ins().return_call(f, &[cx, fp, out]);
+        em.b.ins().return_call(f, &[cx, fp, out.0, out.1]);
     };
+    let same = (acc, facc);
     // The 64-bit word of a scalar (narrow integers zero-extended, `f64` bit-cast).
     let word = |em: &mut ClifEmitter, v: ir::Value| {
         let ty = em.b.func.dfg.value_type(v);
@@ -449,7 +456,7 @@ fn build(
             // No word: the value is the accumulator's.
             Form::Acc(s) => {
                 let v = match s {
-                    Scalar::F64 => em.b.ins().bitcast(types::F64, MemFlagsData::new(), acc),
+                    Scalar::F64 => facc,
                     Scalar::I64 | Scalar::U64 => acc,
                     s => em.b.ins().ireduce(clif_type(s), acc),
                 };
@@ -463,9 +470,9 @@ fn build(
         let e = em.b.create_block();
         em.b.ins().brif(c, t, &[], e, &[]);
         em.b.switch_to_block(t);
-        cont(em, 1, acc);
+        cont(em, 1, same);
         em.b.switch_to_block(e);
-        cont(em, 0, acc);
+        cont(em, 0, same);
     };
     let operands = |em: &mut ClifEmitter, forms: &[Form]| -> Vec<CVal> {
         let mut k = 0;
@@ -485,17 +492,21 @@ fn build(
             // A scalar result goes to its frame word and to the accumulator; otherwise
             // the accumulator is passed on.
             let out = match em.op(op, &args, &tys, SrcLoc::default()) {
+                Some(CVal::Val(v, Scalar::F64)) => {
+                    store(&mut em, v, Role::Res(0));
+                    (acc, v)
+                }
                 Some(CVal::Val(v, _)) => {
                     store(&mut em, v, Role::Res(0));
-                    word(&mut em, v)
+                    (word(&mut em, v), facc)
                 }
                 Some(CVal::Slice { ptr, len, .. }) => {
                     store(&mut em, ptr, Role::Res(0));
                     store(&mut em, len, Role::Res(1));
-                    acc
+                    same
                 }
                 Some(CVal::StaticSlice { .. }) => unreachable!("no static slice reaches here"),
-                None => acc,
+                None => same,
             };
             cont(&mut em, 0, out);
         }
@@ -503,26 +514,26 @@ fn build(
             let m = gen.borrow_mut().hole(*wide, Role::Arg(0));
             let v = em.b.ins().iconst(types::I64, m as i64);
             store(&mut em, v, Role::Res(0));
-            cont(&mut em, 0, acc);
+            cont(&mut em, 0, same);
         }
         Key::Move => {
             let v = load(&mut em, types::I64, Role::Arg(0));
             store(&mut em, v, Role::Res(0));
-            cont(&mut em, 0, acc);
+            cont(&mut em, 0, same);
         }
         Key::MoveTo(s) => {
             // An element of an array in the frame: written at its own width.
             let v = load(&mut em, clif_type(*s), Role::Arg(0));
             let d = gen.borrow_mut().disp(Role::Res(0));
             em.b.ins().store(TRUSTED(), v, fp, d);
-            cont(&mut em, 0, acc);
+            cont(&mut em, 0, same);
         }
         Key::FrameAddr => {
             let m = gen.borrow_mut().hole(false, Role::Arg(0));
             let off = em.b.ins().iconst(types::I64, m as i64);
             let a = em.b.ins().iadd(fp, off);
             store(&mut em, a, Role::Res(0));
-            cont(&mut em, 0, acc);
+            cont(&mut em, 0, same);
         }
         Key::Branch(f) => {
             let CVal::Val(c, _) = operand(&mut em, *f, 0).0 else {
@@ -552,9 +563,9 @@ fn build(
                 _ => Scalar::I64,
             };
             em.bounds_check(args[0], args[1], ty, SrcLoc::default());
-            cont(&mut em, 0, acc);
+            cont(&mut em, 0, same);
         }
-        Key::Fuel => cont(&mut em, 0, acc),
+        Key::Fuel => cont(&mut em, 0, same),
         Key::Promote { promoted, live, .. } => {
             let forms: Vec<Form> = promoted.iter().map(|&s| Form::Slot(s)).collect();
             let p = operands(&mut em, &forms);
@@ -631,7 +642,8 @@ fn build_prologue(
         patchable: false,
     });
     let acc = b.ins().iconst(types::I64, 0);
-    b.ins().return_call(f, &[cx, fp, acc]);
+    let facc = b.ins().f64const(0.0);
+    b.ins().return_call(f, &[cx, fp, acc, facc]);
     b.seal_all_blocks();
     b.finalize(isa.frontend_config());
 }
@@ -904,6 +916,7 @@ enum Extra {
 struct Used {
     consts: bool,
     acc: bool,
+    facc: bool,
 }
 
 impl Used {
@@ -912,6 +925,7 @@ impl Used {
         Used {
             consts: false,
             acc: true,
+            facc: true,
         }
     }
 }
@@ -947,6 +961,8 @@ pub struct StencilEmitter<'a> {
     /// operation's result, forgotten at every label, jump, terminator and write of that
     /// word.
     acc: Option<u32>,
+    /// The same for the `f64` accumulator.
+    facc: Option<u32>,
     /// The raw jump that ends the code, if any: its offset (dropped when its target is
     /// placed right after).
     last_jump: Option<u32>,
@@ -982,6 +998,7 @@ impl<'a> StencilEmitter<'a> {
             start: 0,
             frame_holes: Vec::new(),
             acc: None,
+            facc: None,
             last_jump: None,
             hole_values: Vec::new(),
             moves: Vec::new(),
@@ -1082,7 +1099,7 @@ impl<'a> StencilEmitter<'a> {
         info.at = Some(self.code.len() as u32);
         info.fixed.set(true);
         // Jumps from elsewhere may enter here.
-        self.acc = None;
+        self.forget_accs();
     }
 
     /// A raw `jmp rel32` to block `b`.
@@ -1091,7 +1108,12 @@ impl<'a> StencilEmitter<'a> {
         self.code.extend_from_slice(&[0xe9, 0, 0, 0, 0]);
         self.fixups.push((at + 1, b));
         self.last_jump = Some(at);
+        self.forget_accs();
+    }
+
+    fn forget_accs(&mut self) {
         self.acc = None;
+        self.facc = None;
     }
 
     /// Copies the stencil of `key` and patches it: `args` and `res` are the operand and
@@ -1164,10 +1186,12 @@ impl<'a> StencilEmitter<'a> {
             }
         }
         self.hole_values = values;
-        if let Some(a) = self.acc {
-            if res.contains(&(8 * u64::from(a))) {
-                self.acc = None;
-            }
+        let written = |a: Option<u32>| a.is_some_and(|a| res.contains(&(8 * u64::from(a))));
+        if written(self.acc) {
+            self.acc = None;
+        }
+        if written(self.facc) {
+            self.facc = None;
         }
         for &(at, k) in &st.conts {
             let at = base as u32 + at;
@@ -1267,7 +1291,11 @@ impl<'a> StencilEmitter<'a> {
     /// the accumulator holds is taken from it, by one operand (it has no word).
     fn form(&mut self, v: SVal, imm: bool, used: &mut Used, words: &mut Vec<u64>) -> Form {
         let v = match v {
-            SVal::Slot(s, t) if !used.acc && self.acc == Some(s) => {
+            SVal::Slot(s, Scalar::F64) if !used.facc && self.facc == Some(s) => {
+                used.facc = true;
+                return Form::Acc(Scalar::F64);
+            }
+            SVal::Slot(s, t) if t != Scalar::F64 && !used.acc && self.acc == Some(s) => {
                 used.acc = true;
                 return Form::Acc(t);
             }
@@ -1541,9 +1569,11 @@ impl Backend for StencilEmitter<'_> {
             extra,
             &[None],
         );
-        // A scalar result is left in the accumulator too.
-        if let Some(SVal::Slot(s, _)) = result {
-            self.acc = Some(s);
+        // A scalar result is left in an accumulator too.
+        match result {
+            Some(SVal::Slot(s, Scalar::F64)) => self.facc = Some(s),
+            Some(SVal::Slot(s, _)) => self.acc = Some(s),
+            _ => {}
         }
         result
     }
@@ -1658,12 +1688,12 @@ impl Backend for StencilEmitter<'_> {
             Extra::None,
             &[],
         );
-        self.acc = None;
+        self.forget_accs();
     }
 
     fn trap(&mut self, loc: SrcLoc) {
         self.emit(Key::Trap, &[], &[], loc, Extra::None, &[]);
-        self.acc = None;
+        self.forget_accs();
     }
 
     fn promote(&mut self, site: u32, promoted: &[(SVal, Scalar)], live: &[SVal]) {
@@ -1685,7 +1715,7 @@ impl Backend for StencilEmitter<'_> {
             inline,
         };
         self.emit(key, &words, &[], SrcLoc::default(), Extra::Site(site), &[]);
-        self.acc = None;
+        self.forget_accs();
     }
 
     fn promote_miss(&mut self, _site: u32, _promoted: &[SVal]) {
