@@ -239,6 +239,106 @@ impl StencilLib {
             .or_insert(made)
             .clone()
     }
+
+    /// Makes the variants of `key` that specialization commonly asks for (refused ones
+    /// are kept as refused): each operand in frame words taken from the accumulator, or
+    /// as a constant where the operation allows one, and both together.
+    pub fn make_variants(&self, key: &Key) {
+        let scalar = |f: Form| match f {
+            Form::Slot(t) => Some(t),
+            _ => None,
+        };
+        // From the form with every accumulator operand in its frame word.
+        let words = |f: Form| match f {
+            Form::Acc(t) => Form::Slot(t),
+            f => f,
+        };
+        let key = match key {
+            Key::Op { op, forms, callee } => Key::Op {
+                op: op.clone(),
+                forms: forms.iter().map(|&f| words(f)).collect(),
+                callee: callee.clone(),
+            },
+            Key::Branch(f) => Key::Branch(words(*f)),
+            Key::CaseEq(f, w) => Key::CaseEq(words(*f), *w),
+            Key::BoundsCheck(sl, i) => Key::BoundsCheck(*sl, words(*i)),
+            Key::Ret(f) => Key::Ret(f.map(words)),
+            k => k.clone(),
+        };
+        let mut variants = vec![key.clone()];
+        match &key {
+            Key::Op { op, forms, callee } => {
+                let with = |changes: &[(usize, Form)]| {
+                    let mut forms = forms.clone();
+                    for &(k, f) in changes {
+                        forms[k] = f;
+                    }
+                    Key::Op {
+                        op: op.clone(),
+                        forms,
+                        callee: callee.clone(),
+                    }
+                };
+                let imms = |k: usize, t: Scalar| match t {
+                    _ if !imm_ok(op, k) => Vec::new(),
+                    Scalar::I64 | Scalar::U64 => vec![Form::Imm(t, false), Form::Imm(t, true)],
+                    Scalar::I32 | Scalar::U32 => vec![Form::Imm(t, false)],
+                    Scalar::F64 => vec![Form::Imm(t, true)],
+                    _ => Vec::new(),
+                };
+                let slots: Vec<(usize, Scalar)> = forms
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(k, &f)| Some((k, scalar(f)?)))
+                    .collect();
+                for &(k, t) in &slots {
+                    variants.push(with(&[(k, Form::Acc(t))]));
+                    for imm in imms(k, t) {
+                        variants.push(with(&[(k, imm)]));
+                        for &(j, u) in slots.iter().filter(|&&(j, _)| j != k) {
+                            variants.push(with(&[(k, imm), (j, Form::Acc(u))]));
+                        }
+                    }
+                }
+            }
+            Key::Branch(Form::Slot(t)) => variants.push(Key::Branch(Form::Acc(*t))),
+            Key::CaseEq(Form::Slot(t), _) => {
+                for f in [Form::Slot(*t), Form::Acc(*t)] {
+                    variants.extend([Key::CaseEq(f, false), Key::CaseEq(f, true)]);
+                }
+            }
+            Key::BoundsCheck(sl, Form::Slot(t)) => {
+                variants.push(Key::BoundsCheck(*sl, Form::Acc(*t)));
+                variants.push(Key::BoundsCheck(*sl, Form::Imm(*t, false)));
+            }
+            Key::Set(_) => variants.extend([Key::Set(false), Key::Set(true)]),
+            Key::Ret(Some(Form::Slot(t))) => variants.push(Key::Ret(Some(Form::Acc(*t)))),
+            _ => {}
+        }
+        for v in variants {
+            let _ = self.get(&v);
+        }
+    }
+}
+
+/// Whether operand `k` of `op` may be an immediate.
+fn imm_ok(op: &TOp, k: usize) -> bool {
+    match op {
+        TOp::Binary(
+            BinaryOp::Add
+            | BinaryOp::Sub
+            | BinaryOp::Mul
+            | BinaryOp::And
+            | BinaryOp::Or
+            | BinaryOp::Xor
+            | BinaryOp::Min
+            | BinaryOp::Max,
+        )
+        | TOp::Cmp(_) => true,
+        TOp::Select => k > 0,
+        TOp::Store => k == 2,
+        _ => false,
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -970,6 +1070,8 @@ pub struct StencilEmitter<'a> {
     hole_values: Vec<Option<u64>>,
     /// The moves of the edge being passed.
     moves: Vec<(u32, Word)>,
+    /// Also make each stencil's common variants ([`StencilLib::make_variants`]).
+    variants: bool,
     /// Stencils copied and their machine instructions.
     copies: usize,
     insts: usize,
@@ -1002,6 +1104,7 @@ impl<'a> StencilEmitter<'a> {
             last_jump: None,
             hole_values: Vec::new(),
             moves: Vec::new(),
+            variants: false,
             copies: 0,
             insts: 0,
             error: None,
@@ -1018,6 +1121,13 @@ impl<'a> StencilEmitter<'a> {
             &[Some(e.start)],
         );
         e
+    }
+
+    /// Makes this emitter also make the common variants of every stencil it copies (to
+    /// make a program's stencils ahead of its specializations).
+    pub fn with_variants(mut self) -> Self {
+        self.variants = true;
+        self
     }
 
     /// Machine code of the unit, once the executor is done (`entry` is its first block);
@@ -1132,6 +1242,9 @@ impl<'a> StencilEmitter<'a> {
             return self.fail(StencilError(
                 "too many operand words for one stencil".into(),
             ));
+        }
+        if self.variants {
+            self.lib.make_variants(&key);
         }
         let st = match self.lib.get(&key) {
             Ok(s) => s,
@@ -1454,26 +1567,6 @@ impl<'a> StencilEmitter<'a> {
             TOp::Call { ret, .. } => return *ret,
         })
     }
-
-    /// Whether operand `k` of `op` may be an immediate.
-    fn imm_ok(op: &TOp, k: usize) -> bool {
-        match op {
-            TOp::Binary(
-                BinaryOp::Add
-                | BinaryOp::Sub
-                | BinaryOp::Mul
-                | BinaryOp::And
-                | BinaryOp::Or
-                | BinaryOp::Xor
-                | BinaryOp::Min
-                | BinaryOp::Max,
-            )
-            | TOp::Cmp(_) => true,
-            TOp::Select => k > 0,
-            TOp::Store => k == 2,
-            _ => false,
-        }
-    }
 }
 
 impl Backend for StencilEmitter<'_> {
@@ -1524,7 +1617,7 @@ impl Backend for StencilEmitter<'_> {
         let forms: Vec<Form> = args
             .iter()
             .enumerate()
-            .map(|(k, &a)| self.form(a, Self::imm_ok(op, k), &mut used, &mut words))
+            .map(|(k, &a)| self.form(a, imm_ok(op, k), &mut used, &mut words))
             .collect();
         let mut extra = Extra::None;
         let (op, callee) = match op {

@@ -625,6 +625,46 @@ impl Shared {
             .map_err(RuntimeError::Spec)
     }
 
+    /// Makes the stencils of the stitch tier that the module's functions use, by
+    /// stitching each function's generic code through the stencil emitter once (the code
+    /// is thrown away): every operation in frame words, moves, branches, returns, checks
+    /// and prologues, with their common variants (operands as constants or in the
+    /// accumulator). Forms beyond those are made when first used.
+    fn make_stencils(&self) -> Result<(), RuntimeError> {
+        let region = self.region("stencils");
+        for prog in &self.generic {
+            let input = UnitInput {
+                prog,
+                start: prog.entry,
+                key: &[],
+                slices: &[],
+                static_ptrs: Vec::new(),
+                callees: Callees::Imported,
+                spec: None,
+                ir_text: None,
+                inline_dispatch: false,
+            };
+            let mut services = StitchServices {
+                shared: self,
+                region: &region,
+                prog,
+                sites: None,
+            };
+            let inputs = prog.blocks[prog.entry].input_types();
+            let em = StencilEmitter::new(
+                &self.stencils,
+                &mut services,
+                self.opts.fuel.is_some(),
+                Vec::new(),
+                &inputs,
+            )
+            .with_variants();
+            let mut em = Fold::new(em, Vec::new());
+            self.run_executor(&input, &mut em)?;
+        }
+        Ok(())
+    }
+
     /// Stitches one unit in [`Tier::Stitch`] into `region`: its address and what it cost,
     /// or `None` when the stitch tier cannot make it (the caller compiles it with
     /// Cranelift instead).
@@ -790,6 +830,9 @@ impl Runtime {
             symbols.insert(generic_symbol(i as u32), a);
         }
         shared.symbols = Arc::new(symbols);
+        if shared.opts.tiers.first == Tier::Stitch {
+            shared.make_stencils()?;
+        }
         Ok(Runtime {
             shared: Arc::new(shared),
         })
