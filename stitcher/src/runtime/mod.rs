@@ -409,6 +409,15 @@ impl Hooks for UnitHooks<'_> {
     }
 }
 
+/// A unit's machine code made by the stitch tier (not yet installed).
+struct Stitched {
+    code: Vec<u8>,
+    /// Stencils copied, and their machine instructions.
+    stencils: usize,
+    insts: usize,
+    unit: Unit<u32>,
+}
+
 /// What a stitch-tier unit needs from the runtime.
 struct StitchServices<'a> {
     shared: &'a Shared,
@@ -644,25 +653,50 @@ impl Shared {
                 ir_text: None,
                 inline_dispatch: false,
             };
-            let mut services = StitchServices {
-                shared: self,
-                region: &region,
-                prog,
-                sites: None,
-            };
-            let inputs = prog.blocks[prog.entry].input_types();
-            let em = StencilEmitter::new(
-                &self.stencils,
-                &mut services,
-                self.opts.fuel.is_some(),
-                Vec::new(),
-                &inputs,
-            )
-            .with_variants();
-            let mut em = Fold::new(em, Vec::new());
-            self.run_executor(&input, &mut em)?;
+            self.stitch(&region, &input, true)?;
         }
         Ok(())
+    }
+
+    /// Stitches one unit's machine code through the stencil emitter (fault sites go to
+    /// `region`), making the common variants of every stencil too when `variants`;
+    /// `None` when a stencil was refused.
+    fn stitch(
+        &self,
+        region: &CodeRegion,
+        input: &UnitInput,
+        variants: bool,
+    ) -> Result<Option<Stitched>, RuntimeError> {
+        let prog = input.prog;
+        let inputs = prog.blocks[input.start].input_types();
+        let mut services = StitchServices {
+            shared: self,
+            region,
+            prog,
+            sites: input.spec.map(|s| &s.sites),
+        };
+        let mut em = StencilEmitter::new(
+            &self.stencils,
+            &mut services,
+            self.opts.fuel.is_some(),
+            input.static_ptrs.clone(),
+            &inputs,
+        );
+        if variants {
+            em = em.with_variants();
+        }
+        let mut em = Fold::new(em, input.static_lens());
+        let unit = self.run_executor(input, &mut em)?;
+        Ok(em
+            .backend
+            .finish(unit.entry)
+            .ok()
+            .map(|(code, stencils, insts)| Stitched {
+                code,
+                stencils,
+                insts,
+                unit,
+            }))
     }
 
     /// Stitches one unit in [`Tier::Stitch`] into `region`: its address and what it cost,
@@ -676,38 +710,20 @@ impl Shared {
         if !StencilLib::supported() {
             return Ok(None);
         }
-        let prog = input.prog;
         let t0 = std::time::Instant::now();
-        let inputs = prog.blocks[input.start].input_types();
-        let lens = input.static_lens();
-        let mut services = StitchServices {
-            shared: self,
-            region,
-            prog,
-            sites: input.spec.map(|s| &s.sites),
-        };
-        let em = StencilEmitter::new(
-            &self.stencils,
-            &mut services,
-            self.opts.fuel.is_some(),
-            input.static_ptrs.clone(),
-            &inputs,
-        );
-        let mut em = Fold::new(em, lens);
-        let unit = self.run_executor(&input, &mut em)?;
-        let Ok((code, stencils, insts)) = em.backend.finish(unit.entry) else {
+        let Some(made) = self.stitch(region, &input, false)? else {
             return Ok(None);
         };
         let stitch_ns = t0.elapsed().as_nanos() as u64;
         let t1 = std::time::Instant::now();
-        let addr = region.install(&code).map_err(RuntimeError::Jit)?;
+        let addr = region.install(&made.code).map_err(RuntimeError::Jit)?;
         Ok(Some((
             addr,
             UnitStats {
-                blocks: unit.blocks,
-                ops: unit.ops,
-                insts,
-                stencils,
+                blocks: made.unit.blocks,
+                ops: made.unit.ops,
+                insts: made.insts,
+                stencils: made.stencils,
                 stitch_ns,
                 compile_ns: t1.elapsed().as_nanos() as u64,
             },
