@@ -14,7 +14,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use dyc::{Arg, Limits, Program, Region, RuntimeOptions};
+use dyc::{Arg, Limits, Program, Region, RuntimeOptions, Specialized};
 
 const SRC: &str = "
 fn scalars(a: i64, b: i64, x: i64) -> i64 {
@@ -53,12 +53,22 @@ fn branchy(k: i64, x: i64) -> i64 {
 }
 ";
 
-/// `Region::call` of a two-scalar region on key (6, 7).
+/// `Region::call` of a two-scalar region on key (6, 7). Not inlined, like [`direct`], so
+/// that both pay the same for handling the result.
+#[inline(never)]
 fn hit(r: &Region, i: u64) {
     black_box(
         r.call(&mut [Arg::from(6i64), Arg::from(7i64), Arg::from(i as i64)])
             .expect("runs"),
     );
+}
+
+/// `Specialized::call` with one scalar argument, built with the two key arguments a
+/// region's call takes (so that both measure the same arguments made by the caller).
+#[inline(never)]
+fn direct(s: &Specialized, i: u64) {
+    let args = &mut [Arg::from(6i64), Arg::from(7i64), Arg::from(i as i64)];
+    black_box(s.call(&mut args[2..]).expect("runs"));
 }
 
 /// Median and range of `runs` timings of `n` calls of `f`, in ns per call.
@@ -121,7 +131,7 @@ fn main() {
         return;
     }
     let spec2 = measure(7, n, |i| {
-        black_box(spec_scalars.call(&mut [Arg::from(i as i64)]).expect("runs"));
+        direct(&spec_scalars, i);
     });
     let region = |name: &str| {
         let r = p.region(name).expect("region");
@@ -137,7 +147,7 @@ fn main() {
     .map(|(name, r)| (name, measure(7, n, |i| hit(&r, i))));
     let ns = n / 10;
     let spec_s = measure(7, ns, |i| {
-        black_box(spec_slice.call(&mut [Arg::from(i as i64)]).expect("runs"));
+        direct(&spec_slice, i);
     });
     let slice_call = |r: &Region| {
         measure(7, ns, |i| {

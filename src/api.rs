@@ -44,12 +44,13 @@
 //! }
 //! ```
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
-use crossbeam_epoch::Guard;
+use dyc_stitcher::runtime::epoch::{self, Guard};
 use parking_lot::{Condvar, Mutex};
 
 use dyc_stitcher::exec::ExecutorKind;
@@ -314,7 +315,7 @@ impl Program {
         let weak = Arc::downgrade(&inner);
         inner.runtime.on_code_growth(move || {
             if let Some(inner) = weak.upgrade() {
-                let guard = crossbeam_epoch::pin();
+                let guard = epoch::pin();
                 let _evicting = inner.evicting.lock();
                 evict_to_fit(&inner, 0, 0, &guard);
             }
@@ -338,7 +339,7 @@ impl Program {
         // A version made before may have called the host at specialization time and
         // baked its absence in as a fault: every cached version goes (freed once no call
         // still runs it), and calls specialize again.
-        let guard = crossbeam_epoch::pin();
+        let guard = epoch::pin();
         let _evicting = self.inner.evicting.lock();
         self.inner.hosts_gen.fetch_add(1, Ordering::SeqCst);
         for st in self.inner.regions.iter().filter_map(OnceLock::get) {
@@ -484,6 +485,8 @@ struct RegionState {
     params: Vec<Type>,
     /// Positions of the key parameters, increasing.
     keys: Vec<usize>,
+    /// Positions of the other parameters (the specialized code's), increasing.
+    values: Vec<usize>,
     /// Whether a key parameter is a slice (keyed by a content hash).
     slice_keys: bool,
     /// The caching policy of the region entry.
@@ -575,11 +578,17 @@ struct Striped([Padded; STRIPES]);
 struct Padded(AtomicU64);
 
 thread_local! {
-    /// This thread's stripe.
-    static STRIPE: usize = {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        NEXT.fetch_add(1, Ordering::Relaxed) as usize % STRIPES
-    };
+    /// This thread's stripe, [`STRIPES`] until its first count.
+    static STRIPE: Cell<usize> = const { Cell::new(STRIPES) };
+}
+
+/// The next thread's stripe.
+#[cold]
+fn new_stripe() -> usize {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let k = NEXT.fetch_add(1, Ordering::Relaxed) as usize % STRIPES;
+    STRIPE.with(|s| s.set(k));
+    k
 }
 
 impl Striped {
@@ -588,8 +597,11 @@ impl Striped {
     /// [`STRIPES`] threads to call get stripes of their own), a lost count otherwise.
     #[inline]
     fn bump(&self) {
-        let k = STRIPE.with(|k| *k);
-        let c = &self.0[k].0;
+        let mut k = STRIPE.with(Cell::get);
+        if k == STRIPES {
+            k = new_stripe();
+        }
+        let c = &self.0[k % STRIPES].0;
         c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
@@ -687,6 +699,9 @@ impl RegionState {
             id,
             prog: Arc::new(ge.program.clone()),
             keys: ge.program.header.key_params.clone(),
+            values: (0..f.sig.params.len())
+                .filter(|i| !ge.program.header.key_params.contains(i))
+                .collect(),
             slice_keys: ge
                 .program
                 .header
@@ -839,11 +854,7 @@ impl Region {
             .filter(|k| !keys.contains(k))
             .map(|k| params[k])
             .collect();
-        Ok(Specialized {
-            spec,
-            params: dynamic,
-            calls: AtomicU64::new(0),
-        })
+        Ok(Specialized::new(spec, dynamic))
     }
 
     /// The Cranelift IR of the entry unit the region's specialization on `key_args` would
@@ -868,11 +879,7 @@ impl Region {
             .inner
             .runtime
             .generic(self.state.id.as_u32() as usize)?;
-        let g = Arc::new(Specialized {
-            spec,
-            params: self.params().to_vec(),
-            calls: AtomicU64::new(0),
-        });
+        let g = Arc::new(Specialized::new(spec, self.params().to_vec()));
         Ok(self.state.generic.get_or_init(|| g).clone())
     }
 
@@ -893,7 +900,26 @@ impl Region {
     /// `max_code_bytes` the least recently used versions of any region are evicted (their
     /// code freed once no call can still be running it). A specialization that runs out of
     /// budget runs the generic code instead under [`OnExceeded::Fallback`] (the default).
+    #[inline]
     pub fn call(&self, args: &mut [Arg]) -> Result<Option<Const>, Error> {
+        let st = &*self.state;
+        if st.caching == Caching::OneUnchecked && args.len() == st.params.len() {
+            // The one version, optimized: a pin, a load, a count and the call.
+            let guard = epoch::pin();
+            let now = 2 * self.program.inner.tick.load(Ordering::Relaxed) + 1;
+            if let Some(Version::Spec(v)) = st.cache.get(&[], now, &guard) {
+                if v.tier() == Tier::Optimizing {
+                    st.counters.hits.bump();
+                    return v.call_at(args, &st.values);
+                }
+            }
+        }
+        self.call_cached(args)
+    }
+
+    /// [`Region::call`] for every policy and version.
+    #[inline(never)]
+    fn call_cached(&self, args: &mut [Arg]) -> Result<Option<Const>, Error> {
         let params = self.params();
         if args.len() != params.len() {
             return Err(Error::Arguments(format!(
@@ -925,7 +951,7 @@ impl Region {
             }
         }
         // Pinned for the whole call: a version evicted meanwhile is freed only after.
-        let guard = crossbeam_epoch::pin();
+        let guard = epoch::pin();
         if st.caching != Caching::Replicate {
             let now = 2 * self.program.inner.tick.load(Ordering::Relaxed) + 1;
             if let Some(v) = st.cache.get(key.as_slice(), now, &guard) {
@@ -962,7 +988,7 @@ impl Region {
     /// Runs version `v` on all of the region's arguments.
     fn run(&self, v: &Version, args: &mut [Arg]) -> Result<Option<Const>, Error> {
         match v {
-            Version::Spec(s) => s.call_skipping(args, &self.state.keys),
+            Version::Spec(s) => s.call_at(args, &self.state.values),
             Version::Generic => self.generic()?.call(args),
         }
     }
@@ -1073,7 +1099,7 @@ impl Region {
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!(region = %self.name(), error = %e, "tier-up failed");
-                return quick.call_skipping(args, &st.keys);
+                return quick.call_at(args, &st.values);
             }
         };
         let c = &st.counters;
@@ -1090,7 +1116,7 @@ impl Region {
             matches!(st.cache.get(key, now, guard), Some(Version::Spec(v)) if Arc::ptr_eq(v, quick))
         };
         if !still {
-            return optimized.call_skipping(args, &st.keys);
+            return optimized.call_at(args, &st.values);
         }
         st.cache.remove(key, guard);
         match self.program.cache_version(
@@ -1256,12 +1282,24 @@ fn reborrow<'b>(a: &'b Arg) -> Arg<'b> {
 pub struct Specialized {
     spec: Specialization,
     params: Vec<Type>,
+    /// `0..params.len()`: where [`Specialized::call`] finds each argument.
+    positions: Vec<usize>,
     /// Calls through a region entry's cache, counted while in the quick tier.
     calls: AtomicU64,
 }
 
 impl Specialized {
+    fn new(spec: Specialization, params: Vec<Type>) -> Specialized {
+        Specialized {
+            spec,
+            positions: (0..params.len()).collect(),
+            params,
+            calls: AtomicU64::new(0),
+        }
+    }
+
     /// The tier its code is compiled in.
+    #[inline]
     pub fn tier(&self) -> Tier {
         self.spec.tier()
     }
@@ -1294,29 +1332,26 @@ impl Specialized {
 
     /// Calls the code; arguments are checked against [`Specialized::params`].
     pub fn call(&self, args: &mut [Arg]) -> Result<Option<Const>, Error> {
-        self.call_skipping(args, &[])
-    }
-
-    /// Calls the code with `args` less the positions in `skip` (increasing), without
-    /// allocating for up to [`INLINE_WORDS`] argument words.
-    fn call_skipping(&self, args: &[Arg], skip: &[usize]) -> Result<Option<Const>, Error> {
-        if args.len() != self.params.len() + skip.len() {
+        if args.len() != self.params.len() {
             return Err(Error::Arguments(format!(
                 "{} arguments expected, {} given",
                 self.params.len(),
-                args.len().saturating_sub(skip.len())
+                args.len()
             )));
         }
-        let mut words = Words::new();
-        let mut skip = skip.iter().peekable();
-        let mut k = 0;
-        for (i, a) in args.iter().enumerate() {
-            if skip.peek() == Some(&&i) {
-                skip.next();
-                continue;
-            }
+        self.call_at(args, &self.positions)
+    }
+
+    /// Calls the code with the arguments at `positions` of `args`, one per parameter
+    /// (a region's call leaves its key arguments out; the caller checked the length of
+    /// `args`), without allocating for up to [`INLINE_WORDS`] argument words. Not inlined:
+    /// a region's cache hit and [`Specialized::call`] run the same code after the lookup.
+    #[inline(never)]
+    fn call_at(&self, args: &[Arg], positions: &[usize]) -> Result<Option<Const>, Error> {
+        let mut words = smallvec::SmallVec::<[u64; INLINE_WORDS]>::new();
+        for (k, &i) in positions.iter().enumerate() {
+            let a = &args[i];
             check(a, self.params[k], k)?;
-            k += 1;
             match a {
                 Arg::Scalar(c) => words.push(const_to_word(*c)),
                 Arg::Slice(s) => {

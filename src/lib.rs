@@ -28,6 +28,7 @@ pub mod verifier;
 
 pub use api::{Arg, Caching, Error, Program, Region, RegionStats, Specialized};
 pub use dyc_stitcher::runtime::{
-    live as runtime_live, Limits, LiveCounts, OnExceeded, RunError, RuntimeOptions, Tier, Tiers,
+    epoch, live as runtime_live, Limits, LiveCounts, OnExceeded, RunError, RuntimeOptions, Tier,
+    Tiers,
 };
 pub use ir::Const;

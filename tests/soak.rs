@@ -80,7 +80,7 @@ fn soak(tier: Tier) {
         if live == start {
             break;
         }
-        crossbeam_epoch::pin().flush();
+        dyc::epoch::flush();
         std::thread::yield_now();
         live = dyc::runtime_live();
     }

@@ -22,7 +22,7 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crossbeam_epoch::Guard;
+use super::epoch::{self, Guard};
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
@@ -175,7 +175,7 @@ unsafe impl<V: Send> Send for Retired<V> {}
 /// freed by the epoch collector only once every thread that was pinned when it was removed
 /// has unpinned, so no reader ever sees a freed entry.
 pub struct Cache<V> {
-    front: Arc<[AtomicPtr<Entry<V>>]>,
+    front: Arc<[AtomicPtr<Entry<V>>; FRONT_SLOTS]>,
     /// Key to entry (the address of a boxed entry this cache owns).
     map: DashMap<Key, usize, BuildHasherDefault<WordHasher>>,
     /// Serializes insertions and removals.
@@ -187,9 +187,9 @@ pub struct Cache<V> {
 impl<V> Default for Cache<V> {
     fn default() -> Cache<V> {
         Cache {
-            front: (0..FRONT_SLOTS)
-                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
-                .collect(),
+            front: Arc::new(std::array::from_fn(
+                |_| AtomicPtr::new(std::ptr::null_mut()),
+            )),
             map: DashMap::default(),
             writers: Mutex::new(()),
             _values: PhantomData,
@@ -212,6 +212,7 @@ fn same_words(a: &[u64], b: &[u64]) -> bool {
 }
 
 /// The front slot of a key.
+#[inline(always)]
 fn front_slot(key: &[u64]) -> usize {
     let mut h = WordHasher(key.len() as u64);
     for &w in key {
@@ -223,14 +224,14 @@ fn front_slot(key: &[u64]) -> usize {
 impl<V> Cache<V> {
     /// The entry cached for `key`, if any. Allocates nothing and, when the front table
     /// holds the key, takes no lock.
-    #[inline]
-    fn entry<'a>(&'a self, key: &[u64], _guard: &'a Guard) -> Option<&'a Entry<V>> {
+    #[inline(always)]
+    fn entry<'a>(&'a self, key: &[u64], guard: &'a Guard) -> Option<&'a Entry<V>> {
         let slot = &self.front[front_slot(key)];
         let e = slot.load(Ordering::Acquire);
         if !e.is_null() {
             // SAFETY: front slots hold null or addresses of boxed entries this cache
             // allocated; an entry is freed only after it was unlinked from every slot and
-            // every thread pinned at that time unpinned, and `_guard` pins this thread, so
+            // every thread pinned at that time unpinned, and `guard` pins this thread, so
             // `e` (loaded while pinned) is alive for the guard's lifetime. The Acquire load
             // pairs with the Release store that published the entry.
             let e = unsafe { &*e };
@@ -238,6 +239,18 @@ impl<V> Cache<V> {
                 return Some(e);
             }
         }
+        self.entry_in_map(key, slot, guard)
+    }
+
+    /// [`Cache::entry`] when the front table does not hold `key`.
+    #[cold]
+    #[inline(never)]
+    fn entry_in_map<'a>(
+        &'a self,
+        key: &[u64],
+        slot: &AtomicPtr<Entry<V>>,
+        _guard: &'a Guard,
+    ) -> Option<&'a Entry<V>> {
         let addr = *self.map.get(key)?;
         slot.store(addr as *mut Entry<V>, Ordering::Release);
         // SAFETY: map values are addresses of live boxed entries, protected by the guard as
@@ -249,7 +262,7 @@ impl<V> Cache<V> {
     }
 
     /// The value cached for `key`, if any, marked used at tick `now`.
-    #[inline]
+    #[inline(always)]
     pub fn get<'a>(&'a self, key: &[u64], now: u64, guard: &'a Guard) -> Option<&'a V> {
         let e = self.entry(key, guard)?;
         if e.used.load(Ordering::Relaxed) != now {
@@ -299,13 +312,13 @@ impl<V> Cache<V> {
         let _w = self.writers.lock();
         let (_, addr) = self.map.remove(key)?;
         let e = addr as *mut Entry<V>;
-        unlink(&self.front, e);
+        unlink(&self.front[..], e);
         let front = self.front.clone();
         let retired = Retired(e);
         guard.defer(move || {
             let r = retired;
-            unlink(&front, r.0);
-            crossbeam_epoch::pin().defer(move || {
+            unlink(&front[..], r.0);
+            epoch::defer(move || {
                 let r = r;
                 // SAFETY: see `Retired` and above: the entry is in no map or front slot,
                 // and every thread that could hold it has unpinned since it left the last
@@ -368,7 +381,7 @@ mod tests {
     #[test]
     fn keys_of_every_length_round_trip_and_first_insert_wins() {
         let c: Cache<u32> = Cache::default();
-        let g = crossbeam_epoch::pin();
+        let g = epoch::pin();
         // More keys than front slots, so that front slots are overwritten; lengths 0 to 10.
         let mut keys: Vec<Vec<u64>> = (0..199)
             .map(|n| (0..n % 10 + 1).map(|k| k * 7 + n).collect())
@@ -391,7 +404,7 @@ mod tests {
     #[test]
     fn removed_entries_are_gone_and_the_least_recent_is_found() {
         let c: Cache<Arc<u32>> = Cache::default();
-        let g = crossbeam_epoch::pin();
+        let g = epoch::pin();
         for k in 0..10u64 {
             c.insert(&[k], Arc::new(k as u32), k, &g);
         }
@@ -420,7 +433,7 @@ mod tests {
                 s.spawn(move || {
                     for round in 0..2_000u64 {
                         let k = (round * 7 + t) % keys;
-                        let g = crossbeam_epoch::pin();
+                        let g = epoch::pin();
                         if let Some(v) = c.get(&[k], round, &g) {
                             assert_eq!(**v, [k, k + 1, k + 2, k + 3]);
                         }

@@ -35,6 +35,7 @@
 //! Region entries (in `dyc::api`) hold no lock while specializing: a miss claims its key.
 
 pub mod cache;
+pub mod epoch;
 pub mod faults;
 pub mod hosts;
 pub mod memory;
@@ -979,6 +980,7 @@ impl Runtime {
             })?,
         };
         Ok(Specialization {
+            tier: state.tier,
             state: Arc::new(state),
             wrapper: self.shared.wrapper(&inputs)?,
             entry,
@@ -1013,6 +1015,7 @@ impl Runtime {
                 .get(&generic_symbol(index as u32))
                 .ok_or_else(|| RuntimeError::Internal(format!("no generic code for {index}")))?;
             Ok(Specialization {
+                tier: Tier::Optimizing,
                 state: Arc::new(state),
                 wrapper: self.shared.wrapper(&prog.header.param_types)?,
                 entry,
@@ -1164,7 +1167,7 @@ impl SpecState {
         let caching = self.prog.blocks[site.site.block].caching;
         // The guard protects site entries `cache_one` replaces (their code stays with the
         // specialization); the tick is unused (no eviction at sites).
-        let g = crossbeam_epoch::pin();
+        let g = epoch::pin();
         let cached = |site: &PromoSite| match caching {
             Caching::Replicate => None,
             Caching::OneUnchecked => site.only(),
@@ -1281,6 +1284,8 @@ fn bytes_of(words: &mut [u64]) -> &mut [u8] {
 /// Compiled code for a region and its static values (or generic code), callable from
 /// Rust with the dynamic arguments. Owns its code: dropping the last handle frees it.
 pub struct Specialization {
+    /// The tier of its code (also in `state`; here, a cache hit reads it without a load).
+    tier: Tier,
     state: Arc<SpecState>,
     /// The entry wrapper (in the runtime's region) and the entry unit it calls.
     wrapper: usize,
@@ -1295,8 +1300,9 @@ pub struct Specialization {
 
 impl Specialization {
     /// The tier its code is compiled in.
+    #[inline]
     pub fn tier(&self) -> Tier {
-        self.state.tier
+        self.tier
     }
 
     /// What each promotion site met so far did, in the order the sites were met.

@@ -150,7 +150,7 @@ impl PromoSite {
     /// are removed and inline slots emptied. The code stays in the specialization's region
     /// and the pairs the slots pointed to stay with the site, so a thread that read them
     /// still jumps to valid code.
-    pub fn clear(&self, guard: &crossbeam_epoch::Guard) {
+    pub fn clear(&self, guard: &super::epoch::Guard) {
         let mut keys = Vec::new();
         self.cache.for_each(|k, _, _| keys.push(k.to_vec()));
         for k in keys {
