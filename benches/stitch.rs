@@ -10,7 +10,8 @@
 //! setup code, lookups, block bookkeeping), the memo lookups each made (the work list: one per edge; the planned stitcher: the
 //! has-been-stitched lookups at roots) and the NTBS tests the planned stitcher executed.
 //! Times are the median of 15 batches, batches of the two executors alternating; the
-//! ratio is the median of the per-batch ratios.
+//! ratio is the median of the per-batch ratios. `--profile REGION [work]` instead runs the
+//! planned stitcher (or the work list) on one region for ten seconds, for a profiler.
 
 use std::time::{Duration, Instant};
 
@@ -226,6 +227,31 @@ fn regions() -> Vec<Region> {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--profile") {
+        let name = args.get(i + 1).expect("--profile takes a region name");
+        let e = if args.get(i + 2).is_some_and(|a| a == "work") {
+            ExecutorKind::WorkList
+        } else {
+            ExecutorKind::Planned
+        };
+        let r = regions()
+            .into_iter()
+            .find(|r| &r.name == name)
+            .expect("a region of this bench");
+        let cx = Context {
+            prog: &r.prog,
+            slices: &r.slices,
+            hosts: &NoHosts,
+            mode: PromotionMode::Inline(&|_| Vec::new()),
+            budget: Budget::default(),
+        };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            std::hint::black_box(run(&cx, &r.key, e));
+        }
+        return;
+    }
     println!(
         "{:<20} {:>5} {:>5} {:>5} | {:>6} {:>6} | {:>9} {:>9} {:>6} | {:>7} {:>7} {:>5}",
         "region",
