@@ -251,6 +251,32 @@ fn quick_tier_versions_move_to_the_optimizing_tier_once_hot() {
     }
 }
 
+#[test]
+fn a_cache_one_unchecked_version_of_a_first_tier_still_moves_up_and_serves() {
+    // Hits of optimizing-tier versions take the fast path; others count calls to tier up.
+    for first in [Tier::Quick, Tier::Stitch] {
+        let src = "fn f(k: i64, x: i64) -> i64 { make_static(k: cache_one_unchecked); return k * 1000 + x; }";
+        let opts = RuntimeOptions {
+            tiers: Tiers {
+                first,
+                hot_calls: 3,
+            },
+            ..RuntimeOptions::default()
+        };
+        let p = Program::compile_with("tiers.dyc", src, opts).expect("compiles");
+        let f = p.region("f").unwrap();
+        for x in 0..8 {
+            assert_eq!(call(&p, 5, x), 5000 + x, "{first:?}");
+        }
+        let s = f.stats();
+        assert_eq!(
+            (s.specializations, s.tier_ups, s.versions, s.hits, s.misses),
+            (2, 1, 1, 7, 1),
+            "{first:?}: {s}"
+        );
+    }
+}
+
 /// `f(k, x)` with a dynamic branch on `x`, stitched with laziness policy `policy`.
 fn branchy(policy: &str) -> Program {
     Program::compile(&format!(
