@@ -180,10 +180,11 @@ pub struct Stencil {
     conts: Vec<(u32, u8)>,
     /// `Abs8` fields: import and addend.
     imports: Vec<(u32, Import, i64)>,
-    /// Bytes at the end that only go to continuation 0 (its `jmp`, and the `nop` left of
-    /// the epilogue before it in a stencil without frame), dropped when continuation 0
-    /// is the code that follows; 0 if the code does not end so.
+    /// Bytes at the end that only go to continuation `tail_cont` (its `jmp`, and the
+    /// `nop` left of the epilogue before it in a stencil without frame), dropped when
+    /// that continuation is the code that follows; 0 if the code does not end so.
     tail: u8,
+    tail_cont: u8,
     /// Machine instructions in those bytes.
     tail_insts: u8,
     /// Machine instructions (for statistics).
@@ -870,12 +871,19 @@ fn make(isa: &dyn cranelift_codegen::isa::TargetIsa, key: &Key) -> Result<Stenci
         conts,
         imports,
         tail: 0,
+        tail_cont: 0,
         tail_insts: 0,
         insts,
     };
     let n = st.code.len() as u32;
-    if n >= 5 && st.code[n as usize - 5] == 0xe9 && st.conts.contains(&(n - 4, 0)) {
+    let last = st
+        .conts
+        .iter()
+        .find(|&&(at, _)| at == n - 4)
+        .map(|&(_, k)| k);
+    if let (true, Some(k)) = (n >= 5 && st.code[n as usize - 5] == 0xe9, last) {
         st.tail = 5;
+        st.tail_cont = k;
         st.tail_insts = 1;
     }
     drop_frame(&mut st, &listing, &covered);
@@ -1038,6 +1046,9 @@ struct BlockInfo {
     /// parameters handed out. Until then the first jump to it binds them (see
     /// `pass_args`).
     fixed: std::cell::Cell<bool>,
+    /// The block this one stands for: it has no code of its own (it only jumps there,
+    /// moving nothing), so jumps to it go there directly.
+    alias: Option<u32>,
 }
 
 /// The stitch-tier backend: builds one unit by copying stencils (see the module doc).
@@ -1066,6 +1077,9 @@ pub struct StencilEmitter<'a> {
     /// The raw jump that ends the code, if any: its offset (dropped when its target is
     /// placed right after).
     last_jump: Option<u32>,
+    /// The block placed last and where, while nothing has been copied after it, and
+    /// whether the code before it falls into it (its jump there was dropped).
+    empty: Option<(u32, u32, bool)>,
     /// The values of the holes of the stencil being copied.
     hole_values: Vec<Option<u64>>,
     /// The moves of the edge being passed.
@@ -1102,6 +1116,7 @@ impl<'a> StencilEmitter<'a> {
             acc: None,
             facc: None,
             last_jump: None,
+            empty: None,
             hole_values: Vec::new(),
             moves: Vec::new(),
             variants: false,
@@ -1140,7 +1155,7 @@ impl<'a> StencilEmitter<'a> {
             return Err(e);
         }
         for &(at, b) in &self.fixups {
-            let Some(target) = self.blocks[b as usize].at else {
+            let Some(target) = self.blocks[self.resolve(b) as usize].at else {
                 return Err(StencilError(format!("block {b} was never placed")));
             };
             let rel = i64::from(target) - (i64::from(at) + 4);
@@ -1193,23 +1208,44 @@ impl<'a> StencilEmitter<'a> {
             params,
             at: None,
             fixed: std::cell::Cell::new(false),
+            alias: None,
         });
         self.blocks.len() as u32 - 1
     }
 
     /// Places block `b` here (dropping a jump to it that ends the code).
     fn place(&mut self, b: u32) {
-        if let Some(at) = self.last_jump.take() {
-            if at as usize + 5 == self.code.len() && self.fixups.last() == Some(&(at + 1, b)) {
+        // The raw jump that ends the code, if it goes to `b`, is dropped: `b` follows. (A
+        // block placed meanwhile that got no code, being an alias, leaves it the last.)
+        let mut falls = false;
+        if let Some(at) = self.last_jump {
+            let to_b = self
+                .fixups
+                .last()
+                .is_some_and(|&(f, t)| f == at + 1 && self.resolve(t) == b);
+            if at as usize + 5 == self.code.len() && to_b {
                 self.code.truncate(at as usize);
                 self.fixups.pop();
+                self.last_jump = None;
+                falls = true;
             }
         }
+        self.empty = Some((b, self.code.len() as u32, falls));
         let info = &mut self.blocks[b as usize];
         info.at = Some(self.code.len() as u32);
         info.fixed.set(true);
         // Jumps from elsewhere may enter here.
         self.forget_accs();
+    }
+
+    /// The block `b` stands for (itself unless it only jumps on).
+    fn resolve(&self, mut b: u32) -> u32 {
+        // Aliases point at blocks made no later than the aliased block's jump, and a
+        // block never aliases one that resolves to itself: the chain ends.
+        while let Some(a) = self.blocks[b as usize].alias {
+            b = a;
+        }
+        b
     }
 
     /// A raw `jmp rel32` to block `b`.
@@ -1251,7 +1287,7 @@ impl<'a> StencilEmitter<'a> {
             Err(e) => return self.fail(e),
         };
         self.last_jump = None;
-        let drop_tail = st.tail > 0 && conts.first() == Some(&None);
+        let drop_tail = st.tail > 0 && conts.get(usize::from(st.tail_cont)) == Some(&None);
         self.copies += 1;
         self.insts += st.insts as usize - if drop_tail { st.tail_insts as usize } else { 0 };
         let base = self.code.len();
@@ -1720,6 +1756,18 @@ impl Backend for StencilEmitter<'_> {
 
     fn jump(&mut self, dest: u32, args: &[SVal]) {
         self.pass_args(dest, args);
+        // A block with no code that moves nothing stands for `dest` (jump threading): jumps
+        // to it are patched to go to `dest`'s code, and it gets none.
+        // (Not a block the code before falls into: that needs the jump.)
+        if let Some((b, at, false)) = self.empty {
+            let target = self.resolve(dest);
+            if at as usize == self.code.len() && target != b {
+                self.blocks[b as usize].alias = Some(target);
+                self.blocks[b as usize].at = None;
+                self.empty = None;
+                return;
+            }
+        }
         self.raw_jump(dest);
     }
 
@@ -1727,20 +1775,19 @@ impl Backend for StencilEmitter<'_> {
         let mut words = Vec::new();
         let c = self.form(cond, false, &mut Used::default(), &mut words);
         let mut pending = Vec::new();
-        let tb = self.edge(t.0, t.1, &mut pending);
-        // The else edge, when it passes arguments, follows the branch: it falls through.
-        let eb = (e.1.is_empty()).then_some(e.0);
+        let eb = self.edge(e.0, e.1, &mut pending);
+        // The then edge follows the branch: the branch's last jump (to continuation 1,
+        // as Cranelift lays out a two-way branch) is dropped, so the true path takes one
+        // jump, not two; its own jump goes when the then block is placed next.
         self.emit(
             Key::Branch(c),
             &words,
             &[],
             SrcLoc::default(),
             Extra::None,
-            &[eb, Some(tb)],
+            &[Some(eb), None],
         );
-        if eb.is_none() {
-            self.jump(e.0, e.1);
-        }
+        self.jump(t.0, t.1);
         self.edges(pending);
     }
 
@@ -1907,6 +1954,58 @@ mod tests {
             assert!(st.code.starts_with(&PROLOGUE), "{k:?} lost its frame");
             assert!(!st.imports.is_empty(), "{k:?}");
         }
+    }
+
+    struct NoServices;
+
+    impl Services for NoServices {
+        fn fault_site(&mut self, _: FaultKind, _: SrcLoc) -> u64 {
+            0
+        }
+        fn inline_cache(&mut self, _: u32) -> Option<u64> {
+            None
+        }
+        fn callee(&self, _: u32) -> Option<Callee> {
+            None
+        }
+        fn helper(&self, _: Import) -> u64 {
+            0
+        }
+    }
+
+    /// The code of a unit of `hops + 1` blocks: each of the first `hops` only jumps on to
+    /// the next; the last returns, or jumps to itself with `spin`. Blocks are placed
+    /// first, last, then the others backwards, so that no block is followed by its
+    /// target (which would drop its jump anyway).
+    fn chain(lib: &StencilLib, hops: usize, spin: bool) -> Vec<u8> {
+        let mut services = NoServices;
+        let mut em = StencilEmitter::new(lib, &mut services, false, Vec::new(), &[]);
+        let blocks: Vec<u32> = (0..=hops).map(|_| em.create_block(&[])).collect();
+        let order = std::iter::once(0).chain((1..=hops).rev());
+        for k in order {
+            let b = blocks[k];
+            em.switch_to_block(b);
+            match blocks.get(k + 1) {
+                Some(&next) => em.jump(next, &[]),
+                None if spin => em.jump(b, &[]),
+                None => em.ret(None),
+            }
+        }
+        em.finish(blocks[0]).expect("stitched").0
+    }
+
+    /// Blocks that only jump on get no code: jumps to them go where they lead (jump
+    /// threading), however long the chain; a block that jumps to itself keeps its jump.
+    #[test]
+    fn blocks_that_only_jump_on_get_no_code() {
+        let lib = StencilLib::new(test_isa());
+        let direct = chain(&lib, 0, false).len();
+        for hops in 1..6 {
+            assert_eq!(chain(&lib, hops, false).len(), direct, "{hops} hops");
+        }
+        let spin = chain(&lib, 4, true);
+        assert_eq!(spin[spin.len() - 5], 0xe9, "{spin:x?}");
+        assert_eq!(spin.len(), chain(&lib, 0, true).len());
     }
 
     /// A hole Cranelift does not keep as it is (a constant divisor becomes a
