@@ -12,7 +12,8 @@
 //! Options: `--seconds N` (run time; the soak), `--calls N` (stop after N calls instead),
 //! `--threads N`, `--rule-sets N` (in use at once), `--code-kib N` (the code-byte limit),
 //! `--records N` (records per call), `--tier stitch|quick|optimizing` (the tier new
-//! versions are specialized in, default optimizing; hot ones move to the optimizing tier).
+//! versions are specialized in, default the library's, stitch; hot ones move to the
+//! optimizing tier).
 
 use std::time::Duration;
 
@@ -50,7 +51,8 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map(String::as_str)
     {
-        None | Some("optimizing") => Tier::Optimizing,
+        None => Tiers::default().first,
+        Some("optimizing") => Tier::Optimizing,
         Some("quick") => Tier::Quick,
         Some("stitch") => Tier::Stitch,
         Some(other) => {

@@ -47,8 +47,9 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Instant;
 
 use dyc_stitcher::runtime::epoch::{self, Guard};
 use parking_lot::{Condvar, Mutex};
@@ -958,8 +959,17 @@ impl Region {
                 if !st.caching.checked() || self.fits(v, args) {
                     st.counters.hits.bump();
                     if let Version::Spec(first) = v {
-                        if first.tier() != Tier::Optimizing && self.hot(first) {
-                            return self.tier_up(first, key.as_slice(), args, &guard);
+                        if first.tier() != Tier::Optimizing {
+                            if self.hot(first) {
+                                return self.tier_up(first, key.as_slice(), args, &guard);
+                            }
+                            let t = Instant::now();
+                            let r = first.call_at(args, &st.values);
+                            first.run_ns.fetch_add(
+                                t.elapsed().as_nanos().try_into().unwrap_or(u64::MAX),
+                                Ordering::Relaxed,
+                            );
+                            return r;
                         }
                     }
                     return self.run(v, args);
@@ -1076,10 +1086,14 @@ impl Region {
         }
     }
 
-    /// Counts a call of quick-tier version `v`; true for the one call that makes it hot.
+    /// Counts a call of first-tier version `v`; true for the one call that finds it hot:
+    /// called [`Tiers::hot_calls`] times, or run for [`Tiers::hot_time`] in all.
     fn hot(&self, v: &Specialized) -> bool {
-        let hot = self.program.inner.runtime.options().tiers.hot_calls;
-        v.calls.fetch_add(1, Ordering::Relaxed) + 1 == hot
+        let tiers = self.program.inner.runtime.options().tiers;
+        let calls = v.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let ran = v.run_ns.load(Ordering::Relaxed);
+        let hot = calls >= tiers.hot_calls || u128::from(ran) >= tiers.hot_time.as_nanos();
+        hot && !v.tiering.swap(true, Ordering::Relaxed)
     }
 
     /// Specializes `quick`'s key (a version of the quick or the stitch tier) again in the
@@ -1284,8 +1298,11 @@ pub struct Specialized {
     params: Vec<Type>,
     /// `0..params.len()`: where [`Specialized::call`] finds each argument.
     positions: Vec<usize>,
-    /// Calls through a region entry's cache, counted while in the quick tier.
+    /// Calls through a region entry's cache, counted while in a first tier, the time
+    /// they took together, and whether one of them has moved the version up.
     calls: AtomicU64,
+    run_ns: AtomicU64,
+    tiering: AtomicBool,
 }
 
 impl Specialized {
@@ -1295,6 +1312,8 @@ impl Specialized {
             positions: (0..params.len()).collect(),
             params,
             calls: AtomicU64::new(0),
+            run_ns: AtomicU64::new(0),
+            tiering: AtomicBool::new(false),
         }
     }
 
@@ -1476,6 +1495,7 @@ pub(crate) mod tests {
                     _ => Tier::Optimizing,
                 },
                 hot_calls: 3,
+                ..runtime::Tiers::default()
             },
             ..RuntimeOptions::default()
         };

@@ -232,6 +232,7 @@ fn in_tier(tier: Tier) -> RuntimeOptions {
         tiers: Tiers {
             first: tier,
             hot_calls: u64::MAX,
+            hot_time: std::time::Duration::MAX,
         },
         ..options()
     }

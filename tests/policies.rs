@@ -218,6 +218,7 @@ fn quick_tier_versions_move_to_the_optimizing_tier_once_hot() {
         tiers: Tiers {
             first: Tier::Quick,
             hot_calls: 3,
+            hot_time: std::time::Duration::MAX,
         },
         ..RuntimeOptions::default()
     };
@@ -252,6 +253,41 @@ fn quick_tier_versions_move_to_the_optimizing_tier_once_hot() {
 }
 
 #[test]
+fn a_first_tier_version_whose_calls_ran_long_enough_moves_up() {
+    let src = "fn f(k: i64, x: i64) -> i64 { make_static(k); var s = 0; var i = 0; while i < x { s = s + k * i; i += 1; } return s; }";
+    let program = |hot_time| {
+        let opts = RuntimeOptions {
+            tiers: Tiers {
+                first: Tier::Stitch,
+                hot_calls: u64::MAX,
+                hot_time,
+            },
+            ..RuntimeOptions::default()
+        };
+        Program::compile_with("tiers.dyc", src, opts).expect("compiles")
+    };
+    let expect = |k: i64, x: i64| (0..x).map(|i| k * i).sum::<i64>();
+    // Any call runs for a nanosecond: the second call moves the version up.
+    let p = program(std::time::Duration::from_nanos(1));
+    for n in 0..4 {
+        assert_eq!(call(&p, 3, 100 + n), expect(3, 100 + n));
+    }
+    let s = p.region("f").unwrap().stats();
+    assert_eq!(
+        (s.specializations, s.tier_ups, s.versions),
+        (2, 1, 1),
+        "{s}"
+    );
+    // No call count or run time reached: the version stays.
+    let p = program(std::time::Duration::MAX);
+    for n in 0..4 {
+        assert_eq!(call(&p, 3, 100 + n), expect(3, 100 + n));
+    }
+    let s = p.region("f").unwrap().stats();
+    assert_eq!((s.specializations, s.tier_ups), (1, 0), "{s}");
+}
+
+#[test]
 fn a_cache_one_unchecked_version_of_a_first_tier_still_moves_up_and_serves() {
     // Hits of optimizing-tier versions take the fast path; others count calls to tier up.
     for first in [Tier::Quick, Tier::Stitch] {
@@ -260,6 +296,7 @@ fn a_cache_one_unchecked_version_of_a_first_tier_still_moves_up_and_serves() {
             tiers: Tiers {
                 first,
                 hot_calls: 3,
+                hot_time: std::time::Duration::MAX,
             },
             ..RuntimeOptions::default()
         };

@@ -35,6 +35,7 @@ fn soak(tier: Tier) {
         tiers: Tiers {
             first: tier,
             hot_calls: u64::MAX,
+            hot_time: std::time::Duration::MAX,
         },
         ..RuntimeOptions::default()
     };

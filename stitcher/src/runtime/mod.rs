@@ -126,16 +126,23 @@ pub struct Tiers {
     /// The tier a region entry's new specialization is compiled in (default
     /// [`Tier::Optimizing`]: no tiering).
     pub first: Tier,
-    /// A version of the [`Tier::Quick`] tier is specialized again in the optimizing tier,
-    /// and replaces it in the cache, at its entry after this many calls (default 1,000).
+    /// A version of a first tier ([`Tier::Stitch`], [`Tier::Quick`]) is specialized
+    /// again in the optimizing tier, and replaces it in the cache, at the first call
+    /// through its entry after this many calls (default 1,000)...
     pub hot_calls: u64,
+    /// ...or after its calls through the entry have run this long together (default
+    /// 1 ms: about what an optimizing specialization costs, so a version whose calls are
+    /// long moves up before its slower code costs more than moving up would; a rent-or-buy
+    /// rule that keeps the total within about twice the better of the two choices).
+    pub hot_time: std::time::Duration,
 }
 
 impl Default for Tiers {
     fn default() -> Tiers {
         Tiers {
-            first: Tier::Optimizing,
+            first: Tier::Stitch,
             hot_calls: 1_000,
+            hot_time: std::time::Duration::from_millis(1),
         }
     }
 }
@@ -265,8 +272,9 @@ pub(crate) struct Shared {
     large_isa: OwnedTargetIsa,
     /// The same target for [`Tier::Quick`]: no optimization, single-pass allocation.
     quick_isa: OwnedTargetIsa,
-    /// The stencils of [`Tier::Stitch`], made on first use.
-    stencils: StencilLib,
+    /// The stencils of [`Tier::Stitch`], made on first use and shared by every runtime of
+    /// the process (see [`stencil_lib`]).
+    stencils: &'static StencilLib,
     pub(crate) hosts: HostTable,
     generic: Vec<Arc<StitchProgram>>,
     /// Symbols code regions import: the helpers, and `dyc_generic_{i}` for the generic
@@ -523,6 +531,14 @@ impl Shared {
         Ok(w)
     }
 
+    /// Panics once after [`Runtime::inject_panic`] (a test of recovery from a panic while
+    /// making a unit, in any tier).
+    fn panic_if_injected(&self) {
+        if self.inject_panic.swap(false, Ordering::Relaxed) {
+            panic!("a panic injected by a test");
+        }
+    }
+
     /// Compiles one unit into function `id` of `module` (the module of `region`); the
     /// caller finalizes.
     fn compile_unit(
@@ -532,9 +548,7 @@ impl Shared {
         input: UnitInput,
         id: FuncId,
     ) -> Result<UnitStats, RuntimeError> {
-        if self.inject_panic.swap(false, Ordering::Relaxed) {
-            panic!("a panic injected by a test");
-        }
+        self.panic_if_injected();
         let prog = input.prog;
         let t0 = std::time::Instant::now();
         let inputs = prog.blocks[input.start].input_types();
@@ -677,7 +691,7 @@ impl Shared {
             sites: input.spec.map(|s| &s.sites),
         };
         let mut em = StencilEmitter::new(
-            &self.stencils,
+            self.stencils,
             &mut services,
             self.opts.fuel.is_some(),
             input.static_ptrs.clone(),
@@ -708,6 +722,7 @@ impl Shared {
         region: &CodeRegion,
         input: UnitInput,
     ) -> Result<Option<(usize, UnitStats)>, RuntimeError> {
+        self.panic_if_injected();
         if !StencilLib::supported() {
             return Ok(None);
         }
@@ -738,6 +753,27 @@ impl Shared {
             symbols.get(name).map(|&a| a as *const u8)
         })
     }
+}
+
+/// The stencil library of the process for `verify` (whether Cranelift's verifier runs).
+/// A stencil depends only on its key and on the host ISA, which every runtime sets up the
+/// same way (optimizing, frame pointers kept, not position-independent), so runtimes
+/// share their stencils: a program compiled after another makes only the stencils no
+/// earlier program used. The library lives as long as the process and holds one stencil
+/// per key ever used (keys are operations by operand forms, and signatures of units).
+fn stencil_lib(verify: bool) -> Result<&'static StencilLib, RuntimeError> {
+    use std::sync::OnceLock;
+    static LIBS: [OnceLock<StencilLib>; 2] = [OnceLock::new(), OnceLock::new()];
+    let cell = &LIBS[usize::from(verify)];
+    if let Some(lib) = cell.get() {
+        return Ok(lib);
+    }
+    let isa = host_isa(JitOptions {
+        optimize: true,
+        verify,
+    })
+    .map_err(|e| RuntimeError::Jit(e.to_string()))?;
+    Ok(cell.get_or_init(|| StencilLib::new(isa)))
 }
 
 /// Runs `f`, turning a panic into an internal error.
@@ -799,13 +835,7 @@ impl Runtime {
             isa,
             large_isa,
             quick_isa,
-            stencils: StencilLib::new(
-                host_isa(JitOptions {
-                    optimize: true,
-                    ..opts.jit
-                })
-                .map_err(|e| RuntimeError::Jit(e.to_string()))?,
-            ),
+            stencils: stencil_lib(opts.jit.verify)?,
             hosts,
             generic: generic.clone(),
             symbols: Arc::new(HashMap::new()),
