@@ -1,10 +1,11 @@
 //! Code memory and its reclamation, and the live counts the runtime exposes.
 //!
 //! A [`CodeRegion`] is one cranelift-jit module (made when the first code goes in), the
-//! pages of stitch-tier units (the region's own code heap: each unit is written into
-//! fresh pages, which are then made read-only and executable, never both writable and
-//! executable), and the metadata its code refers to (the fault site records whose addresses the code stores when
-//! it faults). It is owned by what its code belongs to: the runtime (generic code and the
+//! pages of stitch-tier units (taken from the code heap, [`super::heap`]: each unit is
+//! written into free pages, which are then made read-only and executable, never both
+//! writable and executable, and go back to the heap with the region), and the metadata
+//! its code refers to (the fault site records whose addresses the code stores when it
+//! faults). It is owned by what its code belongs to: the runtime (generic code and the
 //! entry wrappers) or one specialization (its entry unit and every continuation stitched
 //! later). When its owner goes, the region frees its code pages (`JITModule::free_memory`)
 //! and its metadata.
@@ -34,6 +35,7 @@ use dyc_templates::template::FaultKind;
 use dyc_templates::types::SrcLoc;
 
 use super::faults::FaultSite;
+use super::heap::{self, Pages};
 
 static REGIONS: AtomicUsize = AtomicUsize::new(0);
 static CODE_BYTES: AtomicUsize = AtomicUsize::new(0);
@@ -81,22 +83,10 @@ enum ModuleState {
     Ready(Module),
 }
 
-/// Pages holding stitch-tier code.
-/// (Held for its drop, which unmaps the pages.)
-struct Pages(#[allow(dead_code)] region::Allocation);
-
-// SAFETY: the pages are written once, before they are made executable and before their
-// address is handed out, and are only read and executed afterwards; the allocation is
-// unmapped when its region is dropped (see the reclamation invariant), from whichever
-// thread drops it.
-unsafe impl Send for Pages {}
-// SAFETY: as above: shared access only reads or executes the pages.
-unsafe impl Sync for Pages {}
-
 /// One module of code with the fault sites its code refers to.
 pub struct CodeRegion {
     module: Mutex<Option<ModuleState>>,
-    /// Stitch-tier units, one allocation each.
+    /// Stitch-tier units, pages of the code heap each.
     pages: Mutex<Vec<Pages>>,
     bytes: AtomicUsize,
     /// Boxed so that their addresses, which the code stores, never move.
@@ -140,25 +130,16 @@ impl CodeRegion {
         }
     }
 
-    /// Copies position-independent machine code into fresh pages of the region, makes
-    /// them read-only and executable, and returns the code's address.
+    /// Copies position-independent machine code into free pages of the code heap
+    /// ([`super::heap`]), makes them read+execute (they are never writable and executable
+    /// at once), keeps them with the region and returns the code's address.
     pub(crate) fn install(&self, code: &[u8]) -> Result<usize, String> {
-        let size = code.len().max(1);
-        let mut pages = region::alloc(size, region::Protection::READ_WRITE)
-            .map_err(|e| format!("mapping code pages: {e}"))?;
-        let base = pages.as_mut_ptr::<u8>();
-        // SAFETY: the allocation is at least `size` bytes, writable, new (nothing else
-        // refers to it) and does not overlap `code`.
-        unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), base, code.len()) };
-        // SAFETY: `base` and `size` are those of the allocation, which stays mapped while
-        // the region owns it.
-        unsafe { region::protect(base, size, region::Protection::READ_EXECUTE) }
-            .map_err(|e| format!("protecting code pages: {e}"))?;
-        // x86-64 keeps instruction caches coherent with stores; the stitch tier is built
-        // for x86-64 only (see `dyc_templates::stencil`).
-        self.pages.lock().push(Pages(pages));
+        let mut pages = heap::alloc(code.len())?;
+        pages.write_and_seal(code)?;
+        let base = pages.base() as usize;
+        self.pages.lock().push(pages);
         self.add_code_bytes(code.len());
-        Ok(base as usize)
+        Ok(base)
     }
 
     /// Records `n` more bytes of code.

@@ -37,6 +37,7 @@
 pub mod cache;
 pub mod epoch;
 pub mod faults;
+pub mod heap;
 pub mod hosts;
 pub mod memory;
 pub mod sites;
