@@ -8,7 +8,9 @@
 //! `(ctx, frame) -> (value, value2, status)`, that ends in a tail call of a colocated name
 //! (`jmp rel32`, an `X86CallPCRel4` relocation): its **continuation**. Copied stencils are
 //! chained by patching those displacements; a stencil whose code ends with the jump to the
-//! next one copied loses those five bytes and falls through. Faults return the status, as
+//! next one copied loses those five bytes and falls through, and a block whose only code
+//! would be a jump moving nothing gets none (jumps to it go where it leads; see
+//! `StencilEmitter::jump`). Faults return the status, as
 //! in the optimizing tier: a stencil's body is built by the same lowering
 //! ([`crate::clif::ClifEmitter`]), so both tiers share one definition of every operation,
 //! its checks and its faults.
@@ -26,8 +28,9 @@
 //! (`movabs`), narrow types and faulting operations go through frame words. Calls of the
 //! runtime's helpers and of generic code are absolute addresses (`Abs8` relocations).
 //!
-//! **Stencils are made once per runtime**, on first use, and kept (a handful of dozens per
-//! program: one per operation, operand types and operand forms). A unit is made by
+//! **Stencils are made once per process** (the runtime keeps one [`StencilLib`] for all its
+//! instances), on first use, and kept (a handful of dozens per program: one per operation,
+//! operand types and operand forms). A unit is made by
 //! [`StencilEmitter`], a [`Backend`] behind the fold layer like the Cranelift backend; its
 //! code is position-independent (continuations are relative within the unit, everything
 //! else absolute), so the runtime copies it into executable memory of its own.
@@ -1240,8 +1243,8 @@ impl<'a> StencilEmitter<'a> {
 
     /// The block `b` stands for (itself unless it only jumps on).
     fn resolve(&self, mut b: u32) -> u32 {
-        // Aliases point at blocks made no later than the aliased block's jump, and a
-        // block never aliases one that resolves to itself: the chain ends.
+        // A block is aliased to the end of its target's chain, never to itself: chains
+        // have no cycles.
         while let Some(a) = self.blocks[b as usize].alias {
             b = a;
         }

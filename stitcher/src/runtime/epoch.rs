@@ -345,43 +345,25 @@ mod tests {
         drop(later);
     }
 
+    /// The calling thread's pinned epoch (0: unpinned).
+    fn pinned() -> u64 {
+        RECORD
+            .with(Cell::get)
+            .map_or(0, |r| r.pinned.load(Ordering::Relaxed))
+    }
+
     #[test]
     fn nested_pins_keep_the_outer_epoch_and_unpin_once() {
         let outer = pin();
-        let e = RECORD
-            .with(Cell::get)
-            .unwrap()
-            .pinned
-            .load(Ordering::Relaxed);
+        let e = pinned();
         assert_ne!(e, 0);
         defer(|| {});
         let inner = pin();
-        assert_eq!(
-            RECORD
-                .with(Cell::get)
-                .unwrap()
-                .pinned
-                .load(Ordering::Relaxed),
-            e
-        );
+        assert_eq!(pinned(), e);
         drop(inner);
-        assert_eq!(
-            RECORD
-                .with(Cell::get)
-                .unwrap()
-                .pinned
-                .load(Ordering::Relaxed),
-            e
-        );
+        assert_eq!(pinned(), e);
         drop(outer);
-        assert_eq!(
-            RECORD
-                .with(Cell::get)
-                .unwrap()
-                .pinned
-                .load(Ordering::Relaxed),
-            0
-        );
+        assert_eq!(pinned(), 0);
     }
 
     #[test]
