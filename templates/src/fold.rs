@@ -519,25 +519,23 @@ where
     fn array_store(
         &mut self,
         elem: Scalar,
-        elems: &[Self::Value],
+        elems: &mut [Self::Value],
         index: Self::Value,
         value: Self::Value,
         loc: SrcLoc,
-    ) -> Vec<Self::Value> {
+    ) {
         if let Some(k) = const_index(index, elems.len()) {
-            let mut out = elems.to_vec();
-            out[k] = value;
-            return out;
+            elems[k] = value;
+            return;
         }
         let slot = self.array_slot(elem, elems);
         self.op(&TOp::Store, &[slot, index, value], loc);
-        (0..elems.len())
-            .map(|k| {
-                let i = FVal::Const(Const::Int(Scalar::I64, k as u64));
-                self.op(&TOp::Load, &[slot, i], loc)
-                    .expect("a load has a result")
-            })
-            .collect()
+        for (k, e) in elems.iter_mut().enumerate() {
+            let i = FVal::Const(Const::Int(Scalar::I64, k as u64));
+            *e = self
+                .op(&TOp::Load, &[slot, i], loc)
+                .expect("a load has a result");
+        }
     }
 
     fn jump(&mut self, dest: B::Block, args: &[Self::Value]) {

@@ -112,15 +112,16 @@ pub trait Emitter {
         index: Self::Value,
         loc: SrcLoc,
     ) -> Self::Value;
-    /// The elements of the local array `elems` after `a[index] = value` (bounds-checked).
+    /// `a[index] = value` (bounds-checked) on the local array whose elements are `elems`,
+    /// which are updated in place to the elements after the store.
     fn array_store(
         &mut self,
         elem: Scalar,
-        elems: &[Self::Value],
+        elems: &mut [Self::Value],
         index: Self::Value,
         value: Self::Value,
         loc: SrcLoc,
-    ) -> Vec<Self::Value>;
+    );
 
     fn jump(&mut self, dest: Self::Block, args: &[Self::Value]);
     fn brif(

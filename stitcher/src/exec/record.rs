@@ -72,11 +72,11 @@ impl<E: Emitter> Emitter for Record<E> {
     fn array_store(
         &mut self,
         elem: Scalar,
-        elems: &[E::Value],
+        elems: &mut [E::Value],
         index: E::Value,
         value: E::Value,
         loc: SrcLoc,
-    ) -> Vec<E::Value> {
+    ) {
         self.inner.array_store(elem, elems, index, value, loc)
     }
     fn jump(&mut self, dest: E::Block, args: &[E::Value]) {

@@ -444,7 +444,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     else {
                         return internal(format!("array {arr} read before it was made"));
                     };
-                    *elems = self.em.array_store(*elem, elems, i, v, *loc);
+                    self.em.array_store(*elem, elems, i, v, *loc);
                 }
             }
         }
