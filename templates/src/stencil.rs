@@ -103,6 +103,12 @@ pub enum Key {
     /// A branch on a `bool` (a frame word or the accumulator): continuation 1 when true,
     /// 0 when false.
     Branch(Form),
+    /// A comparison branched on, its `bool` written nowhere (a compare and a conditional
+    /// jump): continuation 1 when true, 0 when false.
+    CmpBranch {
+        op: TOp,
+        forms: Vec<Form>,
+    },
     /// Continuation 1 when a scalar (a frame word or the accumulator; zero-extended)
     /// equals a constant (4- or 8-byte hole), else 0.
     CaseEq(Form, bool),
@@ -264,6 +270,11 @@ impl StencilLib {
                 callee: callee.clone(),
             },
             Key::Branch(f) => Key::Branch(words(*f)),
+            Key::CmpBranch { op, forms } => Key::Op {
+                op: op.clone(),
+                forms: forms.iter().map(|&f| words(f)).collect(),
+                callee: None,
+            },
             Key::CaseEq(f, w) => Key::CaseEq(words(*f), *w),
             Key::BoundsCheck(sl, i) => Key::BoundsCheck(*sl, words(*i)),
             Key::Ret(f) => Key::Ret(f.map(words)),
@@ -319,7 +330,22 @@ impl StencilLib {
             Key::Ret(Some(Form::Slot(t))) => variants.push(Key::Ret(Some(Form::Acc(*t)))),
             _ => {}
         }
-        for v in variants {
+        // A comparison's variants are also made fused with the branch on its result.
+        let fused: Vec<Key> = variants
+            .iter()
+            .filter_map(|v| match v {
+                Key::Op {
+                    op: op @ TOp::Cmp(_),
+                    forms,
+                    callee: None,
+                } => Some(Key::CmpBranch {
+                    op: op.clone(),
+                    forms: forms.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        for v in variants.into_iter().chain(fused) {
             let _ = self.get(&v);
         }
     }
@@ -642,6 +668,14 @@ fn build(
         Key::Branch(f) => {
             let CVal::Val(c, _) = operand(&mut em, *f, 0).0 else {
                 unreachable!("a condition is a scalar")
+            };
+            two_way(&mut em, c);
+        }
+        Key::CmpBranch { op, forms } => {
+            let args = operands(&mut em, forms);
+            let tys: Vec<Type> = forms.iter().map(|&f| form_type(f)).collect();
+            let Some(CVal::Val(c, _)) = em.op(op, &args, &tys, SrcLoc::default()) else {
+                unreachable!("a comparison is a scalar")
             };
             two_way(&mut em, c);
         }
@@ -1054,6 +1088,23 @@ struct BlockInfo {
     alias: Option<u32>,
 }
 
+/// A comparison just copied: if a branch on its result comes next and nothing else reads
+/// the result, its copy is taken back and a [`Key::CmpBranch`] copied instead.
+struct LastCmp {
+    op: TOp,
+    forms: Vec<Form>,
+    words: Vec<u64>,
+    /// Its result's frame word.
+    res: u32,
+    /// Where its code starts and ends, and the counts before it.
+    start: usize,
+    end: usize,
+    fixups: usize,
+    frame_holes: usize,
+    copies: usize,
+    insts: usize,
+}
+
 /// The stitch-tier backend: builds one unit by copying stencils (see the module doc).
 pub struct StencilEmitter<'a> {
     lib: &'a StencilLib,
@@ -1080,6 +1131,8 @@ pub struct StencilEmitter<'a> {
     /// The raw jump that ends the code, if any: its offset (dropped when its target is
     /// placed right after).
     last_jump: Option<u32>,
+    /// The last stencil copied, while nothing follows it, if it was a comparison.
+    last_cmp: Option<LastCmp>,
     /// The block placed last and where, while nothing has been copied after it, and
     /// whether the code before it falls into it (its jump there was dropped).
     empty: Option<(u32, u32, bool)>,
@@ -1119,6 +1172,7 @@ impl<'a> StencilEmitter<'a> {
             acc: None,
             facc: None,
             last_jump: None,
+            last_cmp: None,
             empty: None,
             hole_values: Vec::new(),
             moves: Vec::new(),
@@ -1234,6 +1288,7 @@ impl<'a> StencilEmitter<'a> {
             }
         }
         self.empty = Some((b, self.code.len() as u32, falls));
+        self.last_cmp = None;
         let info = &mut self.blocks[b as usize];
         info.at = Some(self.code.len() as u32);
         info.fixed.set(true);
@@ -1253,6 +1308,7 @@ impl<'a> StencilEmitter<'a> {
 
     /// A raw `jmp rel32` to block `b`.
     fn raw_jump(&mut self, b: u32) {
+        self.last_cmp = None;
         let at = self.code.len() as u32;
         self.code.extend_from_slice(&[0xe9, 0, 0, 0, 0]);
         self.fixups.push((at + 1, b));
@@ -1290,6 +1346,7 @@ impl<'a> StencilEmitter<'a> {
             Err(e) => return self.fail(e),
         };
         self.last_jump = None;
+        self.last_cmp = None;
         let drop_tail = st.tail > 0 && conts.get(usize::from(st.tail_cont)) == Some(&None);
         self.copies += 1;
         self.insts += st.insts as usize - if drop_tail { st.tail_insts as usize } else { 0 };
@@ -1565,6 +1622,43 @@ impl<'a> StencilEmitter<'a> {
         self.moves = pairs;
     }
 
+    /// A branch on `cond` fused with the comparison that made it, when that comparison is
+    /// the last code copied and its result is read nowhere else (a stitched block reads
+    /// only its own values and its parameters, so the branch's edge arguments are the
+    /// only other readers): the comparison's copy is taken back, and the fused stencil
+    /// and its operand words are returned to be copied instead.
+    fn fused_compare(
+        &mut self,
+        cond: SVal,
+        then_args: &[SVal],
+        else_args: &[SVal],
+    ) -> Option<(Key, Vec<u64>)> {
+        let SVal::Slot(s, _) = cond else {
+            return None;
+        };
+        let lc = self.last_cmp.take()?;
+        let passed = then_args
+            .iter()
+            .chain(else_args)
+            .any(|&a| Self::words(a).0.contains(&Word::Slot(s)));
+        if lc.res != s || lc.end != self.code.len() || passed {
+            return None;
+        }
+        let key = Key::CmpBranch {
+            op: lc.op,
+            forms: lc.forms,
+        };
+        self.lib.get(&key).ok()?;
+        self.code.truncate(lc.start);
+        self.fixups.truncate(lc.fixups);
+        self.frame_holes.truncate(lc.frame_holes);
+        self.copies = lc.copies;
+        self.insts = lc.insts;
+        // The result never reaches the accumulator now.
+        self.acc = None;
+        Some((key, lc.words))
+    }
+
     /// The target of an edge: `b` itself when no arguments need passing, else a fresh
     /// block that passes them (placed by `edges`).
     fn edge(&mut self, b: u32, args: &[SVal], pending: &mut Vec<(u32, u32, Vec<SVal>)>) -> u32 {
@@ -1693,6 +1787,19 @@ impl Backend for StencilEmitter<'_> {
             n
         });
         let res = &res[..nres];
+        let before = (
+            self.code.len(),
+            self.fixups.len(),
+            self.frame_holes.len(),
+            self.copies,
+            self.insts,
+        );
+        let cmp = match (&op, result) {
+            (TOp::Cmp(_), Some(SVal::Slot(s, _))) if callee.is_none() => {
+                Some((op.clone(), forms.clone(), words.clone(), s))
+            }
+            _ => None,
+        };
         self.emit(
             Key::Op { op, forms, callee },
             &words,
@@ -1701,6 +1808,21 @@ impl Backend for StencilEmitter<'_> {
             extra,
             &[None],
         );
+        if let Some((op, forms, words, res)) = cmp {
+            let (start, fixups, frame_holes, copies, insts) = before;
+            self.last_cmp = Some(LastCmp {
+                op,
+                forms,
+                words,
+                res,
+                start,
+                end: self.code.len(),
+                fixups,
+                frame_holes,
+                copies,
+                insts,
+            });
+        }
         // A scalar result is left in an accumulator too.
         match result {
             Some(SVal::Slot(s, Scalar::F64)) => self.facc = Some(s),
@@ -1775,15 +1897,21 @@ impl Backend for StencilEmitter<'_> {
     }
 
     fn brif(&mut self, cond: SVal, t: (u32, &[SVal]), e: (u32, &[SVal])) {
-        let mut words = Vec::new();
-        let c = self.form(cond, false, &mut Used::default(), &mut words);
+        let (key, words) = match self.fused_compare(cond, t.1, e.1) {
+            Some(fused) => fused,
+            None => {
+                let mut words = Vec::new();
+                let c = self.form(cond, false, &mut Used::default(), &mut words);
+                (Key::Branch(c), words)
+            }
+        };
         let mut pending = Vec::new();
         let eb = self.edge(e.0, e.1, &mut pending);
         // The then edge follows the branch: the branch's last jump (to continuation 1,
         // as Cranelift lays out a two-way branch) is dropped, so the true path takes one
         // jump, not two; its own jump goes when the then block is placed next.
         self.emit(
-            Key::Branch(c),
+            key,
             &words,
             &[],
             SrcLoc::default(),
@@ -2009,6 +2137,60 @@ mod tests {
         let spin = chain(&lib, 4, true);
         assert_eq!(spin[spin.len() - 5], 0xe9, "{spin:x?}");
         assert_eq!(spin.len(), chain(&lib, 0, true).len());
+    }
+
+    /// The code of a unit taking an `i64` `x` that branches on `x < 5`, each side
+    /// returning `x`; with `pass`, the true side also takes the comparison's result as a
+    /// parameter (so the result is read after the branch).
+    fn compare_and_branch(lib: &StencilLib, pass: bool) -> Vec<u8> {
+        let mut services = NoServices;
+        let t = [Type::I64];
+        let mut em = StencilEmitter::new(lib, &mut services, false, Vec::new(), &t);
+        let entry = em.create_block(&t);
+        let yes_params = if pass {
+            vec![Type::I64, Type::BOOL]
+        } else {
+            vec![Type::I64]
+        };
+        let yes = em.create_block(&yes_params);
+        let no = em.create_block(&t);
+        em.switch_to_block(entry);
+        let x = em.block_params(entry, &t)[0];
+        let lt = TOp::Cmp(crate::ops::CmpOp::Lt);
+        let five = SVal::Imm(5, Scalar::I64);
+        let c = em
+            .op(&lt, &[x, five], &[Type::I64, Type::I64], SrcLoc::default())
+            .expect("a result");
+        let yes_args = if pass { vec![x, c] } else { vec![x] };
+        em.brif(c, (yes, &yes_args), (no, &[x]));
+        for (b, tys) in [(yes, &yes_params[..]), (no, &t[..])] {
+            em.switch_to_block(b);
+            let p = em.block_params(b, tys);
+            em.ret(Some(p[0]));
+        }
+        em.finish(entry).expect("stitched").0
+    }
+
+    /// A branch on a comparison nothing else reads is one stencil (compare and jump),
+    /// which neither makes the `bool` nor stores it.
+    #[test]
+    fn a_comparison_branched_on_is_fused_with_the_branch() {
+        let lib = StencilLib::new(test_isa());
+        let fused = compare_and_branch(&lib, false);
+        let kept = compare_and_branch(&lib, true);
+        // The fused stencil saves the `setcc`, its widening, the store and the `test`.
+        assert!(
+            fused.len() < kept.len(),
+            "{} vs {}",
+            fused.len(),
+            kept.len()
+        );
+        let setcc = |code: &[u8]| {
+            code.windows(2)
+                .any(|w| w[0] == 0x0f && (0x90..0xa0).contains(&w[1]))
+        };
+        assert!(setcc(&kept), "{kept:x?}");
+        assert!(!setcc(&fused), "{fused:x?}");
     }
 
     /// A hole Cranelift does not keep as it is (a constant divisor becomes a
