@@ -196,6 +196,11 @@ pub struct Stencil {
     tail_cont: u8,
     /// Machine instructions in those bytes.
     tail_insts: u8,
+    /// A two-way branch whose conditional jump alone leads to continuation 1: the offset
+    /// of that jump's `rel32` and of its end. Copied up to that end, with the `rel32`
+    /// patched to continuation 1's block, the stencil goes there in one jump and falls
+    /// through to the code that follows otherwise (see [`branch_cut`]).
+    cut: Option<(u32, u32)>,
     /// Machine instructions (for statistics).
     pub insts: u32,
 }
@@ -910,6 +915,7 @@ fn make(isa: &dyn cranelift_codegen::isa::TargetIsa, key: &Key) -> Result<Stenci
         tail: 0,
         tail_cont: 0,
         tail_insts: 0,
+        cut: None,
         insts,
     };
     let n = st.code.len() as u32;
@@ -924,7 +930,54 @@ fn make(isa: &dyn cranelift_codegen::isa::TargetIsa, key: &Key) -> Result<Stenci
         st.tail_insts = 1;
     }
     drop_frame(&mut st, &listing, &covered);
+    if matches!(key, Key::Branch(_) | Key::CmpBranch { .. }) {
+        st.cut = branch_cut(&st, &listing);
+    }
     Ok(st)
+}
+
+/// Where a frameless two-way branch stencil can be cut (see [`Stencil::cut`]): its code
+/// must end `jcc L1; nop4; jmp cont0; L1: nop4; jmp cont1` (the `nop`s are the dropped
+/// epilogues), with the `jcc` the listing's only conditional jump (a float comparison
+/// that needs two, such as `jp,nz`, is not cut: its other jump may go to `L1` too), and
+/// no hole or import in the bytes cut off.
+fn branch_cut(st: &Stencil, listing: &str) -> Option<(u32, u32)> {
+    let code = &st.code;
+    let n = code.len();
+    let conditional: Vec<&str> = listing
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('j') && !l.starts_with("jmp"))
+        .collect();
+    let [line] = conditional[..] else {
+        return None;
+    };
+    let cond = line.split_whitespace().next().unwrap_or("");
+    if cond.contains(',') || !line.contains("; j ") || n < 24 {
+        return None;
+    }
+    let (c0, c1) = ((n - 13) as u32, (n - 4) as u32);
+    let tails = code[n - 9..n - 5] == NOP4
+        && code[n - 5] == 0xe9
+        && code[n - 18..n - 14] == NOP4
+        && code[n - 14] == 0xe9;
+    if !tails || st.conts.len() != 2 || !st.conts.contains(&(c1, 1)) || !st.conts.contains(&(c0, 0))
+    {
+        return None;
+    }
+    let p = n - 24;
+    let rel = i32::from_le_bytes([code[p + 2], code[p + 3], code[p + 4], code[p + 5]]);
+    if code[p] != 0x0f || !(0x80..=0x8f).contains(&code[p + 1]) || rel != 9 {
+        return None;
+    }
+    let end = (p + 6) as u32;
+    let before = |at: u32, len: u32| at + len <= p as u32;
+    let clear = st
+        .holes
+        .iter()
+        .all(|h| before(h.at, if h.wide { 8 } else { 4 }))
+        && st.imports.iter().all(|&(at, _, _)| before(at, 8));
+    clear.then_some(((p + 2) as u32, end))
 }
 
 /// `push rbp; mov rbp, rsp` and `mov rsp, rbp; pop rbp`, as Cranelift emits them.
@@ -1348,11 +1401,30 @@ impl<'a> StencilEmitter<'a> {
         self.last_jump = None;
         self.last_cmp = None;
         let drop_tail = st.tail > 0 && conts.get(usize::from(st.tail_cont)) == Some(&None);
+        // A cut branch: its conditional jump goes to continuation 1's block, and it falls
+        // through to the code that follows (continuation 0) otherwise.
+        let cut = match (st.cut, conts) {
+            (Some((jcc, end)), [None, Some(b)]) => Some((jcc, end, *b)),
+            _ => None,
+        };
         self.copies += 1;
-        self.insts += st.insts as usize - if drop_tail { st.tail_insts as usize } else { 0 };
         let base = self.code.len();
-        let len = st.code.len() - if drop_tail { st.tail as usize } else { 0 };
+        let len = match cut {
+            Some((_, end, _)) => {
+                // Two `nop`s and two jumps are gone.
+                self.insts += (st.insts as usize).saturating_sub(4);
+                end as usize
+            }
+            None => {
+                self.insts +=
+                    st.insts as usize - if drop_tail { st.tail_insts as usize } else { 0 };
+                st.code.len() - if drop_tail { st.tail as usize } else { 0 }
+            }
+        };
         self.code.extend_from_slice(&st.code[..len]);
+        if let Some((jcc, _, b)) = cut {
+            self.fixups.push((base as u32 + jcc, b));
+        }
         let end = (base + len) as u32;
         let site = match extra {
             Extra::Site(s) => Some(s),
@@ -1906,19 +1978,35 @@ impl Backend for StencilEmitter<'_> {
             }
         };
         let mut pending = Vec::new();
-        let eb = self.edge(e.0, e.1, &mut pending);
-        // The then edge follows the branch: the branch's last jump (to continuation 1,
-        // as Cranelift lays out a two-way branch) is dropped, so the true path takes one
-        // jump, not two; its own jump goes when the then block is placed next.
-        self.emit(
-            key,
-            &words,
-            &[],
-            SrcLoc::default(),
-            Extra::None,
-            &[Some(eb), None],
-        );
-        self.jump(t.0, t.1);
+        if self.lib.get(&key).is_ok_and(|st| st.cut.is_some()) {
+            // The conditional jump goes to the then edge, and the else edge follows: each
+            // path takes at most one jump.
+            let tb = self.edge(t.0, t.1, &mut pending);
+            self.emit(
+                key,
+                &words,
+                &[],
+                SrcLoc::default(),
+                Extra::None,
+                &[None, Some(tb)],
+            );
+            self.jump(e.0, e.1);
+        } else {
+            // The then edge follows the branch: the branch's last jump (to continuation
+            // 1, as Cranelift lays out a two-way branch) is dropped, so the true path
+            // takes one jump, not two; its own jump goes when the then block is placed
+            // next.
+            let eb = self.edge(e.0, e.1, &mut pending);
+            self.emit(
+                key,
+                &words,
+                &[],
+                SrcLoc::default(),
+                Extra::None,
+                &[Some(eb), None],
+            );
+            self.jump(t.0, t.1);
+        }
         self.edges(pending);
     }
 
@@ -2191,6 +2279,35 @@ mod tests {
         };
         assert!(setcc(&kept), "{kept:x?}");
         assert!(!setcc(&fused), "{fused:x?}");
+    }
+
+    /// A two-way branch on one condition can be cut (its conditional jump goes straight
+    /// to the true side's block); a float equality, which Cranelift branches on with two
+    /// conditional jumps, cannot.
+    #[test]
+    fn branches_on_one_condition_can_be_cut() {
+        use crate::ops::CmpOp;
+        let lib = StencilLib::new(test_isa());
+        let (i, f) = (Scalar::I64, Scalar::F64);
+        let cmp = |op, t| Key::CmpBranch {
+            op: TOp::Cmp(op),
+            forms: vec![Form::Slot(t), Form::Slot(t)],
+        };
+        for k in [
+            Key::Branch(Form::Slot(Scalar::Bool)),
+            Key::Branch(Form::Acc(Scalar::Bool)),
+            cmp(CmpOp::Lt, i),
+            cmp(CmpOp::Eq, i),
+        ] {
+            let st = lib.get(&k).unwrap_or_else(|e| panic!("{e}"));
+            let (jcc, end) = st.cut.unwrap_or_else(|| panic!("{k:?} is not cut"));
+            assert_eq!(end, jcc + 4, "{k:?}");
+            assert_eq!(st.code[jcc as usize - 2], 0x0f, "{k:?}");
+        }
+        for k in [cmp(CmpOp::Eq, f), cmp(CmpOp::Ne, f)] {
+            let st = lib.get(&k).unwrap_or_else(|e| panic!("{e}"));
+            assert!(st.cut.is_none(), "{k:?}");
+        }
     }
 
     /// A hole Cranelift does not keep as it is (a constant divisor becomes a
