@@ -8,6 +8,10 @@
 
 mod common;
 
+#[path = "../benches/bytecode.rs"]
+#[allow(dead_code)]
+mod bench_programs;
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -557,6 +561,34 @@ b:
 /// every continuation a promotion stitches lazily, each dispatching the targets seen
 /// before inline) with no fallback to Cranelift, and its code computes what the optimizing
 /// tier's does, faults included.
+/// The interpreter on the main job's byte-code programs (loops entered through chains of
+/// blocks the static dispatch leaves empty, a stack in memory) agrees with the programs
+/// written in Rust in every tier.
+#[test]
+fn the_main_jobs_programs_agree_in_every_tier() {
+    let p = bytecode(RuntimeOptions::default());
+    let region = p.region("run").expect("region");
+    for b in bench_programs::benches() {
+        // Smaller inputs where the program's memory allows.
+        let n = if b.mem > 0 { b.n } else { b.n.min(300) };
+        for tier in [Tier::Optimizing, Tier::Quick, Tier::Stitch] {
+            let s = region
+                .specialize_in(&[Arg::from(&b.code[..])], tier)
+                .expect("specializes");
+            let mut mem = vec![0i64; b.mem.max(1)];
+            let r = s
+                .call(&mut [Arg::from(n), Arg::from(&mut mem[..])])
+                .unwrap_or_else(|e| panic!("{} in {tier:?}: {e}", b.name));
+            assert_eq!(
+                r.and_then(|c| c.as_i64()),
+                Some((b.native)(n)),
+                "{} in {tier:?}",
+                b.name
+            );
+        }
+    }
+}
+
 #[test]
 fn the_stitch_tier_makes_the_interpreters_units_by_copying_stencils() {
     let p = bytecode(options());

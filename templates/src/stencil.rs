@@ -95,6 +95,11 @@ pub enum Key {
     Set(bool),
     /// A frame word copied to another.
     Move,
+    /// A frame word loaded into the accumulator (before a jump to a block that expects
+    /// it there).
+    Reload,
+    /// The accumulator stored into a frame word (a move whose source it holds).
+    Spill,
     /// A scalar of this type copied from a frame word to a frame byte offset (an element
     /// of an array in the frame).
     MoveTo(Scalar),
@@ -656,6 +661,14 @@ fn build(
             store(&mut em, v, Role::Res(0));
             cont(&mut em, 0, same);
         }
+        Key::Reload => {
+            let v = load(&mut em, types::I64, Role::Arg(0));
+            cont(&mut em, 0, (v, facc));
+        }
+        Key::Spill => {
+            store(&mut em, acc, Role::Res(0));
+            cont(&mut em, 0, same);
+        }
         Key::MoveTo(s) => {
             // An element of an array in the frame: written at its own width.
             let v = load(&mut em, clif_type(*s), Role::Arg(0));
@@ -1139,6 +1152,18 @@ struct BlockInfo {
     /// The block this one stands for: it has no code of its own (it only jumps there,
     /// moving nothing), so jumps to it go there directly.
     alias: Option<u32>,
+    /// Jumps to the block copied so far (through aliases too).
+    entries: u32,
+    /// The frame word the accumulator holds on entry, when the block was placed where the
+    /// code before falls into it and nothing else had jumped to it: its code may read
+    /// that word from the accumulator, and a later jump to it loads the word there first.
+    acc_in: Option<u32>,
+    /// Whether its code, or the code of a block it falls into still holding `acc_in`
+    /// there, read `acc_in` from the accumulator.
+    acc_used: bool,
+    /// The block that fell into this one with the accumulator still holding its own
+    /// `acc_in`: reading `acc_in` here reads that block's too.
+    acc_from: Option<u32>,
 }
 
 /// A comparison just copied: if a branch on its result comes next and nothing else reads
@@ -1186,6 +1211,14 @@ pub struct StencilEmitter<'a> {
     last_jump: Option<u32>,
     /// The last stencil copied, while nothing follows it, if it was a comparison.
     last_cmp: Option<LastCmp>,
+    /// The block being copied into, and whether the accumulator still holds what it held
+    /// on entry (the block's `acc_in`).
+    current: Option<u32>,
+    acc_inherited: bool,
+    /// What the accumulator held at the last raw jump, and the block it was copied in
+    /// if the accumulator then still held that block's `acc_in`.
+    jump_acc: Option<u32>,
+    jump_inherited: Option<u32>,
     /// The block placed last and where, while nothing has been copied after it, and
     /// whether the code before it falls into it (its jump there was dropped).
     empty: Option<(u32, u32, bool)>,
@@ -1226,6 +1259,10 @@ impl<'a> StencilEmitter<'a> {
             facc: None,
             last_jump: None,
             last_cmp: None,
+            current: None,
+            acc_inherited: false,
+            jump_acc: None,
+            jump_inherited: None,
             empty: None,
             hole_values: Vec::new(),
             moves: Vec::new(),
@@ -1319,6 +1356,10 @@ impl<'a> StencilEmitter<'a> {
             at: None,
             fixed: std::cell::Cell::new(false),
             alias: None,
+            entries: 0,
+            acc_in: None,
+            acc_used: false,
+            acc_from: None,
         });
         self.blocks.len() as u32 - 1
     }
@@ -1336,6 +1377,8 @@ impl<'a> StencilEmitter<'a> {
             if at as usize + 5 == self.code.len() && to_b {
                 self.code.truncate(at as usize);
                 self.fixups.pop();
+                let info = &mut self.blocks[b as usize];
+                info.entries = info.entries.saturating_sub(1);
                 self.last_jump = None;
                 falls = true;
             }
@@ -1345,8 +1388,46 @@ impl<'a> StencilEmitter<'a> {
         let info = &mut self.blocks[b as usize];
         info.at = Some(self.code.len() as u32);
         info.fixed.set(true);
-        // Jumps from elsewhere may enter here.
+        // Jumps from elsewhere may enter here: what the accumulators hold is known only
+        // when the code before falls in and nothing else has jumped here yet (a later
+        // jump here loads the word first, see `raw_jump`).
+        let inherit = falls && info.entries == 0;
+        if inherit {
+            info.acc_in = self.jump_acc;
+            info.acc_from = self.jump_inherited;
+        }
         self.forget_accs();
+        self.current = Some(b);
+        if inherit {
+            self.acc = self.jump_acc;
+            self.acc_inherited = self.acc.is_some();
+        }
+    }
+
+    /// Records that the current block reads its `acc_in` from the accumulator, and so do
+    /// the blocks that fell into it holding the same word.
+    fn use_inherited_acc(&mut self) {
+        let mut b = self.current.filter(|_| self.acc_inherited);
+        while let Some(x) = b {
+            let info = &mut self.blocks[x as usize];
+            if info.acc_used {
+                break;
+            }
+            info.acc_used = true;
+            b = info.acc_from;
+        }
+    }
+
+    /// Counts a jump to `b` (to the block it stands for).
+    fn enter(&mut self, b: u32) {
+        let r = self.resolve(b) as usize;
+        self.blocks[r].entries += 1;
+    }
+
+    /// The word a jump to `b` must leave in the accumulator, if `b`'s code reads it there.
+    fn acc_for(&self, b: u32) -> Option<u32> {
+        let info = &self.blocks[self.resolve(b) as usize];
+        info.acc_in.filter(|_| info.acc_used)
     }
 
     /// The block `b` stands for (itself unless it only jumps on).
@@ -1361,17 +1442,34 @@ impl<'a> StencilEmitter<'a> {
 
     /// A raw `jmp rel32` to block `b`.
     fn raw_jump(&mut self, b: u32) {
+        if let Some(w) = self.acc_for(b) {
+            if self.acc != Some(w) {
+                self.emit(
+                    Key::Reload,
+                    &[8 * u64::from(w)],
+                    &[],
+                    SrcLoc::default(),
+                    Extra::None,
+                    &[None],
+                );
+                self.acc = Some(w);
+            }
+        }
         self.last_cmp = None;
         let at = self.code.len() as u32;
         self.code.extend_from_slice(&[0xe9, 0, 0, 0, 0]);
         self.fixups.push((at + 1, b));
+        self.enter(b);
         self.last_jump = Some(at);
+        self.jump_acc = self.acc;
+        self.jump_inherited = self.current.filter(|_| self.acc_inherited);
         self.forget_accs();
     }
 
     fn forget_accs(&mut self) {
         self.acc = None;
         self.facc = None;
+        self.acc_inherited = false;
     }
 
     /// Copies the stencil of `key` and patches it: `args` and `res` are the operand and
@@ -1424,6 +1522,7 @@ impl<'a> StencilEmitter<'a> {
         self.code.extend_from_slice(&st.code[..len]);
         if let Some((jcc, _, b)) = cut {
             self.fixups.push((base as u32 + jcc, b));
+            self.enter(b);
         }
         let end = (base + len) as u32;
         let site = match extra {
@@ -1470,6 +1569,7 @@ impl<'a> StencilEmitter<'a> {
         let written = |a: Option<u32>| a.is_some_and(|a| res.contains(&(8 * u64::from(a))));
         if written(self.acc) {
             self.acc = None;
+            self.acc_inherited = false;
         }
         if written(self.facc) {
             self.facc = None;
@@ -1480,7 +1580,10 @@ impl<'a> StencilEmitter<'a> {
                 continue; // the dropped jump to the next stencil
             }
             match conts.get(k as usize) {
-                Some(Some(b)) => self.fixups.push((at, *b)),
+                Some(Some(b)) => {
+                    self.fixups.push((at, *b));
+                    self.enter(*b);
+                }
                 Some(None) => {
                     let rel = i64::from(end) - (i64::from(at) + 4);
                     let at = at as usize;
@@ -1529,14 +1632,15 @@ impl<'a> StencilEmitter<'a> {
     fn move_word(&mut self, src: u32, dst: u32) {
         if src != dst {
             let (a, r) = (8 * u64::from(src), 8 * u64::from(dst));
-            self.emit(
-                Key::Move,
-                &[a],
-                &[r],
-                SrcLoc::default(),
-                Extra::None,
-                &[None],
-            );
+            // From the accumulator when it holds the word (frame words are written whole,
+            // and it holds them widened to 64 bits).
+            let (key, args): (Key, &[u64]) = if self.acc == Some(src) {
+                self.use_inherited_acc();
+                (Key::Spill, &[])
+            } else {
+                (Key::Move, &[a])
+            };
+            self.emit(key, args, &[r], SrcLoc::default(), Extra::None, &[None]);
         }
     }
 
@@ -1578,6 +1682,7 @@ impl<'a> StencilEmitter<'a> {
             }
             SVal::Slot(s, t) if t != Scalar::F64 && !used.acc && self.acc == Some(s) => {
                 used.acc = true;
+                self.use_inherited_acc();
                 return Form::Acc(t);
             }
             SVal::Imm(bits, s) if imm && !used.consts => {
@@ -1728,13 +1833,16 @@ impl<'a> StencilEmitter<'a> {
         self.insts = lc.insts;
         // The result never reaches the accumulator now.
         self.acc = None;
+        self.acc_inherited = false;
         Some((key, lc.words))
     }
 
     /// The target of an edge: `b` itself when no arguments need passing, else a fresh
     /// block that passes them (placed by `edges`).
     fn edge(&mut self, b: u32, args: &[SVal], pending: &mut Vec<(u32, u32, Vec<SVal>)>) -> u32 {
-        if args.is_empty() {
+        // (A block that reads the accumulator on entry is entered through a jump, which
+        // loads it.)
+        if args.is_empty() && self.acc_for(b).is_none() {
             return b;
         }
         let t = self.new_block(Vec::new());
@@ -1898,7 +2006,10 @@ impl Backend for StencilEmitter<'_> {
         // A scalar result is left in an accumulator too.
         match result {
             Some(SVal::Slot(s, Scalar::F64)) => self.facc = Some(s),
-            Some(SVal::Slot(s, _)) => self.acc = Some(s),
+            Some(SVal::Slot(s, _)) => {
+                self.acc = Some(s);
+                self.acc_inherited = false;
+            }
             _ => {}
         }
         result
@@ -1956,11 +2067,14 @@ impl Backend for StencilEmitter<'_> {
         // A block with no code that moves nothing stands for `dest` (jump threading): jumps
         // to it are patched to go to `dest`'s code, and it gets none.
         // (Not a block the code before falls into: that needs the jump.)
+        // (Nor when `dest` reads the accumulator on entry: jumps here must load it.)
         if let Some((b, at, false)) = self.empty {
             let target = self.resolve(dest);
-            if at as usize == self.code.len() && target != b {
+            if at as usize == self.code.len() && target != b && self.acc_for(target).is_none() {
+                let entries = self.blocks[b as usize].entries;
                 self.blocks[b as usize].alias = Some(target);
                 self.blocks[b as usize].at = None;
+                self.blocks[target as usize].entries += entries;
                 self.empty = None;
                 return;
             }
@@ -2307,6 +2421,79 @@ mod tests {
         for k in [cmp(CmpOp::Eq, f), cmp(CmpOp::Ne, f)] {
             let st = lib.get(&k).unwrap_or_else(|e| panic!("{e}"));
             assert!(st.cut.is_none(), "{k:?}");
+        }
+    }
+
+    /// A unit taking `x`: its entry computes `y = x + 1` and falls into block `b(y)`
+    /// (through `hop(y)`, which only jumps on to `b`, with `hop`), which returns `y * 3`,
+    /// reading `y` from the accumulator; with `rejoin`, a last block jumps to `b(x)` (to
+    /// `hop(x)` with `hop`).
+    fn carried(lib: &StencilLib, hop: bool, rejoin: bool) -> Vec<u8> {
+        let mut services = NoServices;
+        let t = [Type::I64];
+        let mut em = StencilEmitter::new(lib, &mut services, false, Vec::new(), &t);
+        let (entry, h, b, c) = (
+            em.create_block(&t),
+            em.create_block(&t),
+            em.create_block(&t),
+            em.create_block(&t),
+        );
+        let add = TOp::Binary(BinaryOp::Add);
+        let mul = TOp::Binary(BinaryOp::Mul);
+        let tys = [Type::I64, Type::I64];
+        em.switch_to_block(entry);
+        let x = em.block_params(entry, &t)[0];
+        let y = em.op(
+            &add,
+            &[x, SVal::Imm(1, Scalar::I64)],
+            &tys,
+            SrcLoc::default(),
+        );
+        let y = y.expect("a result");
+        if hop {
+            em.jump(h, &[y]);
+            em.switch_to_block(h);
+            let y = em.block_params(h, &t)[0];
+            em.jump(b, &[y]);
+        } else {
+            em.jump(b, &[y]);
+        }
+        em.switch_to_block(b);
+        let y = em.block_params(b, &t)[0];
+        let z = em.op(
+            &mul,
+            &[y, SVal::Imm(3, Scalar::I64)],
+            &tys,
+            SrcLoc::default(),
+        );
+        em.ret(z);
+        em.switch_to_block(c);
+        let x = em.block_params(c, &t)[0];
+        match (rejoin, hop) {
+            (true, true) => em.jump(h, &[x]),
+            (true, false) => em.jump(b, &[x]),
+            (false, _) => em.ret(Some(x)),
+        }
+        em.finish(entry).expect("stitched").0
+    }
+
+    /// The accumulator is carried into a block the code before falls into, and a later
+    /// jump to that block, or to one that falls into it, loads the word it expects there
+    /// first (`Key::Reload`: a load into `rdx`, the accumulator's register).
+    #[test]
+    fn a_block_entered_by_falling_through_reads_the_accumulator() {
+        let lib = StencilLib::new(test_isa());
+        let reloads = |code: &[u8]| code.windows(3).filter(|w| w == &[0x48, 0x8b, 0x96]).count();
+        // Also when the block falls in through one that only jumps on, and the later
+        // jump goes to that one.
+        for hop in [false, true] {
+            let alone = carried(&lib, hop, false);
+            let rejoined = carried(&lib, hop, true);
+            assert_eq!(
+                reloads(&rejoined),
+                reloads(&alone) + 1,
+                "{hop}: {rejoined:x?}"
+            );
         }
     }
 
