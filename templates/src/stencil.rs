@@ -2092,35 +2092,21 @@ impl Backend for StencilEmitter<'_> {
             }
         };
         let mut pending = Vec::new();
-        if self.lib.get(&key).is_ok_and(|st| st.cut.is_some()) {
-            // The conditional jump goes to the then edge, and the else edge follows: each
-            // path takes at most one jump.
-            let tb = self.edge(t.0, t.1, &mut pending);
-            self.emit(
-                key,
-                &words,
-                &[],
-                SrcLoc::default(),
-                Extra::None,
-                &[None, Some(tb)],
-            );
-            self.jump(e.0, e.1);
+        // Cut: the conditional jump goes to the then edge and the else edge follows, so
+        // each path takes at most one jump. Otherwise the then edge follows: the branch's
+        // last jump (to continuation 1, as Cranelift lays out a two-way branch) is
+        // dropped, so the true path takes one jump, not two; its own jump goes when the
+        // then block is placed next.
+        let cut = self.lib.get(&key).is_ok_and(|st| st.cut.is_some());
+        let ((near, near_args), far) = if cut { (e, t) } else { (t, e) };
+        let target = self.edge(far.0, far.1, &mut pending);
+        let conts = if cut {
+            [None, Some(target)]
         } else {
-            // The then edge follows the branch: the branch's last jump (to continuation
-            // 1, as Cranelift lays out a two-way branch) is dropped, so the true path
-            // takes one jump, not two; its own jump goes when the then block is placed
-            // next.
-            let eb = self.edge(e.0, e.1, &mut pending);
-            self.emit(
-                key,
-                &words,
-                &[],
-                SrcLoc::default(),
-                Extra::None,
-                &[Some(eb), None],
-            );
-            self.jump(t.0, t.1);
-        }
+            [Some(target), None]
+        };
+        self.emit(key, &words, &[], SrcLoc::default(), Extra::None, &conts);
+        self.jump(near, near_args);
         self.edges(pending);
     }
 
@@ -2438,18 +2424,16 @@ mod tests {
             em.create_block(&t),
             em.create_block(&t),
         );
-        let add = TOp::Binary(BinaryOp::Add);
-        let mul = TOp::Binary(BinaryOp::Mul);
-        let tys = [Type::I64, Type::I64];
+        // `v op k` for a constant `k`.
+        let op_k = |em: &mut StencilEmitter, op: BinaryOp, v: SVal, k: u64| {
+            let tys = [Type::I64, Type::I64];
+            let args = [v, SVal::Imm(k, Scalar::I64)];
+            em.op(&TOp::Binary(op), &args, &tys, SrcLoc::default())
+                .expect("a result")
+        };
         em.switch_to_block(entry);
         let x = em.block_params(entry, &t)[0];
-        let y = em.op(
-            &add,
-            &[x, SVal::Imm(1, Scalar::I64)],
-            &tys,
-            SrcLoc::default(),
-        );
-        let y = y.expect("a result");
+        let y = op_k(&mut em, BinaryOp::Add, x, 1);
         if hop {
             em.jump(h, &[y]);
             em.switch_to_block(h);
@@ -2460,13 +2444,8 @@ mod tests {
         }
         em.switch_to_block(b);
         let y = em.block_params(b, &t)[0];
-        let z = em.op(
-            &mul,
-            &[y, SVal::Imm(3, Scalar::I64)],
-            &tys,
-            SrcLoc::default(),
-        );
-        em.ret(z);
+        let z = op_k(&mut em, BinaryOp::Mul, y, 3);
+        em.ret(Some(z));
         em.switch_to_block(c);
         let x = em.block_params(c, &t)[0];
         match (rejoin, hop) {
