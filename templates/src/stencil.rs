@@ -1453,6 +1453,7 @@ impl<'a> StencilEmitter<'a> {
                     &[None],
                 );
                 self.acc = Some(w);
+                self.acc_inherited = false;
             }
         }
         self.last_cmp = None;
