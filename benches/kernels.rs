@@ -437,11 +437,7 @@ fn report() {
             continue;
         };
         speedups.push(gen / spec);
-        let even = if gen > spec {
-            format!("{:.1}", cost / (gen - spec))
-        } else {
-            "never".into()
-        };
+        let even = break_even(cost, gen, spec);
         println!(
             "| {name} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.0} | {even} |",
             rust * 1e6,
@@ -472,11 +468,7 @@ fn report() {
             continue;
         };
         speedups.push(gen / st);
-        let even = if gen > st {
-            format!("{:.1}", st_cost / (gen - st))
-        } else {
-            "never".into()
-        };
+        let even = break_even(st_cost, gen, st);
         println!(
             "| {name} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.0} | {:.1}x faster | {even} |",
             gen * 1e6,
@@ -492,6 +484,16 @@ fn report() {
             "\nGeometric mean of stitched over generic: {:.2}x",
             geomean(&speedups)
         );
+    }
+}
+
+/// Calls until specializing (at `cost`) and running code of time `t` per call beats
+/// running generic code of time `generic` per call.
+fn break_even(cost: f64, generic: f64, t: f64) -> String {
+    if generic > t {
+        format!("{:.1}", cost / (generic - t))
+    } else {
+        "never".into()
     }
 }
 
