@@ -35,7 +35,8 @@ use std::sync::atomic::{
 
 use parking_lot::{const_mutex, Mutex};
 
-/// The global epoch; odd increments only, starting above 0 (0 marks an unpinned record).
+/// The global epoch, advanced by every [`defer`]; it starts above 0, which marks an
+/// unpinned record.
 static EPOCH: AtomicU64 = AtomicU64::new(1);
 
 /// How pins order their store: [`UNKNOWN`] until the first thread registers (and never
