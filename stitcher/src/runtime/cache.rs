@@ -305,7 +305,7 @@ impl<V> Cache<V> {
     /// threads that found it in the map before the removal do, while pinned), so the front
     /// table is cleared of it for good; after the second, no thread can still hold it
     /// from a front slot, so it is freed.
-    pub fn remove<'a>(&'a self, key: &[u64], guard: &'a Guard) -> Option<&'a V>
+    pub fn remove<'a>(&'a self, key: &[u64], _guard: &'a Guard) -> Option<&'a V>
     where
         V: Send + 'static,
     {
@@ -315,7 +315,7 @@ impl<V> Cache<V> {
         unlink(&self.front[..], e);
         let front = self.front.clone();
         let retired = Retired(e);
-        guard.defer(move || {
+        epoch::defer(move || {
             let r = retired;
             unlink(&front[..], r.0);
             epoch::defer(move || {
@@ -326,7 +326,7 @@ impl<V> Cache<V> {
                 drop(unsafe { Box::from_raw(r.0) });
             });
         });
-        // SAFETY: the entry is freed only after `guard` (pinned now) is dropped.
+        // SAFETY: the entry is freed only after `_guard` (pinned now) is dropped.
         Some(unsafe { &(*e).value })
     }
 

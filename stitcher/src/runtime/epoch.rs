@@ -184,13 +184,6 @@ impl Drop for Guard {
     }
 }
 
-impl Guard {
-    /// Runs `f` once no thread pinned now (or earlier) is still pinned; see [`defer`].
-    pub fn defer(&self, f: impl FnOnce() + Send + 'static) {
-        defer(f)
-    }
-}
-
 /// Runs `f` once every thread that may have read what the caller just unlinked has
 /// unpinned. The caller must have unlinked it already: this advances the epoch.
 pub fn defer(f: impl FnOnce() + Send + 'static) {
@@ -207,7 +200,7 @@ pub fn defer(f: impl FnOnce() + Send + 'static) {
 }
 
 /// Number of deferred functions still waiting.
-pub fn pending() -> usize {
+fn pending() -> usize {
     PENDING.load(Ordering::Relaxed)
 }
 

@@ -73,12 +73,8 @@ impl Pages {
     }
 
     /// Bytes the pages span.
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.count * page()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
     }
 
     /// Copies `code` to the start of the pages (which must be free, read+write) and makes
@@ -175,15 +171,6 @@ fn first_fit(used: &[u64], pages: usize, count: usize) -> Option<usize> {
         }
     }
     None
-}
-
-/// Pages in use and pages mapped, over the whole heap.
-pub fn usage() -> (usize, usize) {
-    let heap = HEAP.lock();
-    (
-        heap.iter().map(|c| c.in_use).sum(),
-        heap.iter().map(|c| c.map.pages()).sum(),
-    )
 }
 
 #[cfg(test)]
