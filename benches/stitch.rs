@@ -48,8 +48,8 @@ impl Emitter for Count {
         self.params.push(params.iter().map(|t| t.flat_len()).sum());
         self.params.len() as u32 - 1
     }
-    fn block_params(&self, b: u32) -> Vec<u32> {
-        (0..self.params[b as usize] as u32).collect()
+    fn block_params(&mut self, b: u32, out: &mut Vec<u32>) {
+        out.extend(0..self.params[b as usize] as u32);
     }
     fn switch_to_block(&mut self, _: u32) {}
     fn constant(&mut self, _: Const) -> u32 {

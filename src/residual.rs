@@ -90,8 +90,8 @@ impl Backend for ResidualEmitter<'_> {
         b
     }
 
-    fn block_params(&self, b: Block, _types: &[Type]) -> Vec<Value> {
-        self.func.block_params(b).to_vec()
+    fn block_params(&mut self, b: Block, _types: &[Type], out: &mut Vec<Value>) {
+        out.extend_from_slice(self.func.block_params(b));
     }
 
     fn switch_to_block(&mut self, b: Block) {

@@ -617,8 +617,8 @@ impl Backend for ClifEmitter<'_, '_> {
         blk
     }
 
-    fn block_params(&self, blk: ir::Block, types: &[Type]) -> Vec<CVal> {
-        Self::group(self.b.block_params(blk), types)
+    fn block_params(&mut self, blk: ir::Block, types: &[Type], out: &mut Vec<CVal>) {
+        out.extend(Self::group(self.b.block_params(blk), types));
     }
 
     fn switch_to_block(&mut self, blk: ir::Block) {
@@ -1324,6 +1324,13 @@ mod tests {
     use cranelift_codegen::ir::{Function, UserFuncName};
     use cranelift_frontend::FunctionBuilderContext;
 
+    /// The parameters of block `b`.
+    fn params<E: Emitter>(em: &mut E, b: E::Block) -> Vec<E::Value> {
+        let mut out = Vec::new();
+        em.block_params(b, &mut out);
+        out
+    }
+
     /// Hooks for emitting without a runtime.
     struct NoRuntime;
     impl Hooks for NoRuntime {
@@ -1363,7 +1370,7 @@ mod tests {
             let mut em = Fold::new(em, vec![Some(4)]);
             let first = em.create_block(tys);
             em.switch_to_block(first);
-            let inputs = em.block_params(first);
+            let inputs = params(&mut em, first);
             body(&mut em, inputs);
             let isa = cranelift_native::builder()
                 .expect("host ISA")
@@ -1523,7 +1530,7 @@ mod tests {
             em.brif(c, (t, &[xs[0]]), (e, &[xs[0]]));
             for b in [t, e] {
                 em.switch_to_block(b);
-                let p = em.block_params(b)[0];
+                let p = params(em, b)[0];
                 em.ret(Some(p));
             }
         });

@@ -30,6 +30,9 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 
+use rustc_hash::FxBuildHasher;
+use smallvec::SmallVec;
+
 use crate::ops::{BinaryOp, Const};
 use crate::semantics;
 use crate::template::{Case, Emitter, TOp};
@@ -46,9 +49,9 @@ pub trait Backend {
     type Block: Copy + Eq + std::fmt::Debug;
 
     fn create_block(&mut self, params: &[Type]) -> Self::Block;
-    /// The parameters of `b`, created with parameter types `types` (the fold layer keeps
-    /// the types, so that backends need not).
-    fn block_params(&self, b: Self::Block, types: &[Type]) -> Vec<Self::Value>;
+    /// Appends to `out` the parameters of `b`, created with parameter types `types` (the
+    /// fold layer keeps the types, so that backends need not).
+    fn block_params(&mut self, b: Self::Block, types: &[Type], out: &mut Vec<Self::Value>);
     fn switch_to_block(&mut self, b: Self::Block);
     /// See [`Emitter::note_copy`].
     fn note_copy(&mut self, b: Self::Block, template: u32, context: &[(u8, u64)]) {
@@ -131,17 +134,30 @@ enum IndexKey<V> {
     Dyn(V),
 }
 
+/// Values of the operands of one operation, kept inline.
+type Vals<V> = SmallVec<[V; 4]>;
+
+/// The hasher of the layer's maps (keys are block and value numbers and type lists).
+type Hasher = FxBuildHasher;
+
 /// The fold layer over backend `B`.
 pub struct Fold<B: Backend> {
     pub backend: B,
     /// Lengths of the static slices (by key parameter), for `len` and bounds checks.
     static_lens: Vec<Option<u64>>,
-    /// Parameter types of each created block.
-    block_types: HashMap<B::Block, Vec<Type>>,
+    /// Parameter types of each created block: an index into `type_lists`, where each
+    /// distinct list is kept once (copies of one template block share theirs).
+    block_types: HashMap<B::Block, u32, Hasher>,
+    type_lists: Vec<Vec<Type>>,
+    type_index: HashMap<Vec<Type>, u32, Hasher>,
+    /// Buffers for the backend's block parameters and for the lowered arguments of the
+    /// two edges of a branch.
+    raw_params: Vec<B::Value>,
+    lowered: [Vec<B::Value>; 2],
     /// Bounds checks made in the current block: (slice, index) pairs, and per slice the
     /// largest constant index checked.
-    checked: HashSet<(B::Value, IndexKey<B::Value>)>,
-    checked_const: HashMap<B::Value, i128>,
+    checked: HashSet<(B::Value, IndexKey<B::Value>), Hasher>,
+    checked_const: HashMap<B::Value, i128, Hasher>,
 }
 
 impl<B: Backend> Fold<B>
@@ -153,9 +169,13 @@ where
         Fold {
             backend,
             static_lens,
-            block_types: HashMap::new(),
-            checked: HashSet::new(),
-            checked_const: HashMap::new(),
+            block_types: HashMap::default(),
+            type_lists: Vec::new(),
+            type_index: HashMap::default(),
+            raw_params: Vec::new(),
+            lowered: [Vec::new(), Vec::new()],
+            checked: HashSet::default(),
+            checked_const: HashMap::default(),
         }
     }
 
@@ -167,8 +187,21 @@ where
         }
     }
 
-    fn lower_all(&mut self, vs: &[FVal<B::Value>]) -> Vec<B::Value> {
+    fn lower_all(&mut self, vs: &[FVal<B::Value>]) -> Vals<B::Value> {
         vs.iter().map(|&v| self.lower(v)).collect()
+    }
+
+    /// Buffer `k` of [`Fold::lowered`] holding the values of `vs` in code; give it back
+    /// with [`Fold::give_back`].
+    fn lower_into(&mut self, k: usize, vs: &[FVal<B::Value>]) -> Vec<B::Value> {
+        let mut out = std::mem::take(&mut self.lowered[k]);
+        out.clear();
+        out.extend(vs.iter().map(|&v| self.lower(v)));
+        out
+    }
+
+    fn give_back(&mut self, k: usize, buf: Vec<B::Value>) {
+        self.lowered[k] = buf;
     }
 
     fn dynamic(
@@ -178,7 +211,7 @@ where
         ty: Type,
         loc: SrcLoc,
     ) -> FVal<B::Value> {
-        let types: Vec<Type> = args.iter().map(FVal::ty).collect();
+        let types: Vals<Type> = args.iter().map(FVal::ty).collect();
         let vals = self.lower_all(args);
         let v = self
             .backend
@@ -335,21 +368,6 @@ where
             static_len: Some(elems.len() as u64),
         }
     }
-
-    fn types_of(&self, b: B::Block) -> &[Type] {
-        self.block_types.get(&b).map_or(&[], Vec::as_slice)
-    }
-
-    fn wrap(vals: Vec<B::Value>, tys: &[Type]) -> Vec<FVal<B::Value>> {
-        vals.into_iter()
-            .zip(tys)
-            .map(|(v, &ty)| FVal::Dyn {
-                v,
-                ty,
-                static_len: None,
-            })
-            .collect()
-    }
 }
 
 /// A constant index below `len`, as a position.
@@ -381,7 +399,16 @@ where
 
     fn create_block(&mut self, params: &[Type]) -> B::Block {
         let b = self.backend.create_block(params);
-        self.block_types.insert(b, params.to_vec());
+        let k = match self.type_index.get(params) {
+            Some(&k) => k,
+            None => {
+                let k = self.type_lists.len() as u32;
+                self.type_lists.push(params.to_vec());
+                self.type_index.insert(params.to_vec(), k);
+                k
+            }
+        };
+        self.block_types.insert(b, k);
         b
     }
 
@@ -393,9 +420,21 @@ where
         self.backend.notes_copies()
     }
 
-    fn block_params(&self, b: B::Block) -> Vec<Self::Value> {
-        let types = self.types_of(b);
-        Self::wrap(self.backend.block_params(b, types), types)
+    fn block_params(&mut self, b: B::Block, out: &mut Vec<Self::Value>) {
+        let k = self.block_types.get(&b).copied();
+        let types = k.map_or(&[][..], |k| &self.type_lists[k as usize]);
+        self.raw_params.clear();
+        self.backend.block_params(b, types, &mut self.raw_params);
+        out.extend(
+            self.raw_params
+                .iter()
+                .zip(types)
+                .map(|(&v, &ty)| FVal::Dyn {
+                    v,
+                    ty,
+                    static_len: None,
+                }),
+        );
     }
 
     fn switch_to_block(&mut self, b: B::Block) {
@@ -483,13 +522,13 @@ where
             }
             TOp::Store => {
                 self.check(args[0], args[1], loc);
-                let types: Vec<Type> = args.iter().map(FVal::ty).collect();
+                let types: Vals<Type> = args.iter().map(FVal::ty).collect();
                 let vals = self.lower_all(args);
                 self.backend.op(op, &vals, &types, loc);
                 return None;
             }
             TOp::Call { ret, .. } => {
-                let types: Vec<Type> = args.iter().map(FVal::ty).collect();
+                let types: Vals<Type> = args.iter().map(FVal::ty).collect();
                 let vals = self.lower_all(args);
                 let v = self.backend.op(op, &vals, &types, loc)?;
                 FVal::Dyn {
@@ -539,8 +578,9 @@ where
     }
 
     fn jump(&mut self, dest: B::Block, args: &[Self::Value]) {
-        let a = self.lower_all(args);
+        let a = self.lower_into(0, args);
         self.backend.jump(dest, &a);
+        self.give_back(0, a);
     }
 
     fn brif(
@@ -554,9 +594,11 @@ where
             return self.jump(b, args);
         }
         let c = self.lower(cond);
-        let ta = self.lower_all(then_dest.1);
-        let ea = self.lower_all(else_dest.1);
+        let ta = self.lower_into(0, then_dest.1);
+        let ea = self.lower_into(1, else_dest.1);
         self.backend.brif(c, (then_dest.0, &ta), (else_dest.0, &ea));
+        self.give_back(0, ta);
+        self.give_back(1, ea);
     }
 
     fn switch(
@@ -575,7 +617,7 @@ where
         let a = self.lower(arg);
         let cs: Vec<BCase<B>> = cases
             .iter()
-            .map(|(k, b, args)| (*k, *b, self.lower_all(args)))
+            .map(|(k, b, args)| (*k, *b, self.lower_all(args).into_vec()))
             .collect();
         let d = self.lower_all(default.1);
         self.backend.switch(a, ty, &cs, (default.0, &d));
@@ -591,7 +633,7 @@ where
     }
 
     fn promote(&mut self, site: u32, promoted: &[Self::Value], live: &[Self::Value]) {
-        let p: Vec<(B::Value, Scalar)> = promoted
+        let p: Vals<(B::Value, Scalar)> = promoted
             .iter()
             .map(|&v| {
                 let s = v.ty().scalar().expect("promoted values are scalars");

@@ -1143,12 +1143,13 @@ impl Used {
 
 /// A block of a unit being stitched.
 struct BlockInfo {
-    params: Vec<SVal>,
+    /// Where its parameters stand in the emitter's `params`: start and number.
+    params: (u32, u32),
     at: Option<u32>,
     /// The parameters' frame words are final: the block was entered, placed, or its
     /// parameters handed out. Until then the first jump to it binds them (see
     /// `pass_args`).
-    fixed: std::cell::Cell<bool>,
+    fixed: bool,
     /// The block this one stands for: it has no code of its own (it only jumps there,
     /// moving nothing), so jumps to it go there directly.
     alias: Option<u32>,
@@ -1191,6 +1192,10 @@ pub struct StencilEmitter<'a> {
     static_slices: Vec<Option<(u64, u64, Scalar)>>,
     code: Vec<u8>,
     blocks: Vec<BlockInfo>,
+    /// The parameters of every block, each block's in one run (see [`BlockInfo::params`]).
+    params: Vec<SVal>,
+    /// Frame words an edge's binding has taken (a buffer reused by every edge).
+    taken: Vec<u32>,
     /// `rel32` fields to patch with the address of a block.
     fixups: Vec<(u32, u32)>,
     /// Frame words in use.
@@ -1248,8 +1253,10 @@ impl<'a> StencilEmitter<'a> {
             services,
             fuel,
             static_slices,
-            code: Vec::new(),
+            code: Vec::with_capacity(4096),
             blocks: Vec::new(),
+            params: Vec::new(),
+            taken: Vec::new(),
             fixups: Vec::new(),
             slots: 0,
             inputs: Vec::new(),
@@ -1272,8 +1279,9 @@ impl<'a> StencilEmitter<'a> {
             error: None,
         };
         // The inputs take the first frame words, in order.
-        e.inputs = e.new_values(inputs);
-        e.start = e.new_block(Vec::new());
+        let (at, n) = e.new_params(inputs);
+        e.inputs = e.params[at as usize..(at + n) as usize].to_vec();
+        e.start = e.new_block((0, 0));
         e.emit(
             Key::Prologue(inputs.to_vec()),
             &[],
@@ -1329,32 +1337,51 @@ impl<'a> StencilEmitter<'a> {
         self.slots - 1
     }
 
-    /// Fresh frame words for values of types `tys` (arrays as their elements).
-    fn new_values(&mut self, tys: &[Type]) -> Vec<SVal> {
-        let mut out = Vec::new();
-        for t in tys {
-            match *t {
-                Type::Scalar(s) => out.push(SVal::Slot(self.slot(), s)),
-                Type::Slice { elem, .. } => {
-                    let ptr = self.slot();
-                    let len = self.slot();
-                    out.push(SVal::Slice { ptr, len, elem });
-                }
+    /// A fresh frame word (two for a slice) for a value of type `t`, not an array.
+    fn new_value(&mut self, t: Type) -> SVal {
+        match t {
+            Type::Scalar(s) => SVal::Slot(self.slot(), s),
+            Type::Slice { elem, .. } => {
+                let ptr = self.slot();
+                let len = self.slot();
+                SVal::Slice { ptr, len, elem }
+            }
+            Type::Array { .. } => unreachable!("arrays are passed as their elements"),
+        }
+    }
+
+    /// Fresh frame words for parameters of types `tys` (arrays as their elements),
+    /// appended to `params`: where they start and how many.
+    fn new_params(&mut self, tys: &[Type]) -> (u32, u32) {
+        let at = self.params.len();
+        for &t in tys {
+            match t {
                 Type::Array { elem, len } => {
                     for _ in 0..len {
-                        out.push(SVal::Slot(self.slot(), elem));
+                        let v = SVal::Slot(self.slot(), elem);
+                        self.params.push(v);
                     }
+                }
+                t => {
+                    let v = self.new_value(t);
+                    self.params.push(v);
                 }
             }
         }
-        out
+        (at as u32, (self.params.len() - at) as u32)
     }
 
-    fn new_block(&mut self, params: Vec<SVal>) -> u32 {
+    /// The parameters of block `b`.
+    fn params_of(&self, b: u32) -> &[SVal] {
+        let (at, n) = self.blocks[b as usize].params;
+        &self.params[at as usize..(at + n) as usize]
+    }
+
+    fn new_block(&mut self, params: (u32, u32)) -> u32 {
         self.blocks.push(BlockInfo {
             params,
             at: None,
-            fixed: std::cell::Cell::new(false),
+            fixed: false,
             alias: None,
             entries: 0,
             acc_in: None,
@@ -1387,7 +1414,7 @@ impl<'a> StencilEmitter<'a> {
         self.last_cmp = None;
         let info = &mut self.blocks[b as usize];
         info.at = Some(self.code.len() as u32);
-        info.fixed.set(true);
+        info.fixed = true;
         // Jumps from elsewhere may enter here: what the accumulators hold is known only
         // when the code before falls in and nothing else has jumped here yet (a later
         // jump here loads the word first, see `raw_jump`).
@@ -1739,34 +1766,33 @@ impl<'a> StencilEmitter<'a> {
     /// operation's result, a jump into a block), and each of them is read only after
     /// that write on every path, before control leaves its block.
     fn pass_args(&mut self, b: u32, args: &[SVal]) {
-        let info = &self.blocks[b as usize];
-        if !info.fixed.replace(true) {
-            let mut taken: Vec<u32> = Vec::new();
+        let info = &mut self.blocks[b as usize];
+        let (at, n) = info.params;
+        let params = &mut self.params[at as usize..(at + n) as usize];
+        if !std::mem::replace(&mut info.fixed, true) {
+            let taken = &mut self.taken;
+            taken.clear();
             let mut free = |s: u32| {
                 let ok = !taken.contains(&s);
                 taken.push(s);
                 ok
             };
-            let bound: Vec<SVal> = info
-                .params
-                .iter()
-                .zip(args)
-                .map(|(&p, &a)| match (p, a) {
+            for (p, &a) in params.iter_mut().zip(args) {
+                *p = match (*p, a) {
                     (SVal::Slot(_, t), SVal::Slot(s, _)) if free(s) => SVal::Slot(s, t),
                     (SVal::Slice { elem, .. }, SVal::Slice { ptr, len, .. })
                         if free(ptr) & free(len) =>
                     {
                         SVal::Slice { ptr, len, elem }
                     }
-                    _ => p,
-                })
-                .collect();
-            self.blocks[b as usize].params = bound;
+                    (p, _) => p,
+                };
+            }
         }
         // The words that must move (a buffer reused by every edge).
         let mut pairs = std::mem::take(&mut self.moves);
         pairs.clear();
-        for (p, a) in self.blocks[b as usize].params.iter().zip(args) {
+        for (p, a) in params.iter().zip(args) {
             let ((dst, n), (src, _)) = (Self::words(*p), Self::words(*a));
             for k in 0..n {
                 let Word::Slot(d) = dst[k] else {
@@ -1846,7 +1872,7 @@ impl<'a> StencilEmitter<'a> {
         if args.is_empty() && self.acc_for(b).is_none() {
             return b;
         }
-        let t = self.new_block(Vec::new());
+        let t = self.new_block((0, 0));
         pending.push((t, b, args.to_vec()));
         t
     }
@@ -1888,14 +1914,13 @@ impl Backend for StencilEmitter<'_> {
     type Block = u32;
 
     fn create_block(&mut self, params: &[Type]) -> u32 {
-        let vals = self.new_values(params);
+        let vals = self.new_params(params);
         self.new_block(vals)
     }
 
-    fn block_params(&self, b: u32, _types: &[Type]) -> Vec<SVal> {
-        let info = &self.blocks[b as usize];
-        info.fixed.set(true);
-        info.params.clone()
+    fn block_params(&mut self, b: u32, _types: &[Type], out: &mut Vec<SVal>) {
+        self.blocks[b as usize].fixed = true;
+        out.extend_from_slice(self.params_of(b));
     }
 
     fn switch_to_block(&mut self, b: u32) {
@@ -1955,7 +1980,7 @@ impl Backend for StencilEmitter<'_> {
             op => (op.clone(), None),
         };
         let ty = Self::result_type(&op, args);
-        let result = ty.map(|t| self.new_values(&[t])[0]);
+        let result = ty.map(|t| self.new_value(t));
         let mut res = [0u64; 2];
         let nres = result.map_or(0, |r| {
             let (ws, n) = Self::words(r);
@@ -2188,6 +2213,13 @@ impl Backend for StencilEmitter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The parameters of block `b` (of types `tys`).
+    fn params(em: &mut StencilEmitter, b: u32, tys: &[Type]) -> Vec<SVal> {
+        let mut out = Vec::new();
+        em.block_params(b, tys, &mut out);
+        out
+    }
     use cranelift_codegen::settings::{self, Configurable};
 
     /// The host target as the runtime sets it up for stencils.
@@ -2344,7 +2376,7 @@ mod tests {
         let yes = em.create_block(&yes_params);
         let no = em.create_block(&t);
         em.switch_to_block(entry);
-        let x = em.block_params(entry, &t)[0];
+        let x = params(&mut em, entry, &t)[0];
         let lt = TOp::Cmp(crate::ops::CmpOp::Lt);
         let five = SVal::Imm(5, Scalar::I64);
         let c = em
@@ -2354,7 +2386,7 @@ mod tests {
         em.brif(c, (yes, &yes_args), (no, &[x]));
         for (b, tys) in [(yes, &yes_params[..]), (no, &t[..])] {
             em.switch_to_block(b);
-            let p = em.block_params(b, tys);
+            let p = params(&mut em, b, tys);
             em.ret(Some(p[0]));
         }
         em.finish(entry).expect("stitched").0
@@ -2433,22 +2465,22 @@ mod tests {
                 .expect("a result")
         };
         em.switch_to_block(entry);
-        let x = em.block_params(entry, &t)[0];
+        let x = params(&mut em, entry, &t)[0];
         let y = op_k(&mut em, BinaryOp::Add, x, 1);
         if hop {
             em.jump(h, &[y]);
             em.switch_to_block(h);
-            let y = em.block_params(h, &t)[0];
+            let y = params(&mut em, h, &t)[0];
             em.jump(b, &[y]);
         } else {
             em.jump(b, &[y]);
         }
         em.switch_to_block(b);
-        let y = em.block_params(b, &t)[0];
+        let y = params(&mut em, b, &t)[0];
         let z = op_k(&mut em, BinaryOp::Mul, y, 3);
         em.ret(Some(z));
         em.switch_to_block(c);
-        let x = em.block_params(c, &t)[0];
+        let x = params(&mut em, c, &t)[0];
         match (rejoin, hop) {
             (true, true) => em.jump(h, &[x]),
             (true, false) => em.jump(b, &[x]),

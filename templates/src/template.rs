@@ -93,7 +93,8 @@ pub trait Emitter {
     fn notes_copies(&self) -> bool {
         false
     }
-    fn block_params(&self, b: Self::Block) -> Vec<Self::Value>;
+    /// Appends the parameters of `b` to `out`.
+    fn block_params(&mut self, b: Self::Block, out: &mut Vec<Self::Value>);
     fn switch_to_block(&mut self, b: Self::Block);
 
     /// A hole filled with a constant.

@@ -29,19 +29,19 @@ use std::collections::BinaryHeap;
 use cranelift_codegen::entity::EntityRef;
 use dyc_templates::template::Emitter;
 
-use super::worklist::Spec;
+use super::worklist::{Key, Spec};
 use super::{Context, Executor, Unit, WorkList};
 use crate::ge::{Block, Plan, SVal, SpecError, Step};
 
 /// Roots waiting to run, least (rank, order made) first; each entry's copy is in `copies`.
 struct Queue<B> {
     heap: BinaryHeap<Reverse<(u32, usize)>>,
-    copies: Vec<Option<(Block, Vec<SVal>, B)>>,
+    copies: Vec<Option<(Block, Key, B)>>,
 }
 
 impl<B> Queue<B> {
     /// Moves the copies `made` (in the order they were made) into the queue.
-    fn add(&mut self, plan: &Plan, made: &mut Vec<(Block, Vec<SVal>, B)>) {
+    fn add(&mut self, plan: &Plan, made: &mut Vec<(Block, Key, B)>) {
         for copy in made.drain(..) {
             let rank = plan.rank.get(copy.0.index()).copied().unwrap_or(u32::MAX);
             self.heap.push(Reverse((rank, self.copies.len())));
@@ -49,7 +49,7 @@ impl<B> Queue<B> {
         }
     }
 
-    fn pop(&mut self) -> Option<(Block, Vec<SVal>, B)> {
+    fn pop(&mut self) -> Option<(Block, Key, B)> {
         let Reverse((_, k)) = self.heap.pop()?;
         self.copies.get_mut(k)?.take()
     }
@@ -76,7 +76,7 @@ impl Executor for Planned {
             )));
         }
         let mut s = Spec::new(cx, start, emitter, Some(plan))?;
-        let entry = s.copy_of(start, key.to_vec())?;
+        let entry = s.copy_of(start, key.into())?;
         let mut queue = Queue {
             heap: BinaryHeap::new(),
             copies: Vec::new(),

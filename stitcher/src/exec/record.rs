@@ -45,8 +45,8 @@ impl<E: Emitter> Emitter for Record<E> {
     fn create_block(&mut self, params: &[Type]) -> E::Block {
         self.inner.create_block(params)
     }
-    fn block_params(&self, b: E::Block) -> Vec<E::Value> {
-        self.inner.block_params(b)
+    fn block_params(&mut self, b: E::Block, out: &mut Vec<E::Value>) {
+        self.inner.block_params(b, out)
     }
     fn switch_to_block(&mut self, b: E::Block) {
         self.inner.switch_to_block(b)

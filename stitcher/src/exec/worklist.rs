@@ -55,7 +55,7 @@ impl Executor for WorkList {
         emitter: &mut E,
     ) -> Result<Unit<E::Block>, SpecError> {
         let mut s = Spec::new(cx, start, emitter, None)?;
-        let entry = s.copy_of(start, key.to_vec())?;
+        let entry = s.copy_of(start, key.into())?;
         while let Some((b, key, res)) = s.work.pop() {
             s.current = b;
             s.stitch(b, Some(&key), res)?;
@@ -64,23 +64,29 @@ impl Executor for WorkList {
     }
 }
 
-type KeyBits = Vec<(u8, u64)>;
+/// A memo key: the block (tagged [`BLOCK_TAG`]) and the [`SVal::key_bits`] of its static
+/// values, inline up to a few values.
+type KeyBits = SmallVec<[(u8, u64); 6]>;
 
-/// Values of a few operands, kept inline.
+/// The static values of a copy's key, inline up to a few.
+pub(super) type Key = SmallVec<[SVal; 4]>;
+
+/// Values of the operands of an operation, kept inline.
 type Vals<V> = SmallVec<[V; 4]>;
 
 /// The tag of a memo key's first element, which holds the block: [`SVal::key_bits`] tags
 /// are below it.
 const BLOCK_TAG: u8 = u8::MAX;
 
-/// A branch target: block and arguments.
-type Target<E> = (<E as Emitter>::Block, Vals<<E as Emitter>::Value>);
+/// A branch target: block and arguments (a buffer of [`Spec::buffer`], given back with
+/// [`Spec::give_back`]).
+type Target<E> = (<E as Emitter>::Block, Vec<<E as Emitter>::Value>);
 
 /// What an edge gives its target: static parameters, static live-ins, dynamic inputs.
 struct Inputs<V> {
-    params: Vec<SVal>,
-    live: Vec<SVal>,
-    args: Vals<V>,
+    params: Key,
+    live: Key,
+    args: Vec<V>,
 }
 
 pub(super) struct Spec<'a, E: Emitter> {
@@ -99,7 +105,7 @@ pub(super) struct Spec<'a, E: Emitter> {
     probe: KeyBits,
     /// Per block, the types of a copy's parameters (computed on first use).
     input_types: Vec<Option<Vec<Type>>>,
-    pub(super) work: Vec<(Block, Vec<SVal>, E::Block)>,
+    pub(super) work: Vec<(Block, Key, E::Block)>,
     /// Planned stitcher: per block, its copy in the current run of a tree, with its static
     /// key and whether it was stitched; `filled` lists the blocks with a slot.
     pub(super) slots: Vec<Option<Slot<E::Block>>>,
@@ -112,13 +118,18 @@ pub(super) struct Spec<'a, E: Emitter> {
     pub(super) lookups: usize,
     pub(super) tests: usize,
     sites: Vec<Site>,
-    site_index: HashMap<(Block, KeyBits), u32>,
+    site_index: HashMap<(Block, Vec<(u8, u64)>), u32>,
     blocks: usize,
     ops: usize,
     env_s: Vec<Option<SVal>>,
     env_d: Vec<Option<E::Value>>,
-    /// Local arrays: element type and the values of the elements.
-    env_a: Vec<Option<(Scalar, Vec<E::Value>)>>,
+    /// Local arrays: element type and the values of the elements (`None` once cleared;
+    /// the buffers are kept for the next array set in the register).
+    env_a: Vec<(Option<Scalar>, Vec<E::Value>)>,
+    /// The parameters of the block being stitched (a buffer reused by every copy).
+    params: Vec<E::Value>,
+    /// Empty buffers for the arguments of edges (so that edges allocate nothing).
+    buffers: Vec<Vec<E::Value>>,
     /// Registers set while stitching the current block.
     touched: Vec<Reg>,
     /// Dispatch blocks for promotion edges of dynamic branches, filled after the current
@@ -130,7 +141,7 @@ pub(super) struct Spec<'a, E: Emitter> {
     last_loc: SrcLoc,
 }
 
-type Stub<B> = (B, Block, Vec<SVal>, Vec<SVal>);
+type Stub<B> = (B, Block, Key, Key);
 
 /// A copy of a block in one run of a tree (planned stitcher).
 pub(super) struct Slot<B> {
@@ -164,7 +175,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             mode: &cx.mode,
             budget: cx.budget,
             memo: FxHashMap::default(),
-            probe: Vec::new(),
+            probe: KeyBits::new(),
             input_types: vec![None; prog.blocks.len()],
             work: Vec::new(),
             slots: match plan {
@@ -181,7 +192,9 @@ impl<'a, E: Emitter> Spec<'a, E> {
             ops: 0,
             env_s: vec![None; n],
             env_d: vec![None; n],
-            env_a: vec![None; n],
+            env_a: (0..n).map(|_| (None, Vec::new())).collect(),
+            params: Vec::new(),
+            buffers: Vec::new(),
             touched: Vec::new(),
             stubs: Vec::new(),
             current: start,
@@ -201,6 +214,17 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
     }
 
+    /// An empty buffer for values.
+    fn buffer(&mut self) -> Vec<E::Value> {
+        self.buffers.pop().unwrap_or_default()
+    }
+
+    /// Gives back a buffer [`Spec::buffer`] gave.
+    fn give_back(&mut self, mut buf: Vec<E::Value>) {
+        buf.clear();
+        self.buffers.push(buf);
+    }
+
     /// Counts one more block copy against the budget.
     fn count_block(&mut self) -> Result<(), SpecError> {
         self.blocks += 1;
@@ -212,7 +236,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
 
     /// The specialized copy of `b` for static values `key`, created (and queued) if new.
     /// Under a plan, only roots are looked up (see [`Spec::tree_edge`]).
-    pub(super) fn copy_of(&mut self, b: Block, key: Vec<SVal>) -> Result<E::Block, SpecError> {
+    pub(super) fn copy_of(&mut self, b: Block, key: Key) -> Result<E::Block, SpecError> {
         if self.plan.is_some_and(|plan| !plan.is_root(b)) {
             return internal(format!("a lookup of {b}, which is not a root of the plan"));
         }
@@ -273,16 +297,21 @@ impl<'a, E: Emitter> Spec<'a, E> {
         self.touched.push(r);
     }
 
-    fn set_a(&mut self, r: Reg, elem: Scalar, elems: Vec<E::Value>) {
-        self.env_a[r.index()] = Some((elem, elems));
+    /// Makes local array `r` hold `elems` (of type `elem`), in the buffer the register
+    /// already has.
+    fn set_a(&mut self, r: Reg, elem: Scalar, elems: impl IntoIterator<Item = E::Value>) {
+        let slot = &mut self.env_a[r.index()];
+        slot.0 = Some(elem);
+        slot.1.clear();
+        slot.1.extend(elems);
         self.touched.push(r);
     }
 
     /// The elements of local array `r`.
     fn array(&self, r: Reg) -> Result<&[E::Value], SpecError> {
-        match self.env_a.get(r.index()).and_then(Option::as_ref) {
-            Some((_, elems)) => Ok(elems),
-            None => internal(format!("array {r} read before it was made")),
+        match self.env_a.get(r.index()) {
+            Some((Some(_), elems)) => Ok(elems),
+            _ => internal(format!("array {r} read before it was made")),
         }
     }
 
@@ -342,7 +371,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             for r in self.touched.drain(..) {
                 self.env_s[r.index()] = None;
                 self.env_d[r.index()] = None;
-                self.env_a[r.index()] = None;
+                self.env_a[r.index()].0 = None;
             }
             let nregs = sb.key_regs().count();
             if nregs != key.len() {
@@ -360,27 +389,26 @@ impl<'a, E: Emitter> Spec<'a, E> {
             let context = sb
                 .key_regs()
                 .map(|r| Ok(self.get_s(r)?.key_bits()))
-                .collect::<Result<KeyBits, SpecError>>()?;
+                .collect::<Result<Vec<_>, SpecError>>()?;
             self.em.note_copy(res, b.as_u32(), &context);
         }
         self.switch_to(res);
-        let params = self.em.block_params(res);
-        let mut params = params.into_iter();
+        let mut params = std::mem::take(&mut self.params);
+        params.clear();
+        self.em.block_params(res, &mut params);
+        let mut next = 0;
         for (r, ty) in sb.dyn_inputs() {
+            let n = ty.flat_len();
+            let Some(vals) = params.get(next..next + n) else {
+                return internal(format!("{}: too few block parameters", sb.name));
+            };
+            next += n;
             match ty {
-                Type::Array { elem, len } => {
-                    let elems: Vec<E::Value> = params.by_ref().take(len as usize).collect();
-                    if elems.len() != len as usize {
-                        return internal(format!("{}: too few block parameters", sb.name));
-                    }
-                    self.set_a(r, elem, elems);
-                }
-                _ => match params.next() {
-                    Some(v) => self.set_d(r, v),
-                    None => return internal(format!("{}: too few block parameters", sb.name)),
-                },
+                Type::Array { elem, .. } => self.set_a(r, elem, vals.iter().copied()),
+                _ => self.set_d(r, vals[0]),
             }
         }
+        self.params = params;
         for op in &sb.ops {
             self.ops += 1;
             if self.ops > self.budget.max_ops {
@@ -415,7 +443,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 }
                 Op::ArrayNew { dst, elem, len } => {
                     let zero = self.em.constant(Const::zero(*elem));
-                    self.set_a(*dst, *elem, vec![zero; *len as usize]);
+                    self.set_a(*dst, *elem, std::iter::repeat_n(zero, *len as usize));
                 }
                 Op::ArrayLoad {
                     dst,
@@ -424,11 +452,11 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     loc,
                 } => {
                     let i = self.operand(*index)?;
-                    let Some((elem, elems)) = self.env_a.get(arr.index()).and_then(Option::as_ref)
-                    else {
-                        return internal(format!("array {arr} read before it was made"));
+                    let (elem, elems) = match self.env_a.get(arr.index()) {
+                        Some((Some(elem), elems)) => (*elem, elems),
+                        _ => return internal(format!("array {arr} read before it was made")),
                     };
-                    let v = self.em.array_load(*elem, elems, i, *loc);
+                    let v = self.em.array_load(elem, elems, i, *loc);
                     self.set_d(*dst, v);
                 }
                 Op::ArrayStore {
@@ -439,12 +467,11 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 } => {
                     let i = self.operand(*index)?;
                     let v = self.operand(*value)?;
-                    let Some((elem, elems)) =
-                        self.env_a.get_mut(arr.index()).and_then(Option::as_mut)
-                    else {
-                        return internal(format!("array {arr} read before it was made"));
+                    let (elem, elems) = match self.env_a.get_mut(arr.index()) {
+                        Some((Some(elem), elems)) => (*elem, elems),
+                        _ => return internal(format!("array {arr} read before it was made")),
                     };
-                    self.em.array_store(*elem, elems, i, v, *loc);
+                    self.em.array_store(elem, elems, i, v, *loc);
                 }
             }
         }
@@ -452,6 +479,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             Term::Jump(e) => {
                 if let Some((t, args)) = self.edge(e)? {
                     self.em.jump(t, &args);
+                    self.give_back(args);
                 }
             }
             Term::Branch {
@@ -468,6 +496,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     self.taken = Some(usize::from(!taken));
                     if let Some((t, args)) = self.edge(e)? {
                         self.em.jump(t, &args);
+                        self.give_back(args);
                     }
                 }
                 Operand::Dyn(_) => {
@@ -475,6 +504,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     let (t1, a1) = self.edge_block(then_edge, true)?;
                     let (t2, a2) = self.edge_block(else_edge, true)?;
                     self.em.brif(c, (t1, &a1), (t2, &a2));
+                    self.give_back(a1);
+                    self.give_back(a2);
                 }
             },
             Term::Switch {
@@ -492,6 +523,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     self.taken = Some(arm.unwrap_or(cases.len()));
                     if let Some((t, args)) = self.edge(e)? {
                         self.em.jump(t, &args);
+                        self.give_back(args);
                     }
                 }
                 Operand::Dyn(_) => {
@@ -499,10 +531,14 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     let mut cs = Vec::new();
                     for (k, e) in cases {
                         let (t, args) = self.edge_block(e, true)?;
-                        cs.push((*k, t, args.to_vec()));
+                        cs.push((*k, t, args));
                     }
                     let (d, dargs) = self.edge_block(default, true)?;
                     self.em.switch(a, &cs, (d, &dargs));
+                    for (_, _, args) in cs {
+                        self.give_back(args);
+                    }
+                    self.give_back(dargs);
                 }
             },
             Term::Return(v) => {
@@ -516,7 +552,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
         for (stub, b, params, live) in std::mem::take(&mut self.stubs) {
             self.switch_to(stub);
-            let args = self.em.block_params(stub);
+            let mut args = Vec::new();
+            self.em.block_params(stub, &mut args);
             self.promotion(b, params, live, &args)?;
         }
         Ok(())
@@ -635,9 +672,9 @@ impl<'a, E: Emitter> Spec<'a, E> {
             ));
         }
         let mut inputs = Inputs {
-            params: Vec::with_capacity(tb.params.len() + tb.static_live_in.len()),
-            live: Vec::new(),
-            args: Vals::new(),
+            params: Key::new(),
+            live: Key::new(),
+            args: self.buffer(),
         };
         for (p, &a) in tb.params.iter().zip(&e.args) {
             match (p, a) {
@@ -659,7 +696,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
     }
 
     /// Appends the values of `b`'s dynamic live-ins (arrays element by element).
-    fn live_args(&mut self, b: Block, args: &mut Vals<E::Value>) -> Result<(), SpecError> {
+    fn live_args(&mut self, b: Block, args: &mut Vec<E::Value>) -> Result<(), SpecError> {
         let prog = self.prog;
         for &(r, ty) in &prog.blocks[b].dyn_live_in {
             if ty.is_array() {
@@ -688,7 +725,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
         let i = e.block.index();
         let fresh = matches!(self.slots.get(i), Some(None));
-        let mut args = Vals::new();
+        let mut args = self.buffer();
         for (p, &a) in tb.params.iter().zip(&e.args) {
             match (p, a) {
                 (Param::Static(r), Operand::Static(src)) => {
@@ -743,7 +780,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 return Ok((copy, inputs.args));
             }
             let stub = self.create_block(e.block);
-            self.stubs.push((stub, e.block, key, Vec::new()));
+            self.stubs.push((stub, e.block, key, Key::new()));
             return Ok((stub, inputs.args));
         }
         // A dispatch block with the promotion block's inputs, filled once the current
@@ -769,7 +806,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
             if let Some(copy) = self.made(e.block, &key) {
                 return Ok(Some((copy, inputs.args)));
             }
-            self.promotion(e.block, key, Vec::new(), &inputs.args)?;
+            self.promotion(e.block, key, Key::new(), &inputs.args)?;
+            self.give_back(inputs.args);
             return Ok(None);
         }
         if tb.promote.is_empty() {
@@ -777,6 +815,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
         let inputs = self.target_inputs(e)?;
         self.promotion(e.block, inputs.params, inputs.live, &inputs.args)?;
+        self.give_back(inputs.args);
         Ok(None)
     }
 
@@ -785,8 +824,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
     fn promotion(
         &mut self,
         b: Block,
-        params_s: Vec<SVal>,
-        live_s: Vec<SVal>,
+        params_s: Key,
+        live_s: Key,
         inputs: &[E::Value],
     ) -> Result<(), SpecError> {
         let tb = &self.prog.blocks[b];
@@ -810,8 +849,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
             .collect::<Result<_, _>>()?;
         let site = Site {
             block: b,
-            params: params_s,
-            live: live_s,
+            params: params_s.into_vec(),
+            live: live_s.into_vec(),
         };
         let ident = site.ident();
         let id = match self.site_index.get(&ident) {
@@ -866,7 +905,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
         if let ([v], true) = (promoted, known.iter().all(|vs| word(&vs[0]).is_some())) {
             let mut cases = Vec::with_capacity(known.len());
             for values in &known {
-                let target = self.copy_of(b, site.key(values))?;
+                let target = self.copy_of(b, site.key(values).into())?;
                 cases.push((word(&values[0]).expect("checked"), target, inputs.to_vec()));
             }
             let miss = self.em.create_block(&[]);
@@ -876,7 +915,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
         // A chain of tests, one per known tuple of promoted values.
         for values in known {
-            let target = self.copy_of(b, site.key(&values))?;
+            let target = self.copy_of(b, site.key(&values).into())?;
             let mut cond = None;
             for (&v, &k) in promoted.iter().zip(&values) {
                 let kv = self.em.constant(k);
