@@ -82,6 +82,10 @@ impl Backend for ResidualEmitter<'_> {
     type Value = Value;
     type Block = Block;
 
+    fn block_index(b: Block) -> usize {
+        cranelift_entity::EntityRef::index(b)
+    }
+
     fn create_block(&mut self, params: &[Type]) -> Block {
         let b = self.func.append_new_block();
         for &t in params {

@@ -609,6 +609,10 @@ impl Backend for ClifEmitter<'_, '_> {
     type Value = CVal;
     type Block = ir::Block;
 
+    fn block_index(b: ir::Block) -> usize {
+        b.as_u32() as usize
+    }
+
     fn create_block(&mut self, params: &[Type]) -> ir::Block {
         let blk = self.b.create_block();
         for t in abi_types(params) {

@@ -49,6 +49,8 @@ pub trait Backend {
     type Block: Copy + Eq + std::fmt::Debug;
 
     fn create_block(&mut self, params: &[Type]) -> Self::Block;
+    /// The number of block `b` (blocks are numbered densely from 0).
+    fn block_index(b: Self::Block) -> usize;
     /// Appends to `out` the parameters of `b`, created with parameter types `types` (the
     /// fold layer keeps the types, so that backends need not).
     fn block_params(&mut self, b: Self::Block, types: &[Type], out: &mut Vec<Self::Value>);
@@ -145,9 +147,10 @@ pub struct Fold<B: Backend> {
     pub backend: B,
     /// Lengths of the static slices (by key parameter), for `len` and bounds checks.
     static_lens: Vec<Option<u64>>,
-    /// Parameter types of each created block: an index into `type_lists`, where each
-    /// distinct list is kept once (copies of one template block share theirs).
-    block_types: HashMap<B::Block, u32, Hasher>,
+    /// Parameter types of each created block, by [`Backend::block_index`]: an index into
+    /// `type_lists`, where each distinct list is kept once (copies of one template block
+    /// share theirs).
+    block_types: Vec<u32>,
     type_lists: Vec<Vec<Type>>,
     type_index: HashMap<Vec<Type>, u32, Hasher>,
     /// Buffers for the backend's block parameters and for the lowered arguments of the
@@ -169,7 +172,7 @@ where
         Fold {
             backend,
             static_lens,
-            block_types: HashMap::default(),
+            block_types: Vec::new(),
             type_lists: Vec::new(),
             type_index: HashMap::default(),
             raw_params: Vec::new(),
@@ -408,7 +411,11 @@ where
                 k
             }
         };
-        self.block_types.insert(b, k);
+        let i = B::block_index(b);
+        if i >= self.block_types.len() {
+            self.block_types.resize(i + 1, u32::MAX);
+        }
+        self.block_types[i] = k;
         b
     }
 
@@ -421,8 +428,10 @@ where
     }
 
     fn block_params(&mut self, b: B::Block, out: &mut Vec<Self::Value>) {
-        let k = self.block_types.get(&b).copied();
-        let types = k.map_or(&[][..], |k| &self.type_lists[k as usize]);
+        let k = self.block_types.get(B::block_index(b)).copied();
+        let types = k
+            .and_then(|k| self.type_lists.get(k as usize))
+            .map_or(&[][..], Vec::as_slice);
         self.raw_params.clear();
         self.backend.block_params(b, types, &mut self.raw_params);
         out.extend(

@@ -1194,8 +1194,10 @@ pub struct StencilEmitter<'a> {
     blocks: Vec<BlockInfo>,
     /// The parameters of every block, each block's in one run (see [`BlockInfo::params`]).
     params: Vec<SVal>,
-    /// Frame words an edge's binding has taken (a buffer reused by every edge).
+    /// Per frame word, the binding of parameters that last took it (bindings are
+    /// numbered by `binding`; see `pass_args`).
     taken: Vec<u32>,
+    binding: u32,
     /// `rel32` fields to patch with the address of a block.
     fixups: Vec<(u32, u32)>,
     /// Frame words in use.
@@ -1257,6 +1259,7 @@ impl<'a> StencilEmitter<'a> {
             blocks: Vec::new(),
             params: Vec::new(),
             taken: Vec::new(),
+            binding: 0,
             fixups: Vec::new(),
             slots: 0,
             inputs: Vec::new(),
@@ -1770,12 +1773,14 @@ impl<'a> StencilEmitter<'a> {
         let (at, n) = info.params;
         let params = &mut self.params[at as usize..(at + n) as usize];
         if !std::mem::replace(&mut info.fixed, true) {
-            let taken = &mut self.taken;
-            taken.clear();
+            self.binding += 1;
+            let (taken, stamp) = (&mut self.taken, self.binding);
             let mut free = |s: u32| {
-                let ok = !taken.contains(&s);
-                taken.push(s);
-                ok
+                let s = s as usize;
+                if s >= taken.len() {
+                    taken.resize(s + 1, 0);
+                }
+                std::mem::replace(&mut taken[s], stamp) != stamp
             };
             for (p, &a) in params.iter_mut().zip(args) {
                 *p = match (*p, a) {
@@ -1912,6 +1917,10 @@ impl<'a> StencilEmitter<'a> {
 impl Backend for StencilEmitter<'_> {
     type Value = SVal;
     type Block = u32;
+
+    fn block_index(b: u32) -> usize {
+        b as usize
+    }
 
     fn create_block(&mut self, params: &[Type]) -> u32 {
         let vals = self.new_params(params);

@@ -420,13 +420,12 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 }
             }
             match op {
-                Op::Setup { dst, op, loc } => match self.setup(op)? {
-                    Ok(v) => self.set_s(*dst, v),
-                    Err(()) => {
+                Op::Setup { dst, op, loc } => {
+                    if !self.setup(*dst, op)? {
                         self.emit_fault(op, *loc)?;
                         return Ok(());
                     }
-                },
+                }
                 Op::Emit { dst, op, args, loc } => {
                     let vals = args
                         .iter()
@@ -559,39 +558,42 @@ impl<'a, E: Emitter> Spec<'a, E> {
         Ok(())
     }
 
-    /// Runs one setup operation: the static value, or `Err(())` if it faults.
-    fn setup(&mut self, op: &SetupOp) -> Result<Result<SVal, ()>, SpecError> {
+    /// Runs one setup operation, setting register `dst` to its static value; `false` if
+    /// it faults (and sets nothing).
+    fn setup(&mut self, dst: Reg, op: &SetupOp) -> Result<bool, SpecError> {
         let fault = |f: Fault| match f {
-            Fault::DivisionByZero => Ok(Err(())),
+            Fault::DivisionByZero => Ok(false),
             Fault::IllTyped => internal("ill-typed setup operation"),
         };
-        let c = |v: Const| Ok(Ok(SVal::Scalar(v)));
-        match op {
-            SetupOp::Const(k) => c(*k),
-            SetupOp::Copy(r) => Ok(Ok(self.get_s(*r)?)),
+        let c = match op {
+            SetupOp::Const(k) => *k,
+            SetupOp::Copy(r) => {
+                let v = self.get_s(*r)?;
+                self.set_s(dst, v);
+                return Ok(true);
+            }
             SetupOp::Unary(o, a) => match semantics::unary(*o, self.get_c(*a)?) {
-                Ok(v) => c(v),
-                Err(f) => fault(f),
+                Ok(v) => v,
+                Err(f) => return fault(f),
             },
             SetupOp::Binary(o, a, b) => {
                 match semantics::binary(*o, self.get_c(*a)?, self.get_c(*b)?) {
-                    Ok(v) => c(v),
-                    Err(f) => fault(f),
+                    Ok(v) => v,
+                    Err(f) => return fault(f),
                 }
             }
             SetupOp::Cmp(o, a, b) => match semantics::cmp(*o, self.get_c(*a)?, self.get_c(*b)?) {
-                Ok(v) => c(Const::Bool(v)),
-                Err(f) => fault(f),
+                Ok(v) => Const::Bool(v),
+                Err(f) => return fault(f),
             },
             SetupOp::Select(cond, a, b) => {
                 let pick = matches!(self.get_c(*cond)?, Const::Bool(true));
-                Ok(Ok(self.get_s(if pick { *a } else { *b })?))
+                let v = self.get_s(if pick { *a } else { *b })?;
+                self.set_s(dst, v);
+                return Ok(true);
             }
-            SetupOp::Cast(t, a) => c(semantics::cast(*t, self.get_c(*a)?)),
-            SetupOp::Len(s) => {
-                let data = self.slice(*s)?;
-                c(Const::Int(Scalar::I64, data.data.len() as u64))
-            }
+            SetupOp::Cast(t, a) => semantics::cast(*t, self.get_c(*a)?),
+            SetupOp::Len(s) => Const::Int(Scalar::I64, self.slice(*s)?.data.len() as u64),
             SetupOp::StaticLoad(s, i) => {
                 let idx = match semantics::int_value(self.get_c(*i)?) {
                     Some(x) => x,
@@ -599,8 +601,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 };
                 let data = self.slice(*s)?;
                 match usize::try_from(idx).ok().and_then(|k| data.data.get(k)) {
-                    Some(&v) => c(v),
-                    None => Ok(Err(())),
+                    Some(&v) => v,
+                    None => return Ok(false),
                 }
             }
             SetupOp::CallPure { host, args, .. } => {
@@ -609,12 +611,14 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     .map(|&a| self.get_c(a))
                     .collect::<Result<Vec<_>, _>>()?;
                 match self.hosts.call(*host, &vals) {
-                    Ok(Some(v)) => c(v),
-                    Ok(None) => internal("a static call without a result"),
-                    Err(_) => Ok(Err(())),
+                    Ok(Some(v)) => v,
+                    Ok(None) => return internal("a static call without a result"),
+                    Err(_) => return Ok(false),
                 }
             }
-        }
+        };
+        self.set_s(dst, SVal::Scalar(c));
+        Ok(true)
     }
 
     /// Emits a setup operation that faults as a dynamic operation on its static operands,
