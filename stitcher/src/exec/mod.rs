@@ -8,6 +8,7 @@
 //! selects one per region; [`Record`] wraps any emitter and records which (block, static context)
 //! pairs an executor stitched, in order, so that tests can assert properties of stitching.
 
+mod memo;
 pub mod planned;
 pub mod record;
 pub mod worklist;

@@ -29,29 +29,29 @@ use std::collections::BinaryHeap;
 use cranelift_codegen::entity::EntityRef;
 use dyc_templates::template::Emitter;
 
+use super::memo::Memo;
 use super::worklist::{Key, Spec};
 use super::{Context, Executor, Unit, WorkList};
 use crate::ge::{Block, Plan, SVal, SpecError, Step};
 
-/// Roots waiting to run, least (rank, order made) first; each entry's copy is in `copies`.
-struct Queue<B> {
-    heap: BinaryHeap<Reverse<(u32, usize)>>,
-    copies: Vec<Option<(Block, Key, B)>>,
+/// Roots waiting to run, least (rank, order made) first: copies by their number in the
+/// memo (which is the order they were made).
+struct Queue {
+    heap: BinaryHeap<Reverse<(u32, u32)>>,
 }
 
-impl<B> Queue<B> {
-    /// Moves the copies `made` (in the order they were made) into the queue.
-    fn add(&mut self, plan: &Plan, made: &mut Vec<(Block, Key, B)>) {
-        for copy in made.drain(..) {
-            let rank = plan.rank.get(copy.0.index()).copied().unwrap_or(u32::MAX);
-            self.heap.push(Reverse((rank, self.copies.len())));
-            self.copies.push(Some(copy));
+impl Queue {
+    /// Moves the copies `made` of roots into the queue.
+    fn add<B: Copy>(&mut self, plan: &Plan, memo: &Memo<B>, made: &mut Vec<u32>) {
+        for k in made.drain(..) {
+            let b = memo.copy(k).0;
+            let rank = plan.rank.get(b.index()).copied().unwrap_or(u32::MAX);
+            self.heap.push(Reverse((rank, k)));
         }
     }
 
-    fn pop(&mut self) -> Option<(Block, Key, B)> {
-        let Reverse((_, k)) = self.heap.pop()?;
-        self.copies.get_mut(k)?.take()
+    fn pop(&mut self) -> Option<u32> {
+        self.heap.pop().map(|Reverse((_, k))| k)
     }
 }
 
@@ -76,13 +76,14 @@ impl Executor for Planned {
             )));
         }
         let mut s = Spec::new(cx, start, emitter, Some(plan))?;
-        let entry = s.copy_of(start, key.into())?;
+        let entry = s.copy_of(start, key)?;
         let mut queue = Queue {
             heap: BinaryHeap::new(),
-            copies: Vec::new(),
         };
-        queue.add(plan, &mut s.work);
-        while let Some((root, key, res)) = queue.pop() {
+        queue.add(plan, &s.memo, &mut s.work);
+        while let Some(k) = queue.pop() {
+            let (root, key, res) = s.memo.copy(k);
+            let key = Key::from_slice(key);
             let Some(mut pc) = plan.root(root) else {
                 return Err(SpecError::Internal(format!("{root} is not a root")));
             };
@@ -142,7 +143,7 @@ impl Executor for Planned {
                     }
                 }
             }
-            queue.add(plan, &mut s.work);
+            queue.add(plan, &s.memo, &mut s.work);
         }
         Ok(s.unit(entry))
     }

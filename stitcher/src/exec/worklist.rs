@@ -27,7 +27,6 @@
 
 use std::collections::HashMap;
 
-use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use cranelift_codegen::entity::EntityRef;
@@ -36,6 +35,7 @@ use dyc_templates::semantics::{self, Fault};
 use dyc_templates::template::{Emitter, TOp};
 use dyc_templates::types::{Scalar, SrcLoc, Type};
 
+use super::memo::Memo;
 use super::{Context, Executor, PromotionMode, Unit};
 use crate::ge::{
     Block, Budget, BudgetKind, CalleeDecl, Edge, Op, Operand, Param, Plan, PureHosts, Reg, SVal,
@@ -55,8 +55,10 @@ impl Executor for WorkList {
         emitter: &mut E,
     ) -> Result<Unit<E::Block>, SpecError> {
         let mut s = Spec::new(cx, start, emitter, None)?;
-        let entry = s.copy_of(start, key.into())?;
-        while let Some((b, key, res)) = s.work.pop() {
+        let entry = s.copy_of(start, key)?;
+        while let Some(k) = s.work.pop() {
+            let (b, key, res) = s.memo.copy(k);
+            let key = Key::from_slice(key);
             s.current = b;
             s.stitch(b, Some(&key), res)?;
         }
@@ -64,19 +66,11 @@ impl Executor for WorkList {
     }
 }
 
-/// A memo key: the block (tagged [`BLOCK_TAG`]) and the [`SVal::key_bits`] of its static
-/// values, inline up to a few values.
-type KeyBits = SmallVec<[(u8, u64); 6]>;
-
 /// The static values of a copy's key, inline up to a few.
 pub(super) type Key = SmallVec<[SVal; 4]>;
 
 /// Values of the operands of an operation, kept inline.
 type Vals<V> = SmallVec<[V; 4]>;
-
-/// The tag of a memo key's first element, which holds the block: [`SVal::key_bits`] tags
-/// are below it.
-const BLOCK_TAG: u8 = u8::MAX;
 
 /// A branch target: block and arguments (a buffer of [`Spec::buffer`], given back with
 /// [`Spec::give_back`]).
@@ -99,13 +93,12 @@ pub(super) struct Spec<'a, E: Emitter> {
     em: &'a mut E,
     mode: &'a PromotionMode<'a>,
     budget: Budget,
-    /// Copies by (block, static values): the block first, tagged [`BLOCK_TAG`], then the
-    /// values' [`SVal::key_bits`]; `probe` is the buffer lookups encode into.
-    memo: FxHashMap<KeyBits, E::Block>,
-    probe: KeyBits,
+    /// Copies by (block, static values), numbered in the order they were made.
+    pub(super) memo: Memo<E::Block>,
     /// Per block, the types of a copy's parameters (computed on first use).
     input_types: Vec<Option<Vec<Type>>>,
-    pub(super) work: Vec<(Block, Key, E::Block)>,
+    /// Copies made and not yet stitched, by number in `memo`.
+    pub(super) work: Vec<u32>,
     /// Planned stitcher: per block, its copy in the current run of a tree, with its static
     /// key and whether it was stitched; `filled` lists the blocks with a slot.
     pub(super) slots: Vec<Option<Slot<E::Block>>>,
@@ -174,8 +167,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             em,
             mode: &cx.mode,
             budget: cx.budget,
-            memo: FxHashMap::default(),
-            probe: KeyBits::new(),
+            memo: Memo::new(),
             input_types: vec![None; prog.blocks.len()],
             work: Vec::new(),
             slots: match plan {
@@ -236,21 +228,19 @@ impl<'a, E: Emitter> Spec<'a, E> {
 
     /// The specialized copy of `b` for static values `key`, created (and queued) if new.
     /// Under a plan, only roots are looked up (see [`Spec::tree_edge`]).
-    pub(super) fn copy_of(&mut self, b: Block, key: Key) -> Result<E::Block, SpecError> {
+    pub(super) fn copy_of(&mut self, b: Block, key: &[SVal]) -> Result<E::Block, SpecError> {
         if self.plan.is_some_and(|plan| !plan.is_root(b)) {
             return internal(format!("a lookup of {b}, which is not a root of the plan"));
         }
         self.lookups += 1;
-        self.probe.clear();
-        self.probe.push((BLOCK_TAG, u64::from(b.as_u32())));
-        self.probe.extend(key.iter().map(SVal::key_bits));
-        if let Some(&res) = self.memo.get(self.probe.as_slice()) {
-            return Ok(res);
-        }
+        let at = match self.memo.get(b, key) {
+            Ok(res) => return Ok(res),
+            Err(at) => at,
+        };
         self.count_block()?;
         let res = self.create_block(b);
-        self.memo.insert(self.probe.clone(), res);
-        self.work.push((b, key, res));
+        let k = self.memo.insert(at, b, key, res);
+        self.work.push(k);
         Ok(res)
     }
 
@@ -258,10 +248,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// creates nothing).
     fn made(&mut self, b: Block, key: &[SVal]) -> Option<E::Block> {
         self.lookups += 1;
-        self.probe.clear();
-        self.probe.push((BLOCK_TAG, u64::from(b.as_u32())));
-        self.probe.extend(key.iter().map(SVal::key_bits));
-        self.memo.get(self.probe.as_slice()).copied()
+        self.memo.get(b, key).ok()
     }
 
     /// A new emitter block with the inputs of a copy of `b` (parameter types computed
@@ -778,7 +765,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             let lazy =
                 tb.lazy.enters_lazily(dynamic) && matches!(self.mode, PromotionMode::Units { .. });
             if !lazy {
-                return Ok((self.copy_of(e.block, key)?, inputs.args));
+                return Ok((self.copy_of(e.block, &key)?, inputs.args));
             }
             if let Some(copy) = self.made(e.block, &key) {
                 return Ok((copy, inputs.args));
@@ -909,7 +896,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
         if let ([v], true) = (promoted, known.iter().all(|vs| word(&vs[0]).is_some())) {
             let mut cases = Vec::with_capacity(known.len());
             for values in &known {
-                let target = self.copy_of(b, site.key(values).into())?;
+                let target = self.copy_of(b, &site.key(values))?;
                 cases.push((word(&values[0]).expect("checked"), target, inputs.to_vec()));
             }
             let miss = self.em.create_block(&[]);
@@ -919,7 +906,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
         // A chain of tests, one per known tuple of promoted values.
         for values in known {
-            let target = self.copy_of(b, site.key(&values).into())?;
+            let target = self.copy_of(b, &site.key(&values))?;
             let mut cond = None;
             for (&v, &k) in promoted.iter().zip(&values) {
                 let kv = self.em.constant(k);

@@ -1,0 +1,146 @@
+//! The memo of block copies: (template block, static values) to the emitter's copy, with
+//! every key kept once in one arena.
+//!
+//! A lookup hashes the block and the static values' exact encodings
+//! ([`SVal::key_bits`], so floats compare by their bits) and follows the chain of copies
+//! with that hash. Entries are a few words, so growing the table moves little; keys are
+//! never copied after they are stored.
+
+use std::hash::Hasher;
+
+use rustc_hash::{FxHashMap, FxHasher};
+
+use crate::ge::{Block, SVal};
+
+/// No copy (the end of a chain).
+const NONE: u32 = u32::MAX;
+
+/// One copy: its template block, its key (`at..at + len` in the arena), the emitter's
+/// block, and the previous copy with the same hash.
+struct Entry<B> {
+    block: Block,
+    at: u32,
+    len: u32,
+    res: B,
+    next: u32,
+}
+
+/// Where a copy [`Memo::get`] did not find goes: the hash of its block and key.
+pub(super) struct Vacant(u64);
+
+/// Copies by (block, static values), numbered in the order they were made.
+pub(super) struct Memo<B> {
+    heads: FxHashMap<u64, u32>,
+    entries: Vec<Entry<B>>,
+    vals: Vec<SVal>,
+}
+
+impl<B: Copy> Memo<B> {
+    pub(super) fn new() -> Memo<B> {
+        Memo {
+            heads: FxHashMap::default(),
+            entries: Vec::new(),
+            vals: Vec::new(),
+        }
+    }
+
+    fn hash(b: Block, key: &[SVal]) -> u64 {
+        let mut h = FxHasher::default();
+        h.write_u32(b.as_u32());
+        for v in key {
+            let (tag, bits) = v.key_bits();
+            h.write_u8(tag);
+            h.write_u64(bits);
+        }
+        h.finish()
+    }
+
+    /// The copy of `b` for `key`, or, if none was made, where to insert it.
+    pub(super) fn get(&self, b: Block, key: &[SVal]) -> Result<B, Vacant> {
+        let h = Self::hash(b, key);
+        let mut k = self.heads.get(&h).copied().unwrap_or(NONE);
+        while let Some(e) = self.entries.get(k as usize) {
+            let stored = &self.vals[e.at as usize..(e.at + e.len) as usize];
+            let same = e.block == b
+                && stored.len() == key.len()
+                && stored
+                    .iter()
+                    .zip(key)
+                    .all(|(x, y)| x.key_bits() == y.key_bits());
+            if same {
+                return Ok(e.res);
+            }
+            k = e.next;
+        }
+        Err(Vacant(h))
+    }
+
+    /// Stores `res` as the copy of `b` for `key`, which [`Memo::get`] did not find (and
+    /// gave `at`); returns the copy's number.
+    pub(super) fn insert(&mut self, at: Vacant, b: Block, key: &[SVal], res: B) -> u32 {
+        let k = self.entries.len() as u32;
+        let next = self.heads.insert(at.0, k).unwrap_or(NONE);
+        self.entries.push(Entry {
+            block: b,
+            at: self.vals.len() as u32,
+            len: key.len() as u32,
+            res,
+            next,
+        });
+        self.vals.extend_from_slice(key);
+        k
+    }
+
+    /// Copy number `k`: its template block, static values and the emitter's block.
+    pub(super) fn copy(&self, k: u32) -> (Block, &[SVal], B) {
+        let e = &self.entries[k as usize];
+        (
+            e.block,
+            &self.vals[e.at as usize..(e.at + e.len) as usize],
+            e.res,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cranelift_codegen::entity::EntityRef;
+    use dyc_templates::ops::Const;
+    use dyc_templates::types::Scalar;
+
+    fn int(x: u64) -> SVal {
+        SVal::Scalar(Const::Int(Scalar::I64, x))
+    }
+
+    /// Copies are found by block and exact values (a float NaN finds its own copy; equal
+    /// bits of different types do not collide), and numbered in the order they were made.
+    #[test]
+    fn copies_are_found_by_block_and_exact_values() {
+        let mut m = Memo::new();
+        let (b0, b1) = (Block::new(0), Block::new(1));
+        let nan = SVal::Scalar(Const::F64(f64::NAN));
+        let keys = [
+            (b0, vec![int(1), int(2)]),
+            (b1, vec![int(1), int(2)]),
+            (b0, vec![int(2), int(1)]),
+            (b0, vec![nan]),
+            (b0, vec![SVal::Scalar(Const::Int(Scalar::U64, 1)), int(2)]),
+            (b0, vec![]),
+        ];
+        for (n, (b, key)) in keys.iter().enumerate() {
+            let at = m.get(*b, key).expect_err("not made yet");
+            assert_eq!(m.insert(at, *b, key, n * 10), n as u32);
+        }
+        for (n, (b, key)) in keys.iter().enumerate() {
+            assert_eq!(m.get(*b, key).ok(), Some(n * 10));
+            let (cb, ck, res) = m.copy(n as u32);
+            assert_eq!((cb, res), (*b, n * 10));
+            assert!(ck
+                .iter()
+                .zip(key)
+                .all(|(x, y)| x.key_bits() == y.key_bits()));
+        }
+        assert!(m.get(b1, &[int(2), int(1)]).is_err());
+    }
+}
