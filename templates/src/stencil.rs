@@ -1184,6 +1184,14 @@ struct LastCmp {
     insts: usize,
 }
 
+/// An operation's result copied into the current block: its frame word, the stamp of the
+/// copy, and where the copy's result holes (4-byte frame offsets) stand in the code.
+struct Def {
+    word: u32,
+    seq: u32,
+    sites: smallvec::SmallVec<[u32; 2]>,
+}
+
 /// The stitch-tier backend: builds one unit by copying stencils (see the module doc).
 pub struct StencilEmitter<'a> {
     lib: &'a StencilLib,
@@ -1233,6 +1241,15 @@ pub struct StencilEmitter<'a> {
     hole_values: Vec<Option<u64>>,
     /// The moves of the edge being passed.
     moves: Vec<(u32, Word)>,
+    /// The stamp of the next stencil copied (copies are stamped 1, 2, ... in order), and
+    /// per frame word the stamp of the last copy that read it and of the last that wrote
+    /// it (0: none). Reads are stamped as operands are formed, before their copy.
+    seq: u32,
+    read_at: Vec<u32>,
+    written_at: Vec<u32>,
+    /// The results of operations copied into the current block, for retargeting (see
+    /// `retarget`).
+    defs: Vec<Def>,
     /// Also make each stencil's common variants ([`StencilLib::make_variants`]).
     variants: bool,
     /// Stencils copied and their machine instructions.
@@ -1276,6 +1293,10 @@ impl<'a> StencilEmitter<'a> {
             empty: None,
             hole_values: Vec::new(),
             moves: Vec::new(),
+            seq: 1,
+            read_at: Vec::new(),
+            written_at: Vec::new(),
+            defs: Vec::new(),
             variants: false,
             copies: 0,
             insts: 0,
@@ -1308,7 +1329,7 @@ impl<'a> StencilEmitter<'a> {
     pub fn finish(mut self, entry: u32) -> Result<(Vec<u8>, usize, usize), StencilError> {
         self.place(self.start);
         let inputs = self.inputs.clone();
-        self.jump(entry, &inputs);
+        self.jump_with(entry, &inputs, false);
         if let Some(e) = self.error.take() {
             return Err(e);
         }
@@ -1415,6 +1436,7 @@ impl<'a> StencilEmitter<'a> {
         }
         self.empty = Some((b, self.code.len() as u32, falls));
         self.last_cmp = None;
+        self.defs.clear();
         let info = &mut self.blocks[b as usize];
         info.at = Some(self.code.len() as u32);
         info.fixed = true;
@@ -1474,6 +1496,7 @@ impl<'a> StencilEmitter<'a> {
     fn raw_jump(&mut self, b: u32) {
         if let Some(w) = self.acc_for(b) {
             if self.acc != Some(w) {
+                self.note_read(w);
                 self.emit(
                     Key::Reload,
                     &[8 * u64::from(w)],
@@ -1501,6 +1524,70 @@ impl<'a> StencilEmitter<'a> {
         self.acc = None;
         self.facc = None;
         self.acc_inherited = false;
+    }
+
+    /// Stamps frame word `w` read by the next copy.
+    fn note_read(&mut self, w: u32) {
+        Self::stamp(&mut self.read_at, w, self.seq);
+    }
+
+    fn stamp(table: &mut Vec<u32>, w: u32, seq: u32) {
+        let w = w as usize;
+        if w >= table.len() {
+            table.resize(w + 1, 0);
+        }
+        table[w] = seq;
+    }
+
+    fn stamp_of(table: &[u32], w: u32) -> u32 {
+        table.get(w as usize).copied().unwrap_or(0)
+    }
+
+    /// Result retargeting, for the moves of a jump that ends the block: a move `d <- s`
+    /// where `s` is the result of an operation copied into this block is dropped, and that
+    /// copy's result holes are patched to write `d` instead, when that is the same: nothing
+    /// read `s` after the operation (nor will: of the jump's `args`, only this move's reads
+    /// `s`, and no parameter was bound to `s`), and nothing read or wrote `d` after it (a
+    /// read by the operation itself comes before its write) nor will (`d` is the source of
+    /// no move: `moves` are the jump's). So a loop's back edge moves nothing for values
+    /// computed in its body. Returns whether the move was dropped.
+    fn retarget(&mut self, d: u32, s: u32, args: &[SVal], moves: &[(u32, Word)]) -> bool {
+        let Some(k) = self.defs.iter().rposition(|def| def.word == s) else {
+            return false;
+        };
+        let seq = self.defs[k].seq;
+        let once = args
+            .iter()
+            .flat_map(|&a| {
+                let (ws, n) = Self::words(a);
+                ws.into_iter().take(n)
+            })
+            .filter(|&w| w == Word::Slot(s))
+            .count()
+            == 1;
+        let d_source = moves.iter().any(|&(_, w)| w == Word::Slot(d));
+        if !once
+            || d_source
+            || Self::stamp_of(&self.read_at, s) > seq
+            || Self::stamp_of(&self.read_at, d) > seq
+            || Self::stamp_of(&self.written_at, d) > seq
+        {
+            return false;
+        }
+        let def = self.defs.swap_remove(k);
+        let disp = (8 * d).to_le_bytes();
+        for &at in &def.sites {
+            let at = at as usize;
+            self.code[at..at + 4].copy_from_slice(&disp);
+        }
+        Self::stamp(&mut self.written_at, d, seq);
+        if self.acc == Some(s) {
+            self.acc = Some(d);
+        }
+        if self.facc == Some(s) {
+            self.facc = Some(d);
+        }
+        true
     }
 
     /// Copies the stencil of `key` and patches it: `args` and `res` are the operand and
@@ -1597,6 +1684,28 @@ impl<'a> StencilEmitter<'a> {
             }
         }
         self.hole_values = values;
+        for &r in res {
+            if r % 8 == 0 {
+                Self::stamp(&mut self.written_at, (r / 8) as u32, self.seq);
+            }
+        }
+        if let (Key::Op { .. }, [r]) = (&key, res) {
+            let sites: smallvec::SmallVec<[u32; 2]> = st
+                .holes
+                .iter()
+                .filter(|h| h.role == Role::Res(0))
+                .map(|h| (!h.wide).then_some(base as u32 + h.at))
+                .collect::<Option<_>>()
+                .unwrap_or_default();
+            if !sites.is_empty() && r % 8 == 0 {
+                self.defs.push(Def {
+                    word: (r / 8) as u32,
+                    seq: self.seq,
+                    sites,
+                });
+            }
+        }
+        self.seq += 1;
         let written = |a: Option<u32>| a.is_some_and(|a| res.contains(&(8 * u64::from(a))));
         if written(self.acc) {
             self.acc = None;
@@ -1662,6 +1771,7 @@ impl<'a> StencilEmitter<'a> {
 
     fn move_word(&mut self, src: u32, dst: u32) {
         if src != dst {
+            self.note_read(src);
             let (a, r) = (8 * u64::from(src), 8 * u64::from(dst));
             // From the accumulator when it holds the word (frame words are written whole,
             // and it holds them widened to 64 bits).
@@ -1709,11 +1819,13 @@ impl<'a> StencilEmitter<'a> {
         let v = match v {
             SVal::Slot(s, Scalar::F64) if !used.facc && self.facc == Some(s) => {
                 used.facc = true;
+                self.note_read(s);
                 return Form::Acc(Scalar::F64);
             }
             SVal::Slot(s, t) if t != Scalar::F64 && !used.acc && self.acc == Some(s) => {
                 used.acc = true;
                 self.use_inherited_acc();
+                self.note_read(s);
                 return Form::Acc(t);
             }
             SVal::Imm(bits, s) if imm && !used.consts => {
@@ -1740,10 +1852,13 @@ impl<'a> StencilEmitter<'a> {
         };
         match v {
             SVal::Slot(s, t) => {
+                self.note_read(s);
                 words.push(8 * u64::from(s));
                 Form::Slot(t)
             }
             SVal::Slice { ptr, len, elem } => {
+                self.note_read(ptr);
+                self.note_read(len);
                 words.push(8 * u64::from(ptr));
                 words.push(8 * u64::from(len));
                 Form::Slice(elem)
@@ -1757,6 +1872,28 @@ impl<'a> StencilEmitter<'a> {
         }
     }
 
+    /// A jump to `dest` passing `args`; `retarget`: it ends a block that has no other
+    /// exit, so its moves may be dropped by retargeting results (see `retarget`).
+    fn jump_with(&mut self, dest: u32, args: &[SVal], retarget: bool) {
+        self.pass_args(dest, args, retarget);
+        // A block with no code that moves nothing stands for `dest` (jump threading): jumps
+        // to it are patched to go to `dest`'s code, and it gets none.
+        // (Not a block the code before falls into: that needs the jump.)
+        // (Nor when `dest` reads the accumulator on entry: jumps here must load it.)
+        if let Some((b, at, false)) = self.empty {
+            let target = self.resolve(dest);
+            if at as usize == self.code.len() && target != b && self.acc_for(target).is_none() {
+                let entries = self.blocks[b as usize].entries;
+                self.blocks[b as usize].alias = Some(target);
+                self.blocks[b as usize].at = None;
+                self.blocks[target as usize].entries += entries;
+                self.empty = None;
+                return;
+            }
+        }
+        self.raw_jump(dest);
+    }
+
     /// Moves `args` into the parameters of block `b` (a parallel move: through fresh
     /// words when a source is also a destination).
     ///
@@ -1768,7 +1905,7 @@ impl<'a> StencilEmitter<'a> {
     /// the parameters bound to it is written only where one of them is defined (an
     /// operation's result, a jump into a block), and each of them is read only after
     /// that write on every path, before control leaves its block.
-    fn pass_args(&mut self, b: u32, args: &[SVal]) {
+    fn pass_args(&mut self, b: u32, args: &[SVal], retarget: bool) {
         let info = &mut self.blocks[b as usize];
         let (at, n) = info.params;
         let params = &mut self.params[at as usize..(at + n) as usize];
@@ -1805,6 +1942,17 @@ impl<'a> StencilEmitter<'a> {
                 };
                 if src[k] != Word::Slot(d) {
                     pairs.push((d, src[k]));
+                }
+            }
+        }
+        if retarget && !self.defs.is_empty() {
+            let mut k = 0;
+            while k < pairs.len() {
+                match pairs[k] {
+                    (d, Word::Slot(s)) if self.retarget(d, s, args, &pairs) => {
+                        pairs.swap_remove(k);
+                    }
+                    _ => k += 1,
                 }
             }
         }
@@ -1859,6 +2007,8 @@ impl<'a> StencilEmitter<'a> {
         };
         self.lib.get(&key).ok()?;
         self.code.truncate(lc.start);
+        self.defs
+            .retain(|d| d.sites.iter().all(|&at| (at as usize) < lc.start));
         self.fixups.truncate(lc.fixups);
         self.frame_holes.truncate(lc.frame_holes);
         self.copies = lc.copies;
@@ -1885,7 +2035,7 @@ impl<'a> StencilEmitter<'a> {
     fn edges(&mut self, pending: Vec<(u32, u32, Vec<SVal>)>) {
         for (t, b, args) in pending {
             self.place(t);
-            self.jump(b, &args);
+            self.jump_with(b, &args, false);
         }
     }
 
@@ -2069,6 +2219,7 @@ impl Backend for StencilEmitter<'_> {
             let SVal::Slot(s, _) = self.materialize(e) else {
                 unreachable!("elements are scalars")
             };
+            self.note_read(s);
             let dst = 8 * u64::from(base) + k as u64 * size;
             self.emit(
                 Key::MoveTo(elem),
@@ -2098,23 +2249,7 @@ impl Backend for StencilEmitter<'_> {
     }
 
     fn jump(&mut self, dest: u32, args: &[SVal]) {
-        self.pass_args(dest, args);
-        // A block with no code that moves nothing stands for `dest` (jump threading): jumps
-        // to it are patched to go to `dest`'s code, and it gets none.
-        // (Not a block the code before falls into: that needs the jump.)
-        // (Nor when `dest` reads the accumulator on entry: jumps here must load it.)
-        if let Some((b, at, false)) = self.empty {
-            let target = self.resolve(dest);
-            if at as usize == self.code.len() && target != b && self.acc_for(target).is_none() {
-                let entries = self.blocks[b as usize].entries;
-                self.blocks[b as usize].alias = Some(target);
-                self.blocks[b as usize].at = None;
-                self.blocks[target as usize].entries += entries;
-                self.empty = None;
-                return;
-            }
-        }
-        self.raw_jump(dest);
+        self.jump_with(dest, args, true);
     }
 
     fn brif(&mut self, cond: SVal, t: (u32, &[SVal]), e: (u32, &[SVal])) {
@@ -2141,7 +2276,7 @@ impl Backend for StencilEmitter<'_> {
             [Some(target), None]
         };
         self.emit(key, &words, &[], SrcLoc::default(), Extra::None, &conts);
-        self.jump(near, near_args);
+        self.jump_with(near, near_args, false);
         self.edges(pending);
     }
 
@@ -2167,7 +2302,7 @@ impl Backend for StencilEmitter<'_> {
                 &[None, Some(target)],
             );
         }
-        self.jump(default.0, default.1);
+        self.jump_with(default.0, default.1, false);
         self.edges(pending);
     }
 
@@ -2516,6 +2651,68 @@ mod tests {
                 "{hop}: {rejoined:x?}"
             );
         }
+    }
+
+    /// The stencils copied for a unit taking `x` that jumps to a loop `head`, which
+    /// computes `q = p + 1` from its parameter `p` and jumps back passing `q`.
+    /// `read_after`: the loop also computes `p * 2` after `q` (reading `p` after `q` is
+    /// made). `twice`: the loop jumps instead to a block `next(a, b)` entered first there,
+    /// passing `q` to both (the first jump binds `a` to `q`'s word, so `b` needs a move).
+    fn back_edge(lib: &StencilLib, read_after: bool, twice: bool) -> usize {
+        let mut services = NoServices;
+        let t = [Type::I64];
+        let two = [Type::I64; 2];
+        let mut em = StencilEmitter::new(lib, &mut services, false, Vec::new(), &t);
+        let (entry, head, next) = (
+            em.create_block(&t),
+            em.create_block(&t),
+            em.create_block(&two),
+        );
+        let k = |em: &mut StencilEmitter, op: BinaryOp, v: SVal, k: u64| {
+            let tys = [Type::I64, Type::I64];
+            em.op(
+                &TOp::Binary(op),
+                &[v, SVal::Imm(k, Scalar::I64)],
+                &tys,
+                SrcLoc::default(),
+            )
+            .expect("a result")
+        };
+        em.switch_to_block(entry);
+        let x = params(&mut em, entry, &t)[0];
+        em.jump(head, &[x]);
+        em.switch_to_block(head);
+        let p = params(&mut em, head, &t)[0];
+        let q = k(&mut em, BinaryOp::Add, p, 1);
+        if read_after {
+            k(&mut em, BinaryOp::Mul, p, 2);
+        }
+        if twice {
+            em.jump(next, &[q, q]);
+            em.switch_to_block(next);
+            let ab = params(&mut em, next, &two);
+            em.ret(Some(ab[1]));
+        } else {
+            em.jump(head, &[q]);
+        }
+        em.finish(entry).expect("stitched").1
+    }
+
+    /// A value computed in a block and passed to a parameter by the jump that ends it is
+    /// written straight into the parameter's frame word (its copy's result hole is
+    /// retargeted), so the jump moves nothing; not when the parameter's old value is
+    /// read after the value is made, nor when the value goes to two parameters (one of
+    /// them bound to the value's own word).
+    #[test]
+    fn results_are_written_where_the_jump_passes_them() {
+        let lib = StencilLib::new(test_isa());
+        // Every unit copies the prologue and its move of `x` into the entry's parameter,
+        // and `p + 1`; the loop's jump back moves nothing.
+        assert_eq!(back_edge(&lib, false, false), 3);
+        // Also `p * 2`, and the move of `q`.
+        assert_eq!(back_edge(&lib, true, false), 5);
+        // Also the move of `q` into `b`; and `ret`.
+        assert_eq!(back_edge(&lib, false, true), 5);
     }
 
     /// A hole Cranelift does not keep as it is (a constant divisor becomes a
