@@ -1184,12 +1184,14 @@ struct LastCmp {
     insts: usize,
 }
 
-/// An operation's result copied into the current block: its frame word, the stamp of the
-/// copy, and where the copy's result holes (4-byte frame offsets) stand in the code.
+/// An operation's result copied into the current run of fall-through blocks: its frame
+/// word, the stamp of the copy, where the copy's result holes (4-byte frame offsets)
+/// stand in the code, and how many blocks of the run were placed before it.
 struct Def {
     word: u32,
     seq: u32,
     sites: smallvec::SmallVec<[u32; 2]>,
+    run: u32,
 }
 
 /// The stitch-tier backend: builds one unit by copying stencils (see the module doc).
@@ -1247,9 +1249,17 @@ pub struct StencilEmitter<'a> {
     seq: u32,
     read_at: Vec<u32>,
     written_at: Vec<u32>,
-    /// The results of operations copied into the current block, for retargeting (see
-    /// `retarget`).
+    /// The results of operations copied into the current run of blocks, for retargeting
+    /// (see `retarget`): a run is a block placed after a jump and the blocks placed after
+    /// it that the code before falls into and nothing had jumped to (`run` lists those).
     defs: Vec<Def>,
+    run: Vec<u32>,
+    /// The words jumps of the current run passed, and the block each jump went to.
+    passes: Vec<(u32, u32)>,
+    /// Per frame word `s`, the word `d` that a retargeted result meant for `s` was
+    /// written to (`u32::MAX`: none): a later jump that writes `s` as a parameter writes
+    /// `d` too (see `retarget`).
+    also: Vec<u32>,
     /// Also make each stencil's common variants ([`StencilLib::make_variants`]).
     variants: bool,
     /// Stencils copied and their machine instructions.
@@ -1297,6 +1307,9 @@ impl<'a> StencilEmitter<'a> {
             read_at: Vec::new(),
             written_at: Vec::new(),
             defs: Vec::new(),
+            run: Vec::new(),
+            passes: Vec::new(),
+            also: Vec::new(),
             variants: false,
             copies: 0,
             insts: 0,
@@ -1436,7 +1449,6 @@ impl<'a> StencilEmitter<'a> {
         }
         self.empty = Some((b, self.code.len() as u32, falls));
         self.last_cmp = None;
-        self.defs.clear();
         let info = &mut self.blocks[b as usize];
         info.at = Some(self.code.len() as u32);
         info.fixed = true;
@@ -1447,6 +1459,11 @@ impl<'a> StencilEmitter<'a> {
         if inherit {
             info.acc_in = self.jump_acc;
             info.acc_from = self.jump_inherited;
+            self.run.push(b);
+        } else {
+            self.defs.clear();
+            self.run.clear();
+            self.passes.clear();
         }
         self.forget_accs();
         self.current = Some(b);
@@ -1543,19 +1560,38 @@ impl<'a> StencilEmitter<'a> {
         table.get(w as usize).copied().unwrap_or(0)
     }
 
-    /// Result retargeting, for the moves of a jump that ends the block: a move `d <- s`
-    /// where `s` is the result of an operation copied into this block is dropped, and that
-    /// copy's result holes are patched to write `d` instead, when that is the same: nothing
-    /// read `s` after the operation (nor will: of the jump's `args`, only this move's reads
-    /// `s`, and no parameter was bound to `s`), and nothing read or wrote `d` after it (a
-    /// read by the operation itself comes before its write) nor will (`d` is the source of
-    /// no move: `moves` are the jump's). So a loop's back edge moves nothing for values
-    /// computed in its body. Returns whether the move was dropped.
-    fn retarget(&mut self, d: u32, s: u32, args: &[SVal], moves: &[(u32, Word)]) -> bool {
+    /// Result retargeting, for the moves of a jump to `b` that ends a block: a move
+    /// `d <- s` where `s` is the result of an operation copied into the current run of
+    /// fall-through blocks is dropped, and that copy's result holes are patched to write
+    /// `d` instead, when that is the same:
+    /// - the code from the operation to here is all that runs between them (the blocks
+    ///   of the run placed after it were entered only by falling through, and `b` is not
+    ///   one of them); a block of the run entered later by a jump that writes `s` as its
+    ///   parameter gets `d` written too (`also`, see `pass_args`);
+    /// - nothing read `s` after the operation (nor will: of the jump's `args`, only this
+    ///   move's reads `s`, and no parameter was bound to `s`), where passing `s` to a
+    ///   block counts as a read unless that block is one of the run placed after it (its
+    ///   own reads count);
+    /// - nothing read or wrote `d` after it (a read by the operation itself comes before
+    ///   its write) nor will (`d` is the source of no move: `moves` are the jump's).
+    ///
+    /// So a loop's back edge moves nothing for values computed in its body. Returns
+    /// whether the move was dropped.
+    fn retarget(&mut self, b: u32, d: u32, s: u32, args: &[SVal], moves: &[(u32, Word)]) -> bool {
         let Some(k) = self.defs.iter().rposition(|def| def.word == s) else {
             return false;
         };
-        let seq = self.defs[k].seq;
+        let (seq, from) = (self.defs[k].seq, self.defs[k].run as usize);
+        let after = &self.run[from..];
+        if after.contains(&b)
+            || after.iter().any(|&c| self.blocks[c as usize].entries > 0)
+            || self
+                .passes
+                .iter()
+                .any(|&(w, to)| w == s && !after.contains(&to))
+        {
+            return false;
+        }
         let once = args
             .iter()
             .flat_map(|&a| {
@@ -1581,6 +1617,10 @@ impl<'a> StencilEmitter<'a> {
             self.code[at..at + 4].copy_from_slice(&disp);
         }
         Self::stamp(&mut self.written_at, d, seq);
+        if s as usize >= self.also.len() {
+            self.also.resize(s as usize + 1, u32::MAX);
+        }
+        self.also[s as usize] = d;
         if self.acc == Some(s) {
             self.acc = Some(d);
         }
@@ -1702,6 +1742,7 @@ impl<'a> StencilEmitter<'a> {
                     word: (r / 8) as u32,
                     seq: self.seq,
                     sites,
+                    run: self.run.len() as u32,
                 });
             }
         }
@@ -1934,6 +1975,7 @@ impl<'a> StencilEmitter<'a> {
         // The words that must move (a buffer reused by every edge).
         let mut pairs = std::mem::take(&mut self.moves);
         pairs.clear();
+        let mut doubled = false;
         for (p, a) in params.iter().zip(args) {
             let ((dst, n), (src, _)) = (Self::words(*p), Self::words(*a));
             for k in 0..n {
@@ -1943,16 +1985,46 @@ impl<'a> StencilEmitter<'a> {
                 if src[k] != Word::Slot(d) {
                     pairs.push((d, src[k]));
                 }
+                // A result meant for `d` was written elsewhere (retargeted): so is this.
+                let also = self.also.get(d as usize).copied().unwrap_or(u32::MAX);
+                if also != u32::MAX && src[k] != Word::Slot(also) {
+                    pairs.push((also, src[k]));
+                    doubled = true;
+                }
             }
+        }
+        if doubled
+            && pairs
+                .iter()
+                .enumerate()
+                .any(|(k, &(d, _))| pairs[..k].iter().any(|&(e, _)| e == d))
+        {
+            self.moves = pairs;
+            return self.fail(StencilError(format!(
+                "a frame word written twice by one jump to block {b}"
+            )));
         }
         if retarget && !self.defs.is_empty() {
             let mut k = 0;
             while k < pairs.len() {
                 match pairs[k] {
-                    (d, Word::Slot(s)) if self.retarget(d, s, args, &pairs) => {
+                    (d, Word::Slot(s)) if self.retarget(b, d, s, args, &pairs) => {
                         pairs.swap_remove(k);
                     }
                     _ => k += 1,
+                }
+            }
+        }
+        // (A run too long to check cheaply retargets nothing more.)
+        if self.passes.len() > 4096 {
+            self.defs.clear();
+            self.passes.clear();
+        }
+        for &a in args {
+            let (ws, n) = Self::words(a);
+            for &w in &ws[..n] {
+                if let Word::Slot(w) = w {
+                    self.passes.push((w, b));
                 }
             }
         }
@@ -2698,6 +2770,38 @@ mod tests {
         em.finish(entry).expect("stitched").1
     }
 
+    /// The stencils copied for a unit taking `x` that jumps to a loop `head(p)`, which
+    /// computes `q = p + 1` and jumps to `y(q)`, placed next (so `y`'s parameter is `q`'s
+    /// word and the code falls into it), which jumps back to `head` passing its
+    /// parameter; with `late`, a block placed last jumps to `y(x)`.
+    fn through_run(lib: &StencilLib, late: bool) -> usize {
+        let mut services = NoServices;
+        let t = [Type::I64];
+        let mut em = StencilEmitter::new(lib, &mut services, false, Vec::new(), &t);
+        let [entry, head, y, other] = [(); 4].map(|_| em.create_block(&t));
+        em.switch_to_block(entry);
+        let x = params(&mut em, entry, &t)[0];
+        em.jump(head, &[x]);
+        em.switch_to_block(head);
+        let p = params(&mut em, head, &t)[0];
+        let tys = [Type::I64, Type::I64];
+        let one = SVal::Imm(1, Scalar::I64);
+        let add = TOp::Binary(BinaryOp::Add);
+        let q = em.op(&add, &[p, one], &tys, SrcLoc::default());
+        em.jump(y, &[q.expect("a result")]);
+        em.switch_to_block(y);
+        let v = params(&mut em, y, &t)[0];
+        em.jump(head, &[v]);
+        em.switch_to_block(other);
+        let o = params(&mut em, other, &t)[0];
+        if late {
+            em.jump(y, &[o]);
+        } else {
+            em.ret(Some(o));
+        }
+        em.finish(entry).expect("stitched").1
+    }
+
     /// A value computed in a block and passed to a parameter by the jump that ends it is
     /// written straight into the parameter's frame word (its copy's result hole is
     /// retargeted), so the jump moves nothing; not when the parameter's old value is
@@ -2713,6 +2817,11 @@ mod tests {
         assert_eq!(back_edge(&lib, true, false), 5);
         // Also the move of `q` into `b`; and `ret`.
         assert_eq!(back_edge(&lib, false, true), 5);
+        // Also through a block the code falls into, which passes `q` on: `p + 1` writes
+        // `p`'s word. A later jump into that block then writes both `q`'s word (the
+        // block's parameter) and `p`'s.
+        assert_eq!(through_run(&lib, false), 4);
+        assert_eq!(through_run(&lib, true), 5);
     }
 
     /// A hole Cranelift does not keep as it is (a constant divisor becomes a
