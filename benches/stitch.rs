@@ -11,7 +11,10 @@
 //! has-been-stitched lookups at roots) and the NTBS tests the planned stitcher executed.
 //! Times are the median of 15 batches, batches of the two executors alternating; the
 //! ratio is the median of the per-batch ratios. `--profile REGION [work]` instead runs the
-//! planned stitcher (or the work list) on one region for ten seconds, for a profiler.
+//! planned stitcher (or the work list) on one region for ten seconds, for a profiler;
+//! `--specialize PROGRAM` makes stitch-tier specializations of the interpreter on one
+//! byte-code program, through the whole runtime (fold layer, stencils, code heap), for ten
+//! seconds, and prints the median time of one.
 
 use std::time::{Duration, Instant};
 
@@ -225,8 +228,44 @@ fn regions() -> Vec<Region> {
     regions
 }
 
+/// Stitch-tier specializations of the interpreter on byte-code program `name` for ten
+/// seconds; prints the median time of one.
+fn specialize(name: &str) {
+    use dyc::{Arg, Program, RuntimeOptions, Tier};
+    let src = include_str!("../examples/bytecode.dyc");
+    let program = Program::compile_with("bytecode.dyc", src, RuntimeOptions::default())
+        .expect("the example compiles");
+    let region = program.region("run").expect("region `run`");
+    let b = bytecode::benches()
+        .into_iter()
+        .find(|b| b.name == name)
+        .expect("a program of the benchmark");
+    let mut times = Vec::new();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        let t = Instant::now();
+        let spec = region
+            .specialize_in(&[Arg::from(&b.code[..])], Tier::Stitch)
+            .expect("specializes");
+        times.push(t.elapsed());
+        drop(spec);
+    }
+    times.sort();
+    let median = times[times.len() / 2];
+    println!(
+        "{name}: {} specializations, median {:.1} us ({:.0} ns per byte-code instruction)",
+        times.len(),
+        median.as_secs_f64() * 1e6,
+        median.as_secs_f64() * 1e9 / (b.code.len() / 4) as f64
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--specialize") {
+        specialize(args.get(i + 1).expect("--specialize takes a program name"));
+        return;
+    }
     if let Some(i) = args.iter().position(|a| a == "--profile") {
         let name = args.get(i + 1).expect("--profile takes a region name");
         let e = if args.get(i + 2).is_some_and(|a| a == "work") {
