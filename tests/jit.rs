@@ -726,7 +726,6 @@ fn the_stitch_tier_agrees_with_plain_rust_on_random_byte_code() {
             first: Tier::Stitch,
             hot_calls: u64::MAX,
             hot_time: std::time::Duration::MAX,
-            ..Tiers::default()
         },
         ..RuntimeOptions::default()
     };
