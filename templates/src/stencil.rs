@@ -1583,12 +1583,10 @@ impl<'a> StencilEmitter<'a> {
         };
         let (seq, from) = (self.defs[k].seq, self.defs[k].run as usize);
         let after = &self.run[from..];
-        if after.contains(&b)
+        let in_run = |c: u32| after.contains(&c) || after.contains(&self.resolve(c));
+        if in_run(b)
             || after.iter().any(|&c| self.blocks[c as usize].entries > 0)
-            || self
-                .passes
-                .iter()
-                .any(|&(w, to)| w == s && !after.contains(&to))
+            || self.passes.iter().any(|&(w, to)| w == s && !in_run(to))
         {
             return false;
         }
