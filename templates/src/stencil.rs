@@ -206,6 +206,11 @@ pub struct Stencil {
     /// patched to continuation 1's block, the stencil goes there in one jump and falls
     /// through to the code that follows otherwise (see [`branch_cut`]).
     cut: Option<(u32, u32)>,
+    /// A check whose failure path is cold: the offset of the `rel32` of the conditional
+    /// jump to it, and where the cold code starts (it runs to the end). Copied with the
+    /// code that follows as its continuation, the hot part (up to that jump) falls through
+    /// to it, and the cold part goes to the end of the unit (see [`cold_split`]).
+    cold: Option<(u32, u32)>,
     /// Machine instructions (for statistics).
     pub insts: u32,
 }
@@ -929,6 +934,7 @@ fn make(isa: &dyn cranelift_codegen::isa::TargetIsa, key: &Key) -> Result<Stenci
         tail_cont: 0,
         tail_insts: 0,
         cut: None,
+        cold: None,
         insts,
     };
     let n = st.code.len() as u32;
@@ -946,7 +952,46 @@ fn make(isa: &dyn cranelift_codegen::isa::TargetIsa, key: &Key) -> Result<Stenci
     if matches!(key, Key::Branch(_) | Key::CmpBranch { .. }) {
         st.cut = branch_cut(&st, &listing);
     }
+    if matches!(key, Key::BoundsCheck(..)) {
+        st.cold = cold_split(&st, &listing);
+    }
     Ok(st)
+}
+
+/// Where a frameless check stencil splits into a hot and a cold part (see
+/// [`Stencil::cold`]): its code must be `hot; jcc L; nop4; jmp cont0; L: cold` with the
+/// `jcc` the listing's only conditional jump, continuation 0's `jmp` the only one, the
+/// cold part ending in `ret`, nothing addressed relative to `rip` (the parts move apart),
+/// and no hole or import in the `nop` and the `jmp`, which are dropped.
+fn cold_split(st: &Stencil, listing: &str) -> Option<(u32, u32)> {
+    let code = &st.code;
+    let conditional = listing
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('j') && !l.starts_with("jmp"))
+        .count();
+    if conditional != 1 || listing.contains("%rip") || code.last() != Some(&0xc3) {
+        return None;
+    }
+    let [(at, 0)] = st.conts[..] else {
+        return None;
+    };
+    let j = at.checked_sub(1)? as usize;
+    let p = j.checked_sub(10)?;
+    let rel = i32::from_le_bytes([code[p + 2], code[p + 3], code[p + 4], code[p + 5]]);
+    let shape = code[j] == 0xe9
+        && code[j - 4..j] == NOP4
+        && code[p] == 0x0f
+        && (0x80..=0x8f).contains(&code[p + 1])
+        && rel == 9;
+    let split = j + 5;
+    let outside = |at: u32, len: u32| at + len <= p as u32 + 6 || at >= split as u32;
+    let clear = st
+        .holes
+        .iter()
+        .all(|h| h.role != Role::FrameWords && outside(h.at, if h.wide { 8 } else { 4 }))
+        && st.imports.iter().all(|&(at, _, _)| outside(at, 8));
+    (shape && clear && split < code.len()).then_some(((p + 2) as u32, split as u32))
 }
 
 /// Where a frameless two-way branch stencil can be cut (see [`Stencil::cut`]): its code
@@ -1210,6 +1255,10 @@ pub struct StencilEmitter<'a> {
     binding: u32,
     /// `rel32` fields to patch with the address of a block.
     fixups: Vec<(u32, u32)>,
+    /// Cold parts of checks, placed after the code by `finish`, and the `rel32` fields
+    /// (in `code`) of the jumps to them with their offsets in `cold`.
+    cold: Vec<u8>,
+    cold_fixups: Vec<(u32, u32)>,
     /// Frame words in use.
     slots: u32,
     inputs: Vec<SVal>,
@@ -1284,6 +1333,8 @@ impl<'a> StencilEmitter<'a> {
             static_slices,
             code: Vec::with_capacity(4096),
             blocks: Vec::new(),
+            cold: Vec::new(),
+            cold_fixups: Vec::new(),
             params: Vec::new(),
             taken: Vec::new(),
             binding: 0,
@@ -1345,6 +1396,13 @@ impl<'a> StencilEmitter<'a> {
         self.jump_with(entry, &inputs, false);
         if let Some(e) = self.error.take() {
             return Err(e);
+        }
+        let cold_at = self.code.len() as i64;
+        self.code.extend_from_slice(&self.cold);
+        for &(at, off) in &self.cold_fixups {
+            let rel = cold_at + i64::from(off) - (i64::from(at) + 4);
+            let at = at as usize;
+            self.code[at..at + 4].copy_from_slice(&(rel as i32).to_le_bytes());
         }
         for &(at, b) in &self.fixups {
             let Some(target) = self.blocks[self.resolve(b) as usize].at else {
@@ -1661,21 +1719,43 @@ impl<'a> StencilEmitter<'a> {
             (Some((jcc, end)), [None, Some(b)]) => Some((jcc, end, *b)),
             _ => None,
         };
+        // A check followed by its continuation: the cold part goes to `cold`.
+        let cold = match (st.cold, conts) {
+            (Some((jcc, split)), [None]) => Some((jcc, split)),
+            _ => None,
+        };
         self.copies += 1;
         let base = self.code.len();
-        let len = match cut {
-            Some((_, end, _)) => {
+        let cold_base = self.cold.len();
+        let len = match (cut, cold) {
+            (Some((_, end, _)), _) => {
                 // Two `nop`s and two jumps are gone.
                 self.insts += (st.insts as usize).saturating_sub(4);
                 end as usize
             }
-            None => {
+            (None, Some((jcc, split))) => {
+                // The `nop` and the `jmp` are gone.
+                self.insts += (st.insts as usize).saturating_sub(2);
+                self.cold.extend_from_slice(&st.code[split as usize..]);
+                self.cold_fixups.push((base as u32 + jcc, cold_base as u32));
+                jcc as usize + 4
+            }
+            (None, None) => {
                 self.insts +=
                     st.insts as usize - if drop_tail { st.tail_insts as usize } else { 0 };
                 st.code.len() - if drop_tail { st.tail as usize } else { 0 }
             }
         };
         self.code.extend_from_slice(&st.code[..len]);
+        // Where a field of the stencil at `at` stands: in `code`, or in `cold`.
+        let split = cold.map_or(u32::MAX, |(_, s)| s);
+        let field = |at: u32| -> (bool, usize) {
+            if at >= split {
+                (true, cold_base + (at - split) as usize)
+            } else {
+                (false, base + at as usize)
+            }
+        };
         if let Some((jcc, _, b)) = cut {
             self.fixups.push((base as u32 + jcc, b));
             self.enter(b);
@@ -1710,11 +1790,16 @@ impl<'a> StencilEmitter<'a> {
             let Some(v) = v else {
                 return self.fail(StencilError(format!("{key:?}: no value for {:?}", h.role)));
             };
-            let at = base + h.at as usize;
+            let (in_cold, at) = field(h.at);
+            let buf = if in_cold {
+                &mut self.cold
+            } else {
+                &mut self.code
+            };
             if h.wide {
-                self.code[at..at + 8].copy_from_slice(&v.to_le_bytes());
+                buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
             } else if v < 1 << 31 {
-                self.code[at..at + 4].copy_from_slice(&(v as u32).to_le_bytes());
+                buf[at..at + 4].copy_from_slice(&(v as u32).to_le_bytes());
             } else {
                 return self.fail(StencilError(format!(
                     "{key:?}: {v:#x} does not fit a 4-byte hole"
@@ -1735,7 +1820,7 @@ impl<'a> StencilEmitter<'a> {
                 .map(|h| (!h.wide).then_some(base as u32 + h.at))
                 .collect::<Option<_>>()
                 .unwrap_or_default();
-            if !sites.is_empty() && r % 8 == 0 {
+            if !sites.is_empty() && r % 8 == 0 && cold.is_none() {
                 self.defs.push(Def {
                     word: (r / 8) as u32,
                     seq: self.seq,
@@ -1779,9 +1864,14 @@ impl<'a> StencilEmitter<'a> {
                 }
                 (h, _) => self.services.helper(h),
             };
-            let at = base + at as usize;
+            let (in_cold, at) = field(at);
+            let buf = if in_cold {
+                &mut self.cold
+            } else {
+                &mut self.code
+            };
             let v = addr.wrapping_add(addend as u64);
-            self.code[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
         }
     }
 
@@ -2820,6 +2910,46 @@ mod tests {
         // block's parameter) and `p`'s.
         assert_eq!(through_run(&lib, false), 4);
         assert_eq!(through_run(&lib, true), 5);
+    }
+
+    /// A bounds check's failure path is cold: the check falls through to the code that
+    /// follows (its `nop` and `jmp` are dropped), and its conditional jump goes to the
+    /// failure path, copied after everything else at the end of the unit.
+    #[test]
+    fn a_check_falls_through_and_its_failure_path_goes_last() {
+        let lib = StencilLib::new(test_isa());
+        let i = Scalar::I64;
+        let st = lib
+            .get(&Key::BoundsCheck(Form::Slice(i), Form::Slot(i)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (_, split) = st.cold.expect("a bounds check splits");
+        let cold_len = st.code.len() - split as usize;
+        let mut services = NoServices;
+        let t = [
+            Type::Slice {
+                elem: i,
+                mutable: false,
+            },
+            Type::I64,
+        ];
+        let mut em = StencilEmitter::new(&lib, &mut services, false, Vec::new(), &t);
+        let entry = em.create_block(&t);
+        em.switch_to_block(entry);
+        let p = params(&mut em, entry, &t);
+        em.bounds_check(p[0], p[1], i, SrcLoc::default());
+        em.ret(Some(p[1]));
+        let code = em.finish(entry).expect("stitched").0;
+        let cold_at = code.len() - cold_len;
+        assert_eq!(code[code.len() - 1], 0xc3);
+        let jcc = (0..cold_at - 6)
+            .find(|&k| {
+                let rel = i32::from_le_bytes([code[k + 2], code[k + 3], code[k + 4], code[k + 5]]);
+                code[k] == 0x0f
+                    && (0x80..=0x8f).contains(&code[k + 1])
+                    && (k + 6) as i64 + i64::from(rel) == cold_at as i64
+            })
+            .unwrap_or_else(|| panic!("no jump to the cold part: {code:x?}"));
+        assert_ne!(code[jcc + 6..jcc + 10], NOP4, "{code:x?}");
     }
 
     /// A hole Cranelift does not keep as it is (a constant divisor becomes a
