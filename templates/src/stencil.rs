@@ -571,8 +571,9 @@ fn build(
         let v = word(em, v);
         em.b.ins().store(TRUSTED(), v, fp, d);
     };
-    // Operand `f` as words `k..`; returns the value and the next word.
-    let operand = |em: &mut ClifEmitter, f: Form, k: u16| -> (CVal, u16) {
+    // Operand `f` as words `k..`; returns the value and the next word. Of a slice, only
+    // the halves `halves` says are read are loaded (Cranelift keeps a load nothing uses).
+    let operand = |em: &mut ClifEmitter, f: Form, k: u16, halves: (bool, bool)| -> (CVal, u16) {
         match f {
             Form::Slot(s) => (CVal::Val(load(em, clif_type(s), Role::Arg(k)), s), k + 1),
             Form::Imm(s, wide) => {
@@ -587,8 +588,12 @@ fn build(
                 (CVal::Val(v, s), k + 1)
             }
             Form::Slice(elem) => {
-                let ptr = load(em, types::I64, Role::Arg(k));
-                let len = load(em, types::I64, Role::Arg(k + 1));
+                let mut half = |needed: bool, role: Role| match needed {
+                    true => load(em, types::I64, role),
+                    false => em.b.ins().iconst(types::I64, 0),
+                };
+                let ptr = half(halves.0, Role::Arg(k));
+                let len = half(halves.1, Role::Arg(k + 1));
                 (CVal::Slice { ptr, len, elem }, k + 2)
             }
             Form::ConstSlice(elem) => {
@@ -619,20 +624,31 @@ fn build(
         em.b.switch_to_block(e);
         cont(em, 0, same);
     };
-    let operands = |em: &mut ClifEmitter, forms: &[Form]| -> Vec<CVal> {
-        let mut k = 0;
-        forms
-            .iter()
-            .map(|&f| {
-                let (v, next) = operand(em, f, k);
-                k = next;
-                v
-            })
-            .collect()
-    };
+    // The operands of `forms`; `halves(n)` says which halves of a slice operand `n` the
+    // stencil reads.
+    let operands =
+        |em: &mut ClifEmitter, forms: &[Form], halves: &dyn Fn(usize) -> (bool, bool)| {
+            let mut k = 0;
+            forms
+                .iter()
+                .enumerate()
+                .map(|(n, &f)| {
+                    let (v, next) = operand(em, f, k, halves(n));
+                    k = next;
+                    v
+                })
+                .collect::<Vec<CVal>>()
+        };
+    let both = |_: usize| (true, true);
     match key {
         Key::Op { op, forms, .. } => {
-            let args = operands(&mut em, forms);
+            // Unchecked loads and stores read a slice's pointer, `len` its length.
+            let halves = |n: usize| match (op, n) {
+                (TOp::Load | TOp::Store, 0) => (true, false),
+                (TOp::Len, 0) => (false, true),
+                _ => (true, true),
+            };
+            let args = operands(&mut em, forms, &halves);
             let tys: Vec<Type> = forms.iter().map(|&f| form_type(f)).collect();
             // A scalar result goes to its frame word and to the accumulator; otherwise
             // the accumulator is passed on.
@@ -689,13 +705,13 @@ fn build(
             cont(&mut em, 0, same);
         }
         Key::Branch(f) => {
-            let CVal::Val(c, _) = operand(&mut em, *f, 0).0 else {
+            let CVal::Val(c, _) = operand(&mut em, *f, 0, (true, true)).0 else {
                 unreachable!("a condition is a scalar")
             };
             two_way(&mut em, c);
         }
         Key::CmpBranch { op, forms } => {
-            let args = operands(&mut em, forms);
+            let args = operands(&mut em, forms, &both);
             let tys: Vec<Type> = forms.iter().map(|&f| form_type(f)).collect();
             let Some(CVal::Val(c, _)) = em.op(op, &args, &tys, SrcLoc::default()) else {
                 unreachable!("a comparison is a scalar")
@@ -703,7 +719,7 @@ fn build(
             two_way(&mut em, c);
         }
         Key::CaseEq(f, wide) => {
-            let (CVal::Val(x, _), k) = operand(&mut em, *f, 0) else {
+            let (CVal::Val(x, _), k) = operand(&mut em, *f, 0, (true, true)) else {
                 unreachable!("a switch value is a scalar")
             };
             let x = word(&mut em, x);
@@ -713,12 +729,13 @@ fn build(
             two_way(&mut em, eq);
         }
         Key::Ret(form) => {
-            let v = form.map(|f| operand(&mut em, f, 0).0);
+            let v = form.map(|f| operand(&mut em, f, 0, (true, true)).0);
             em.ret(v);
         }
         Key::Trap => em.trap(SrcLoc::default()),
         Key::BoundsCheck(s, i) => {
-            let args = operands(&mut em, &[*s, *i]);
+            // A bounds check reads the slice's length only.
+            let args = operands(&mut em, &[*s, *i], &|n| (n != 0, true));
             let ty = match i {
                 Form::Slot(t) | Form::Imm(t, _) | Form::Acc(t) => *t,
                 _ => Scalar::I64,
@@ -729,12 +746,12 @@ fn build(
         Key::Fuel => cont(&mut em, 0, same),
         Key::Promote { promoted, live, .. } => {
             let forms: Vec<Form> = promoted.iter().map(|&s| Form::Slot(s)).collect();
-            let p = operands(&mut em, &forms);
+            let p = operands(&mut em, &forms, &both);
             let mut k = p.len() as u16;
             let l: Vec<CVal> = live
                 .iter()
                 .map(|&f| {
-                    let (v, next) = operand(&mut em, f, k);
+                    let (v, next) = operand(&mut em, f, k, (true, true));
                     k = next;
                     v
                 })
