@@ -447,8 +447,21 @@ impl Program {
 /// Evicts least recently used versions of any region entry of `inner` until the cached
 /// specializations plus `extra` more (and `extra_bytes` more code) fit the program's
 /// limits, or nothing is left to evict. The caller holds `inner.evicting`.
+///
+/// When the number of versions fits and so does all the machine code the process holds
+/// (a bound on the cached versions' code), nothing is scanned: that check costs a sum over
+/// the regions, where the scan visits every cached version.
 fn evict_to_fit(inner: &ProgramInner, extra: usize, extra_bytes: usize, guard: &Guard) {
     let limits = inner.runtime.options().limits;
+    let versions: usize = (inner.regions.iter().filter_map(OnceLock::get))
+        .map(|r| r.cache.len())
+        .sum();
+    let code = dyc_stitcher::runtime::live().code_bytes;
+    if versions.saturating_add(extra) <= limits.max_specializations
+        && code.saturating_add(extra_bytes) <= limits.max_code_bytes
+    {
+        return;
+    }
     loop {
         let (mut count, mut bytes) = (extra, extra_bytes);
         let mut victim: Option<(u64, &Arc<RegionState>, Vec<u64>)> = None;
