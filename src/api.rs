@@ -45,7 +45,8 @@
 //! ```
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
@@ -268,8 +269,8 @@ struct ProgramInner {
     /// is stamped `2n`; a hit after it (and before the next) stamps `2n + 1`, so a hit is
     /// more recent than every version made before it.
     tick: AtomicU64,
-    /// Serializes eviction (which scans every region's cache).
-    evicting: Mutex<()>,
+    /// Serializes caching and eviction, and orders the cached versions by last use.
+    evicting: Mutex<Lru>,
     /// Host registrations so far: a version specialized across one is not cached (it may
     /// hold the absence of the host).
     hosts_gen: AtomicU64,
@@ -308,7 +309,7 @@ impl Program {
             runtime,
             regions,
             tick: AtomicU64::new(0),
-            evicting: Mutex::new(()),
+            evicting: Mutex::new(Lru::default()),
             hosts_gen: AtomicU64::new(0),
         });
         // Code a promotion stitches into a cached version counts at once: the limits are
@@ -317,8 +318,11 @@ impl Program {
         inner.runtime.on_code_growth(move || {
             if let Some(inner) = weak.upgrade() {
                 let guard = epoch::pin();
-                let _evicting = inner.evicting.lock();
-                evict_to_fit(&inner, 0, 0, &guard);
+                let mut lru = inner.evicting.lock();
+                for r in inner.regions.iter().filter_map(OnceLock::get) {
+                    r.cache.reweigh(Version::code_bytes);
+                }
+                evict_to_fit(&inner, &mut lru, 0, 0, &guard);
             }
         });
         Ok(Program { inner })
@@ -341,7 +345,7 @@ impl Program {
         // baked its absence in as a fault: every cached version goes (freed once no call
         // still runs it), and calls specialize again.
         let guard = epoch::pin();
-        let _evicting = self.inner.evicting.lock();
+        let mut lru = self.inner.evicting.lock();
         self.inner.hosts_gen.fetch_add(1, Ordering::SeqCst);
         for st in self.inner.regions.iter().filter_map(OnceLock::get) {
             let mut keys = Vec::new();
@@ -350,6 +354,7 @@ impl Program {
                 st.cache.remove(&k, &guard);
             }
         }
+        lru.heap.clear();
         Ok(())
     }
 
@@ -384,7 +389,7 @@ impl Program {
         if new_bytes > limits.max_code_bytes {
             return Err(version);
         }
-        let _evicting = inner.evicting.lock();
+        let mut lru = inner.evicting.lock();
         // A host registered while this version was made: it may hold the host's absence.
         if inner.hosts_gen.load(Ordering::SeqCst) != hosts_gen {
             return Err(version);
@@ -403,9 +408,21 @@ impl Program {
             // Racers on other keys may have filled the entry since the miss looked.
             return Err(version);
         }
-        evict_to_fit(inner, 1, new_bytes, guard);
+        evict_to_fit(inner, &mut lru, 1, new_bytes, guard);
         let tick = 2 * (inner.tick.fetch_add(1, Ordering::Relaxed) + 1);
-        Ok(st.cache.insert(key, version, tick, guard).0)
+        let (v, new) = st
+            .cache
+            .insert_weighted(key, version, tick, new_bytes, guard);
+        if new {
+            if let Some((born, used)) = st.cache.stamp(key) {
+                lru.heap
+                    .push(Reverse((used, born, st.id.as_u32(), key.into())));
+            }
+            if lru.heap.len() > 2 * cached_versions(inner) + 64 {
+                lru.rebuild(inner);
+            }
+        }
+        Ok(v)
     }
 
     /// Statistics of every region used so far, by name.
@@ -444,48 +461,94 @@ impl Program {
     }
 }
 
-/// Evicts least recently used versions of any region entry of `inner` until the cached
-/// specializations plus `extra` more (and `extra_bytes` more code) fit the program's
-/// limits, or nothing is left to evict. The caller holds `inner.evicting`.
-///
-/// When the number of versions fits and so does all the machine code the process holds
-/// (a bound on the cached versions' code), nothing is scanned: that check costs a sum over
-/// the regions, where the scan visits every cached version.
-fn evict_to_fit(inner: &ProgramInner, extra: usize, extra_bytes: usize, guard: &Guard) {
-    let limits = inner.runtime.options().limits;
-    let versions: usize = (inner.regions.iter().filter_map(OnceLock::get))
-        .map(|r| r.cache.len())
-        .sum();
-    let code = dyc_stitcher::runtime::live().code_bytes;
-    if versions.saturating_add(extra) <= limits.max_specializations
-        && code.saturating_add(extra_bytes) <= limits.max_code_bytes
-    {
-        return;
-    }
-    loop {
-        let (mut count, mut bytes) = (extra, extra_bytes);
-        let mut victim: Option<(u64, &Arc<RegionState>, Vec<u64>)> = None;
+/// The cached versions of a program by last use, least recent first: (last-use tick,
+/// entry number, region, key), one item per version cached and stale ones besides. An item
+/// is checked when it comes first: a version gone or replaced (another entry number) is
+/// dropped, one used since is put back with its tick now. So the first item that checks
+/// out is the least recently used version, and a hit costs the heap nothing.
+#[derive(Default)]
+struct Lru {
+    heap: BinaryHeap<Reverse<LruItem>>,
+}
+
+/// An item of [`Lru`]: last-use tick, entry number, region (function index), key.
+type LruItem = (u64, u64, u32, Box<[u64]>);
+
+impl Lru {
+    /// Rebuilt from the caches (dropping stale items).
+    fn rebuild(&mut self, inner: &ProgramInner) {
+        let mut items = Vec::new();
         for r in inner.regions.iter().filter_map(OnceLock::get) {
-            r.cache.for_each(|key, v, used| {
-                count += 1;
-                bytes += v.code_bytes();
-                if victim.as_ref().is_none_or(|(u, _, _)| used < *u) {
-                    victim = Some((used, r, key.to_vec()));
-                }
+            let id = r.id.as_u32();
+            r.cache.for_each_stamp(|key, born, used| {
+                items.push(Reverse((used, born, id, key.into())));
             });
         }
+        self.heap = BinaryHeap::from(items);
+    }
+}
+
+/// Versions cached in every region entry of `inner`.
+fn cached_versions(inner: &ProgramInner) -> usize {
+    (inner.regions.iter().filter_map(OnceLock::get))
+        .map(|r| r.cache.len())
+        .sum()
+}
+
+/// Evicts least recently used versions of any region entry of `inner` until the cached
+/// specializations plus `extra` more (and `extra_bytes` more code) fit the program's
+/// limits, or nothing is left to evict. The caller holds `inner.evicting` (`lru`).
+///
+/// The counts are sums over the regions (each cache keeps its number of entries and the
+/// sum of their code bytes), and the victim comes from `lru`: no version is visited unless
+/// it goes.
+fn evict_to_fit(
+    inner: &ProgramInner,
+    lru: &mut Lru,
+    extra: usize,
+    extra_bytes: usize,
+    guard: &Guard,
+) {
+    let limits = inner.runtime.options().limits;
+    let mut rebuilt = false;
+    loop {
+        let count = cached_versions(inner).saturating_add(extra);
+        let bytes: usize = (inner.regions.iter().filter_map(OnceLock::get))
+            .map(|r| r.cache.weight())
+            .sum();
+        let bytes = bytes.saturating_add(extra_bytes);
         if count <= limits.max_specializations && bytes <= limits.max_code_bytes {
             return;
         }
-        let Some((_, r, key)) = victim else { return };
-        if let Some(v) = r.cache.remove(&key, guard) {
-            r.counters.evictions.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(
-                region = %inner.module.funcs[r.id].name,
-                code_bytes = v.code_bytes(),
-                cached_bytes = bytes,
-                "evicted"
-            );
+        let Some(Reverse((tick, born, id, key))) = lru.heap.pop() else {
+            // Every version cached has an item: none is left to evict (rebuilt once, in
+            // case an item was missing).
+            if rebuilt {
+                return;
+            }
+            lru.rebuild(inner);
+            rebuilt = true;
+            continue;
+        };
+        let Some(r) = inner.regions.get(id as usize).and_then(OnceLock::get) else {
+            continue;
+        };
+        match r.cache.stamp(&key) {
+            Some((b, used)) if b == born && used != tick => {
+                lru.heap.push(Reverse((used, born, id, key)));
+            }
+            Some((b, _)) if b == born => {
+                if let Some(v) = r.cache.remove(&key, guard) {
+                    r.counters.evictions.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(
+                        region = %inner.module.funcs[r.id].name,
+                        code_bytes = v.code_bytes(),
+                        cached_bytes = bytes,
+                        "evicted"
+                    );
+                }
+            }
+            _ => {}
         }
     }
 }

@@ -19,7 +19,7 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::marker::PhantomData;
 
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::epoch::{self, Guard};
@@ -152,6 +152,11 @@ struct Entry<V> {
     key: Key,
     value: V,
     used: AtomicU64,
+    /// The entry's number in this cache (in the order entries were inserted), so that an
+    /// entry replaced under the same key is told apart from it.
+    born: u64,
+    /// What the entry counts in [`Cache::weight`].
+    weight: AtomicUsize,
 }
 
 /// A pointer to a removed entry, moved into the epoch collector's deferred function.
@@ -180,6 +185,9 @@ pub struct Cache<V> {
     map: DashMap<Key, usize, BuildHasherDefault<WordHasher>>,
     /// Serializes insertions and removals.
     writers: Mutex<()>,
+    /// Entries inserted so far, and the sum of the weights of those cached.
+    born: AtomicU64,
+    weight: AtomicUsize,
     /// Lookups hand out `&V` to any thread: the cache is `Sync` only if `V` is.
     _values: PhantomData<V>,
 }
@@ -192,6 +200,8 @@ impl<V> Default for Cache<V> {
             )),
             map: DashMap::default(),
             writers: Mutex::new(()),
+            born: AtomicU64::new(0),
+            weight: AtomicUsize::new(0),
             _values: PhantomData,
         }
     }
@@ -278,6 +288,18 @@ impl<V> Cache<V> {
         key: &[u64],
         value: V,
         now: u64,
+        guard: &'a Guard,
+    ) -> (&'a V, bool) {
+        self.insert_weighted(key, value, now, 0, guard)
+    }
+
+    /// [`Cache::insert`], the entry counting `weight` in [`Cache::weight`].
+    pub fn insert_weighted<'a>(
+        &'a self,
+        key: &[u64],
+        value: V,
+        now: u64,
+        weight: usize,
         _guard: &'a Guard,
     ) -> (&'a V, bool) {
         let _w = self.writers.lock();
@@ -291,7 +313,10 @@ impl<V> Cache<V> {
             key: Key::new(key),
             value,
             used: AtomicU64::new(now),
+            born: self.born.fetch_add(1, Ordering::Relaxed),
+            weight: AtomicUsize::new(weight),
         }));
+        self.weight.fetch_add(weight, Ordering::Relaxed);
         self.map.insert(Key::new(key), e as usize);
         self.front[front_slot(key)].store(e, Ordering::Release);
         // SAFETY: just allocated and published; freed only by `remove` or `drop`, as above.
@@ -313,6 +338,9 @@ impl<V> Cache<V> {
         let (_, addr) = self.map.remove(key)?;
         let e = addr as *mut Entry<V>;
         unlink(&self.front[..], e);
+        // SAFETY: `e` is live until the deferred functions below run (after `_guard`).
+        let weight = unsafe { (*e).weight.load(Ordering::Relaxed) };
+        self.weight.fetch_sub(weight, Ordering::Relaxed);
         let front = self.front.clone();
         let retired = Retired(e);
         epoch::defer(move || {
@@ -353,6 +381,44 @@ impl<V> Cache<V> {
         }
     }
 
+    /// The number and last-use tick of the entry cached for `key`, if any.
+    pub fn stamp(&self, key: &[u64]) -> Option<(u64, u64)> {
+        let r = self.map.get(key)?;
+        // SAFETY: map values are live entries; the shard's read lock held by `r` keeps
+        // `remove` from retiring this one meanwhile.
+        let e = unsafe { &*(*r.value() as *const Entry<V>) };
+        Some((e.born, e.used.load(Ordering::Relaxed)))
+    }
+
+    /// Calls `f` on every entry's key, number and last-use tick.
+    pub fn for_each_stamp(&self, mut f: impl FnMut(&[u64], u64, u64)) {
+        for r in self.map.iter() {
+            // SAFETY: as in `for_each`.
+            let e = unsafe { &*(*r.value() as *const Entry<V>) };
+            f(r.key().words(), e.born, e.used.load(Ordering::Relaxed));
+        }
+    }
+
+    /// The sum of the weights of the entries cached.
+    pub fn weight(&self) -> usize {
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    /// Sets every entry's weight to `weigh` of its value (weights that changed since the
+    /// entries were inserted).
+    pub fn reweigh(&self, weigh: impl Fn(&V) -> usize) {
+        let _w = self.writers.lock();
+        let mut total = 0;
+        for r in self.map.iter() {
+            // SAFETY: as in `for_each`; the writers' lock keeps every entry in the map.
+            let e = unsafe { &*(*r.value() as *const Entry<V>) };
+            let w = weigh(&e.value);
+            e.weight.store(w, Ordering::Relaxed);
+            total += w;
+        }
+        self.weight.store(total, Ordering::Relaxed);
+    }
+
     /// Number of entries.
     pub fn len(&self) -> usize {
         self.map.len()
@@ -377,6 +443,31 @@ impl<V> Drop for Cache<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The weight of a cache is the sum of its entries' (as inserted, or as reweighed), and
+    /// an entry put back under a key removed before gets a new number.
+    #[test]
+    fn weights_add_up_and_entries_are_numbered() {
+        let c: Cache<u64> = Cache::default();
+        let g = epoch::pin();
+        for k in 0..10u64 {
+            c.insert_weighted(&[k], k, 2 * k, k as usize * 10, &g);
+        }
+        assert_eq!(c.weight(), 450);
+        let (born, used) = c.stamp(&[3]).expect("cached");
+        assert_eq!(used, 6);
+        assert!(c.remove(&[3], &g).is_some());
+        assert_eq!(c.weight(), 420);
+        assert!(c.stamp(&[3]).is_none());
+        c.insert_weighted(&[3], 3, 40, 5, &g);
+        assert_ne!(c.stamp(&[3]).map(|s| s.0), Some(born));
+        assert_eq!(c.weight(), 425);
+        c.reweigh(|&v| v as usize);
+        assert_eq!(c.weight(), 45);
+        let mut stamps = 0;
+        c.for_each_stamp(|_, _, _| stamps += 1);
+        assert_eq!(stamps, 10);
+    }
 
     #[test]
     fn keys_of_every_length_round_trip_and_first_insert_wins() {
