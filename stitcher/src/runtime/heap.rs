@@ -2,17 +2,22 @@
 //! so that installing a unit costs one protection change instead of a mapping, a page
 //! fault, a protection change and, later, an unmapping.
 //!
-//! **Pages are never writable and executable at once.** A free page is read+write and
-//! holds no reachable code. [`alloc`] takes whole free pages, the caller writes the unit
-//! into them, and [`Pages::seal`] makes them read+execute. When the owner drops the
-//! [`Pages`] (once no thread can still run the code: see the reclamation rules of
-//! [`super::memory`]), they are made read+write again and go back to the free list.
+//! **Pages are never writable and executable at once.** [`alloc`] takes whole free pages
+//! that are read+write, the caller writes the unit into them, and
+//! [`Pages::write_and_seal`] makes them read+execute. When the owner drops the [`Pages`]
+//! (once no thread can still run the code: see the reclamation rules of
+//! [`super::memory`]), they are free but still read+execute ("dirty"): no protection
+//! change is made then. When no clean run of free pages fits an allocation, each chunk's
+//! dirty pages are made read+write again, a run of adjacent pages at a time (units freed
+//! in the order they were made lie side by side), before a new chunk is mapped. So
+//! freeing costs no system call, and one change, with the shootdown of every other
+//! thread's TLB that it causes, serves many units.
 //!
 //! **Chunks.** Pages come from chunks of [`CHUNK_PAGES`] pages mapped read+write on
 //! demand; a unit larger than a chunk gets a chunk of its own. Allocation is first fit
-//! over each chunk's free bitmap, under one lock (a scan of a few words); protection
-//! changes happen outside it. A chunk with no page in use is unmapped, unless it is the
-//! only such chunk left (kept for the next units).
+//! over each chunk's free bitmap, under one lock (a scan of a few words); sealing a unit
+//! happens outside it, the batched return of dirty pages under it. A chunk with no page in
+//! use is unmapped, unless it is the only such chunk left (kept for the next units).
 //!
 //! Only x86-64 runs stitch-tier code, and its instruction cache is coherent with stores,
 //! so reusing a page needs no cache flush.
@@ -27,6 +32,8 @@ pub const CHUNK_PAGES: usize = 256;
 /// One mapping and which of its pages are in use.
 struct Chunk {
     map: Arc<Mapping>,
+    /// A bit per page, set while the page is free but still read+execute.
+    dirty: Vec<u64>,
     /// A bit per page, set while the page belongs to a [`Pages`].
     used: Vec<u64>,
     in_use: usize,
@@ -97,22 +104,14 @@ impl Pages {
 
 impl Drop for Pages {
     fn drop(&mut self) {
-        if self.sealed {
-            // SAFETY: the range is exactly this `Pages`' pages, inside a live mapping; no
-            // thread runs their code any more (the owner is gone).
-            let back =
-                unsafe { region::protect(self.base(), self.len(), region::Protection::READ_WRITE) };
-            if back.is_err() {
-                // Not writable again: the pages stay out of the free list (leaked until
-                // their mapping goes) rather than handed out unwritable.
-                return;
-            }
-        }
         let mut heap = HEAP.lock();
         if let Some(i) = heap.iter().position(|c| Arc::ptr_eq(&c.map, &self.map)) {
             let c = &mut heap[i];
             for p in self.first..self.first + self.count {
                 c.used[p / 64] &= !(1 << (p % 64));
+                if self.sealed {
+                    c.dirty[p / 64] |= 1 << (p % 64);
+                }
             }
             c.in_use -= self.count;
             let idle = heap.iter().filter(|c| c.in_use == 0).count();
@@ -127,9 +126,14 @@ impl Drop for Pages {
 pub fn alloc(bytes: usize) -> Result<Pages, String> {
     let count = bytes.max(1).div_ceil(page());
     let mut heap = HEAP.lock();
-    for c in heap.iter_mut() {
-        if let Some(first) = first_fit(&c.used, c.map.pages(), count) {
-            return Ok(take(c, first, count));
+    for pass in 0..2 {
+        for c in heap.iter_mut() {
+            if let Some(first) = first_fit(&c.used, &c.dirty, c.map.pages(), count) {
+                return Ok(take(c, first, count));
+            }
+        }
+        if pass == 0 {
+            heap.iter_mut().for_each(clean);
         }
     }
     let pages = count.max(CHUNK_PAGES);
@@ -137,6 +141,7 @@ pub fn alloc(bytes: usize) -> Result<Pages, String> {
         .map_err(|e| format!("mapping code pages: {e}"))?;
     heap.push(Chunk {
         map: Arc::new(Mapping(map)),
+        dirty: vec![0; pages.div_ceil(64)],
         used: vec![0; pages.div_ceil(64)],
         in_use: 0,
     });
@@ -158,10 +163,43 @@ fn take(c: &mut Chunk, first: usize, count: usize) -> Pages {
 }
 
 /// The first run of `count` free pages among `pages`, if any.
-fn first_fit(used: &[u64], pages: usize, count: usize) -> Option<usize> {
+/// Makes the dirty pages of chunk `c` read+write again, one protection change per run of
+/// adjacent dirty pages. A run that cannot be made writable stays out of the free list
+/// (counted in use until the chunk goes) rather than be handed out unwritable.
+fn clean(c: &mut Chunk) {
+    let pages = c.map.pages();
+    let mut p = 0;
+    while p < pages {
+        let dirty = |c: &Chunk, p: usize| c.dirty[p / 64] & (1 << (p % 64)) != 0;
+        if !dirty(c, p) {
+            p += 1;
+            continue;
+        }
+        let start = p;
+        while p < pages && dirty(c, p) {
+            c.dirty[p / 64] &= !(1 << (p % 64));
+            p += 1;
+        }
+        let base = c.map.base().wrapping_add(start * page());
+        // SAFETY: pages `start..p` lie inside the chunk's live mapping and are free: no
+        // `Pages` owns them, and their code was given back only once no thread could run
+        // it, so nothing reads, writes or executes them while their protection changes.
+        let back =
+            unsafe { region::protect(base, (p - start) * page(), region::Protection::READ_WRITE) };
+        if back.is_err() {
+            for q in start..p {
+                c.used[q / 64] |= 1 << (q % 64);
+            }
+            c.in_use += p - start;
+        }
+    }
+}
+
+/// The first run of `count` pages free and clean (not `dirty`) among `pages`.
+fn first_fit(used: &[u64], dirty: &[u64], pages: usize, count: usize) -> Option<usize> {
     let mut run = 0;
     for p in 0..pages {
-        if used[p / 64] & (1 << (p % 64)) != 0 {
+        if (used[p / 64] | dirty[p / 64]) & (1 << (p % 64)) != 0 {
             run = 0;
             continue;
         }
@@ -180,11 +218,45 @@ mod tests {
     #[test]
     fn first_fit_finds_runs_across_words() {
         let mut used = vec![u64::MAX, 0b0111];
-        assert_eq!(first_fit(&used, 128, 1), Some(67));
-        assert_eq!(first_fit(&used, 68, 2), None);
+        let clean = [0u64; 2];
+        assert_eq!(first_fit(&used, &clean, 128, 1), Some(67));
+        assert_eq!(first_fit(&used, &clean, 68, 2), None);
         used[0] = !(0b11 << 62);
-        assert_eq!(first_fit(&used, 128, 2), Some(62));
-        assert_eq!(first_fit(&used, 128, 3), Some(67));
+        assert_eq!(first_fit(&used, &clean, 128, 2), Some(62));
+        assert_eq!(first_fit(&used, &clean, 128, 3), Some(67));
+        // Dirty pages (free, not yet writable) are not handed out.
+        assert_eq!(first_fit(&used, &[0b11 << 62, 0b1000], 128, 1), Some(68));
+    }
+
+    /// Freed code pages stay read+execute until a clean makes each run of them writable
+    /// again, after which they are handed out (and written) like any free page.
+    #[test]
+    fn dirty_pages_are_made_writable_in_runs() {
+        let pages = 8;
+        let map = region::alloc(pages * page(), region::Protection::READ_WRITE).expect("mapped");
+        let mut c = Chunk {
+            map: Arc::new(Mapping(map)),
+            dirty: vec![0b0110_1100],
+            used: vec![0b0000_0001],
+            in_use: 1,
+        };
+        // Pages 2-3 and 5-6 held sealed code, now freed.
+        for (first, n) in [(2, 2), (5, 2)] {
+            let base = c.map.base().wrapping_add(first * page());
+            // SAFETY: pages of the test's own mapping, which nothing else uses.
+            unsafe { region::protect(base, n * page(), region::Protection::READ_EXECUTE) }
+                .expect("sealed");
+        }
+        // Free pages 1, 4 and 7 are clean, none two in a row.
+        assert_eq!(first_fit(&c.used, &c.dirty, pages, 2), None);
+        clean(&mut c);
+        assert_eq!(c.dirty, vec![0]);
+        assert_eq!(first_fit(&c.used, &c.dirty, pages, 2), Some(1));
+        for p in [2, 3, 5, 6] {
+            // SAFETY: as above; the clean made the page read+write (a fault here fails the
+            // test).
+            unsafe { c.map.base().wrapping_add(p * page()).write(0xc3) };
+        }
     }
 
     #[test]
