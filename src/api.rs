@@ -369,9 +369,9 @@ impl Program {
     /// new one included, fit [`runtime::Limits::max_specializations`] and
     /// [`runtime::Limits::max_code_bytes`]. Eviction and insertion happen under one lock,
     /// so the cached totals never exceed the limits (code that promotions add to a cached
-    /// specialization later is checked when it is stitched). Each round scans every
-    /// cache once (linear in the versions kept; it follows a specialization, which costs
-    /// far more). Returns the cached version (a racer's, if it was first), or gives the
+    /// specialization later is checked when it is stitched). The totals are sums over the
+    /// regions and the victims come from the program's LRU heap (see [`Lru`]): no cached
+    /// version is visited unless it goes. Returns the cached version (a racer's, if it was first), or gives the
     /// version back, not cached, when it alone exceeds the code limit, the entry has
     /// reached [`runtime::Limits::max_versions`] meanwhile, or a host was registered since
     /// `hosts_gen` (read before specializing).
