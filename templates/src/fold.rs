@@ -163,10 +163,7 @@ pub struct Fold<B: Backend> {
     checked_const: HashMap<B::Value, i128, Hasher>,
 }
 
-impl<B: Backend> Fold<B>
-where
-    B::Block: Hash,
-{
+impl<B: Backend> Fold<B> {
     /// A fold layer over `backend`; `static_lens[k]` is the length of static slice `k`.
     pub fn new(backend: B, static_lens: Vec<Option<u64>>) -> Fold<B> {
         Fold {
@@ -393,10 +390,7 @@ fn unsigned_of(t: Scalar) -> Scalar {
     }
 }
 
-impl<B: Backend> Emitter for Fold<B>
-where
-    B::Block: Hash,
-{
+impl<B: Backend> Emitter for Fold<B> {
     type Value = FVal<B::Value>;
     type Block = B::Block;
 
