@@ -982,12 +982,8 @@ fn make(isa: &dyn cranelift_codegen::isa::TargetIsa, key: &Key) -> Result<Stenci
 /// and no hole or import in the `nop` and the `jmp`, which are dropped.
 fn cold_split(st: &Stencil, listing: &str) -> Option<(u32, u32)> {
     let code = &st.code;
-    let conditional = listing
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with('j') && !l.starts_with("jmp"))
-        .count();
-    if conditional != 1 || listing.contains("%rip") || code.last() != Some(&0xc3) {
+    let single = conditional_jumps(listing).len() == 1;
+    if !single || listing.contains("%rip") || code.last() != Some(&0xc3) {
         return None;
     }
     let [(at, 0)] = st.conts[..] else {
@@ -1011,6 +1007,15 @@ fn cold_split(st: &Stencil, listing: &str) -> Option<(u32, u32)> {
     (shape && clear && split < code.len()).then_some(((p + 2) as u32, split as u32))
 }
 
+/// The lines of Cranelift's listing that are conditional jumps.
+fn conditional_jumps(listing: &str) -> Vec<&str> {
+    listing
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('j') && !l.starts_with("jmp"))
+        .collect()
+}
+
 /// Where a frameless two-way branch stencil can be cut (see [`Stencil::cut`]): its code
 /// must end `jcc L1; nop4; jmp cont0; L1: nop4; jmp cont1` (the `nop`s are the dropped
 /// epilogues), with the `jcc` the listing's only conditional jump (a float comparison
@@ -1019,12 +1024,7 @@ fn cold_split(st: &Stencil, listing: &str) -> Option<(u32, u32)> {
 fn branch_cut(st: &Stencil, listing: &str) -> Option<(u32, u32)> {
     let code = &st.code;
     let n = code.len();
-    let conditional: Vec<&str> = listing
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with('j') && !l.starts_with("jmp"))
-        .collect();
-    let [line] = conditional[..] else {
+    let [line] = conditional_jumps(listing)[..] else {
         return None;
     };
     let cond = line.split_whitespace().next().unwrap_or("");

@@ -358,17 +358,6 @@ impl<V> Cache<V> {
         Some(unsafe { &(*e).value })
     }
 
-    /// The key of the least recently used entry and its last-use tick, if any.
-    pub fn least_recent(&self) -> Option<(Vec<u64>, u64)> {
-        let mut best: Option<(Vec<u64>, u64)> = None;
-        self.for_each(|key, _, used| {
-            if best.as_ref().is_none_or(|(_, u)| used < *u) {
-                best = Some((key.to_vec(), used));
-            }
-        });
-        best
-    }
-
     /// Calls `f` on every entry's key, value and last-use tick (entries inserted or
     /// removed meanwhile may or may not be seen).
     pub fn for_each(&self, mut f: impl FnMut(&[u64], &V, u64)) {
@@ -496,18 +485,27 @@ mod tests {
     fn removed_entries_are_gone_and_the_least_recent_is_found() {
         let c: Cache<Arc<u32>> = Cache::default();
         let g = epoch::pin();
+        let least_recent = |c: &Cache<Arc<u32>>| {
+            let mut best: Option<(Vec<u64>, u64)> = None;
+            c.for_each_stamp(|key, _, used| {
+                if best.as_ref().is_none_or(|(_, u)| used < *u) {
+                    best = Some((key.to_vec(), used));
+                }
+            });
+            best
+        };
         for k in 0..10u64 {
             c.insert(&[k], Arc::new(k as u32), k, &g);
         }
         // Touch key 0 late: key 1 becomes the least recent.
         assert_eq!(c.get(&[0], 20, &g).map(|v| **v), Some(0));
-        assert_eq!(c.least_recent(), Some((vec![1], 1)));
+        assert_eq!(least_recent(&c), Some((vec![1], 1)));
         let v = c.remove(&[1], &g).expect("present");
         // The removed value stays readable while the guard lives.
         assert_eq!(**v, 1);
         assert_eq!(c.get(&[1], 21, &g), None);
         assert_eq!(c.len(), 9);
-        assert_eq!(c.least_recent(), Some((vec![2], 2)));
+        assert_eq!(least_recent(&c), Some((vec![2], 2)));
         assert!(c.remove(&[1], &g).is_none());
     }
 
