@@ -495,12 +495,7 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
         callees,
         num_regs: f.values.len() as u32,
     };
-    let mut program = StitchProgram {
-        header,
-        blocks,
-        entry: sge::Block::from_u32(0),
-        plan: None,
-    };
+    let mut program = StitchProgram::new(header, blocks, sge::Block::from_u32(0));
     dyc_stitcher::ge::check_cfg(&program)
         .map_err(|e| GeError::Internal(format!("the stitch program does not check:\n{e}")))?;
     program.plan = crate::transform::plan(&program);

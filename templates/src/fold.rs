@@ -153,6 +153,10 @@ pub struct Fold<B: Backend> {
     block_types: Vec<u32>,
     type_lists: Vec<Vec<Type>>,
     type_index: HashMap<Vec<Type>, u32, Hasher>,
+    /// The list last found for a slice at each address (direct-mapped by address), checked
+    /// by comparing before it is used: callers mostly pass the same few slices (the
+    /// executors pass a program's own lists), and comparing is cheaper than hashing.
+    recent: [(usize, u32); 16],
     /// Buffers for the backend's block parameters and for the lowered arguments of the
     /// two edges of a branch.
     raw_params: Vec<B::Value>,
@@ -172,6 +176,7 @@ impl<B: Backend> Fold<B> {
             block_types: Vec::new(),
             type_lists: Vec::new(),
             type_index: HashMap::default(),
+            recent: [(0, u32::MAX); 16],
             raw_params: Vec::new(),
             lowered: [Vec::new(), Vec::new()],
             checked: HashSet::default(),
@@ -396,12 +401,21 @@ impl<B: Backend> Emitter for Fold<B> {
 
     fn create_block(&mut self, params: &[Type]) -> B::Block {
         let b = self.backend.create_block(params);
-        let k = match self.type_index.get(params) {
-            Some(&k) => k,
-            None => {
-                let k = self.type_lists.len() as u32;
-                self.type_lists.push(params.to_vec());
-                self.type_index.insert(params.to_vec(), k);
+        let addr = params.as_ptr() as usize;
+        let slot = (addr >> 3) % self.recent.len();
+        let k = match self.recent[slot] {
+            (a, k) if a == addr && self.type_lists[k as usize] == params => k,
+            _ => {
+                let k = match self.type_index.get(params) {
+                    Some(&k) => k,
+                    None => {
+                        let k = self.type_lists.len() as u32;
+                        self.type_lists.push(params.to_vec());
+                        self.type_index.insert(params.to_vec(), k);
+                        k
+                    }
+                };
+                self.recent[slot] = (addr, k);
                 k
             }
         };

@@ -230,15 +230,20 @@ impl std::fmt::Display for StencilError {
 pub struct StencilLib {
     isa: OwnedTargetIsa,
     stencils: RwLock<HashMap<Key, Result<Arc<Stencil>, StencilError>>>,
+    /// A number no other library of the process has (threads' [`Scratch`] caches say
+    /// which library their stencils came from).
+    id: u64,
 }
 
 impl StencilLib {
     /// A library compiling stencils with `isa` (optimizing, frame pointers preserved,
     /// not position-independent).
     pub fn new(isa: OwnedTargetIsa) -> StencilLib {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         StencilLib {
             isa,
             stencils: RwLock::new(HashMap::new()),
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -1256,6 +1261,35 @@ struct Def {
     run: u32,
 }
 
+/// What a thread's stitching keeps from one unit to the next: the emitter's buffers
+/// (emptied, their room kept, so a unit allocates little), and the stencils it used, in
+/// front of the shared library (looked up without its lock).
+#[derive(Default)]
+struct Scratch {
+    /// The library the stencils are from ([`StencilLib::id`]).
+    lib: u64,
+    stencils: HashMap<Key, Arc<Stencil>, rustc_hash::FxBuildHasher>,
+    blocks: Vec<BlockInfo>,
+    params: Vec<SVal>,
+    taken: Vec<u32>,
+    fixups: Vec<(u32, u32)>,
+    cold: Vec<u8>,
+    cold_fixups: Vec<(u32, u32)>,
+    frame_holes: Vec<u32>,
+    hole_values: Vec<Option<u64>>,
+    moves: Vec<(u32, Word)>,
+    read_at: Vec<u32>,
+    written_at: Vec<u32>,
+    defs: Vec<Def>,
+    run: Vec<u32>,
+    passes: Vec<(u32, u32)>,
+    also: Vec<u32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<Option<Box<Scratch>>> = const { std::cell::Cell::new(None) };
+}
+
 /// The stitch-tier backend: builds one unit by copying stencils (see the module doc).
 pub struct StencilEmitter<'a> {
     lib: &'a StencilLib,
@@ -1332,6 +1366,43 @@ pub struct StencilEmitter<'a> {
     copies: usize,
     insts: usize,
     error: Option<StencilError>,
+    /// The thread's scratch while this emitter has its buffers (given back on drop).
+    scratch: Option<Box<Scratch>>,
+}
+
+impl Drop for StencilEmitter<'_> {
+    /// Gives the buffers back to the thread's scratch, emptied.
+    fn drop(&mut self) {
+        let Some(mut sc) = self.scratch.take() else {
+            return;
+        };
+        macro_rules! give {
+            ($($f:ident),*) => {$(
+                sc.$f = std::mem::take(&mut self.$f);
+                sc.$f.clear();
+                // (A huge unit's room is not kept.)
+                sc.$f.shrink_to(1 << 14);
+            )*};
+        }
+        give!(
+            blocks,
+            params,
+            taken,
+            fixups,
+            cold,
+            cold_fixups,
+            frame_holes,
+            hole_values,
+            moves,
+            read_at,
+            written_at,
+            defs,
+            run,
+            passes,
+            also
+        );
+        SCRATCH.with(|c| c.set(Some(sc)));
+    }
 }
 
 impl<'a> StencilEmitter<'a> {
@@ -1343,23 +1414,28 @@ impl<'a> StencilEmitter<'a> {
         static_slices: Vec<Option<(u64, u64, Scalar)>>,
         inputs: &[Type],
     ) -> StencilEmitter<'a> {
+        let mut sc = SCRATCH.with(|c| c.take()).unwrap_or_default();
+        if sc.lib != lib.id {
+            sc.lib = lib.id;
+            sc.stencils.clear();
+        }
         let mut e = StencilEmitter {
             lib,
             services,
             fuel,
             static_slices,
             code: Vec::with_capacity(4096),
-            blocks: Vec::new(),
-            cold: Vec::new(),
-            cold_fixups: Vec::new(),
-            params: Vec::new(),
-            taken: Vec::new(),
+            blocks: std::mem::take(&mut sc.blocks),
+            cold: std::mem::take(&mut sc.cold),
+            cold_fixups: std::mem::take(&mut sc.cold_fixups),
+            params: std::mem::take(&mut sc.params),
+            taken: std::mem::take(&mut sc.taken),
             binding: 0,
-            fixups: Vec::new(),
+            fixups: std::mem::take(&mut sc.fixups),
             slots: 0,
             inputs: Vec::new(),
             start: 0,
-            frame_holes: Vec::new(),
+            frame_holes: std::mem::take(&mut sc.frame_holes),
             acc: None,
             facc: None,
             last_jump: None,
@@ -1369,20 +1445,22 @@ impl<'a> StencilEmitter<'a> {
             jump_acc: None,
             jump_inherited: None,
             empty: None,
-            hole_values: Vec::new(),
-            moves: Vec::new(),
+            hole_values: std::mem::take(&mut sc.hole_values),
+            moves: std::mem::take(&mut sc.moves),
             seq: 1,
-            read_at: Vec::new(),
-            written_at: Vec::new(),
-            defs: Vec::new(),
-            run: Vec::new(),
-            passes: Vec::new(),
-            also: Vec::new(),
+            read_at: std::mem::take(&mut sc.read_at),
+            written_at: std::mem::take(&mut sc.written_at),
+            defs: std::mem::take(&mut sc.defs),
+            run: std::mem::take(&mut sc.run),
+            passes: std::mem::take(&mut sc.passes),
+            also: std::mem::take(&mut sc.also),
             variants: false,
             copies: 0,
             insts: 0,
             error: None,
+            scratch: None,
         };
+        e.scratch = Some(sc);
         // The inputs take the first frame words, in order.
         let (at, n) = e.new_params(inputs);
         e.inputs = e.params[at as usize..(at + n) as usize].to_vec();
@@ -1437,7 +1515,19 @@ impl<'a> StencilEmitter<'a> {
             let at = at as usize;
             self.code[at..at + 4].copy_from_slice(&(words as u32).to_le_bytes());
         }
-        Ok((self.code, self.copies, self.insts))
+        Ok((std::mem::take(&mut self.code), self.copies, self.insts))
+    }
+
+    /// The stencil of `key`: from the thread's scratch, or the library (and kept in the
+    /// scratch).
+    fn stencil(&mut self, key: &Key) -> Result<Arc<Stencil>, StencilError> {
+        let sc = self.scratch.as_mut().expect("the emitter has the scratch");
+        if let Some(st) = sc.stencils.get(key) {
+            return Ok(st.clone());
+        }
+        let st = self.lib.get(key)?;
+        sc.stencils.insert(key.clone(), st.clone());
+        Ok(st)
     }
 
     fn fail(&mut self, e: StencilError) {
@@ -1657,11 +1747,10 @@ impl<'a> StencilEmitter<'a> {
             return false;
         };
         let (seq, from) = (self.defs[k].seq, self.defs[k].run as usize);
-        let after = &self.run[from..];
-        let in_run = |c: u32| after.contains(&c) || after.contains(&self.resolve(c));
-        if in_run(b)
-            || after.iter().any(|&c| self.blocks[c as usize].entries > 0)
-            || self.passes.iter().any(|&(w, to)| w == s && !in_run(to))
+        // The cheap tests first: stamps, then this jump's words, then the run's jumps.
+        if Self::stamp_of(&self.read_at, s) > seq
+            || Self::stamp_of(&self.read_at, d) > seq
+            || Self::stamp_of(&self.written_at, d) > seq
         {
             return false;
         }
@@ -1675,11 +1764,14 @@ impl<'a> StencilEmitter<'a> {
             .count()
             == 1;
         let d_source = moves.iter().any(|&(_, w)| w == Word::Slot(d));
-        if !once
-            || d_source
-            || Self::stamp_of(&self.read_at, s) > seq
-            || Self::stamp_of(&self.read_at, d) > seq
-            || Self::stamp_of(&self.written_at, d) > seq
+        if !once || d_source {
+            return false;
+        }
+        let after = &self.run[from..];
+        let in_run = |c: u32| after.contains(&c) || after.contains(&self.resolve(c));
+        if in_run(b)
+            || after.iter().any(|&c| self.blocks[c as usize].entries > 0)
+            || self.passes.iter().any(|&(w, to)| w == s && !in_run(to))
         {
             return false;
         }
@@ -1723,7 +1815,7 @@ impl<'a> StencilEmitter<'a> {
         if self.variants {
             self.lib.make_variants(&key);
         }
-        let st = match self.lib.get(&key) {
+        let st = match self.stencil(&key) {
             Ok(s) => s,
             Err(e) => return self.fail(e),
         };

@@ -133,7 +133,7 @@ impl Executor for Planned {
                     None => return Err(SpecError::Internal(format!("no step {pc}"))),
                 }
             }
-            for b in std::mem::take(&mut s.filled) {
+            for b in s.filled.drain(..) {
                 match s.slots[b.index()].take() {
                     Some(slot) if slot.stitched => {}
                     _ => {

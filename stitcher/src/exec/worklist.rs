@@ -95,8 +95,6 @@ pub(super) struct Spec<'a, E: Emitter> {
     budget: Budget,
     /// Copies by (block, static values), numbered in the order they were made.
     pub(super) memo: Memo<E::Block>,
-    /// Per block, the types of a copy's parameters (computed on first use).
-    input_types: Vec<Option<Vec<Type>>>,
     /// Copies made and not yet stitched, by number in `memo`.
     pub(super) work: Vec<u32>,
     /// Planned stitcher: per block, its copy in the current run of a tree, with its static
@@ -168,7 +166,6 @@ impl<'a, E: Emitter> Spec<'a, E> {
             mode: &cx.mode,
             budget: cx.budget,
             memo: Memo::new(),
-            input_types: vec![None; prog.blocks.len()],
             work: Vec::new(),
             slots: match plan {
                 Some(_) => (0..prog.blocks.len()).map(|_| None).collect(),
@@ -254,9 +251,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// A new emitter block with the inputs of a copy of `b` (parameter types computed
     /// once per block).
     fn create_block(&mut self, b: Block) -> E::Block {
-        let prog = self.prog;
-        let types = self.input_types[b.index()].get_or_insert_with(|| prog.blocks[b].input_types());
-        self.em.create_block(types)
+        self.em.create_block(self.prog.input_types(b))
     }
 
     /// The error for budget `budget` running out while stitching the current block.

@@ -5,7 +5,7 @@
 //! form), an optional promotion at its entry, its setup and template operations in order,
 //! and its terminator. The work-list executor runs this form directly.
 
-use cranelift_codegen::entity::PrimaryMap;
+use cranelift_codegen::entity::{EntityRef, PrimaryMap};
 use dyc_templates::ops::{BinaryOp, CmpOp, Const, UnaryOp};
 use dyc_templates::template::TOp;
 use dyc_templates::types::{Scalar, SrcLoc, Type};
@@ -326,4 +326,44 @@ pub struct StitchProgram {
     pub entry: Block,
     /// The linearized form laid over the blocks, if the static transform made one.
     pub plan: Option<super::linear::Plan>,
+    /// Per block, [`BlockData::input_types`], made on first use (the executors ask for
+    /// them once per unit per block).
+    input_types: InputTypes,
+}
+
+impl StitchProgram {
+    /// A program of these blocks, without a plan.
+    pub fn new(
+        header: ProgramHeader,
+        blocks: PrimaryMap<Block, BlockData>,
+        entry: Block,
+    ) -> StitchProgram {
+        StitchProgram {
+            header,
+            blocks,
+            entry,
+            plan: None,
+            input_types: InputTypes::default(),
+        }
+    }
+
+    /// The types of the values a copy of block `b` receives ([`BlockData::input_types`]).
+    /// (Made once for all blocks: the blocks must not change after this is first asked.)
+    pub fn input_types(&self, b: Block) -> &[Type] {
+        let all = self
+            .input_types
+            .0
+            .get_or_init(|| self.blocks.values().map(BlockData::input_types).collect());
+        all.get(b.index()).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// A cache that equals every other (programs compare by what they say).
+#[derive(Clone, Debug, Default)]
+struct InputTypes(std::sync::OnceLock<Vec<Vec<Type>>>);
+
+impl PartialEq for InputTypes {
+    fn eq(&self, _: &InputTypes) -> bool {
+        true
+    }
 }

@@ -552,9 +552,9 @@ impl Shared {
         self.panic_if_injected();
         let prog = input.prog;
         let t0 = std::time::Instant::now();
-        let inputs = prog.blocks[input.start].input_types();
+        let inputs = prog.input_types(input.start);
         let mut cctx = module.make_context();
-        cctx.func.signature = abi::unit_signature(&inputs);
+        cctx.func.signature = abi::unit_signature(inputs);
         cctx.func.name = UserFuncName::user(0, id.as_u32());
         let frontend = module.isa().frontend_config();
         let unit = {
@@ -573,7 +573,7 @@ impl Shared {
                 fuel: self.opts.fuel.is_some(),
             };
             let lens = input.static_lens();
-            let em = ClifEmitter::new(b, &mut hooks, opts, input.static_ptrs.clone(), &inputs);
+            let em = ClifEmitter::new(b, &mut hooks, opts, input.static_ptrs.clone(), inputs);
             let mut em = Fold::new(em, lens);
             let unit = self.run_executor(&input, &mut em)?;
             em.backend.finish(unit.entry, frontend);
@@ -684,7 +684,7 @@ impl Shared {
         variants: bool,
     ) -> Result<Option<Stitched>, RuntimeError> {
         let prog = input.prog;
-        let inputs = prog.blocks[input.start].input_types();
+        let inputs = prog.input_types(input.start);
         let mut services = StitchServices {
             shared: self,
             region,
@@ -696,7 +696,7 @@ impl Shared {
             &mut services,
             self.opts.fuel.is_some(),
             input.static_ptrs.clone(),
-            &inputs,
+            inputs,
         );
         if variants {
             em = em.with_variants();
@@ -978,7 +978,7 @@ impl Runtime {
         ir_text: Option<&mut String>,
     ) -> Result<Specialization, RuntimeError> {
         let state = SpecState::new(&self.shared, prog.clone(), slices, executor, tier);
-        let inputs = prog.blocks[prog.entry].input_types();
+        let inputs = prog.input_types(prog.entry);
         let input = |ir_text| UnitInput {
             prog: &prog,
             start: prog.entry,
@@ -998,7 +998,7 @@ impl Runtime {
             Some(made) => made,
             None => state.region.with_module(|module| {
                 let unit = module
-                    .declare_anonymous_function(&abi::unit_signature(&inputs))
+                    .declare_anonymous_function(&abi::unit_signature(inputs))
                     .map_err(jit_err)?;
                 let input = input(ir_text);
                 let mut stats = self
@@ -1013,9 +1013,9 @@ impl Runtime {
         Ok(Specialization {
             tier: state.tier,
             state: Arc::new(state),
-            wrapper: self.shared.wrapper(&inputs)?,
+            wrapper: self.shared.wrapper(inputs)?,
             entry,
-            inputs,
+            inputs: inputs.to_vec(),
             ret: prog.header.ret,
             name: prog.header.name.clone(),
             stats,
@@ -1268,9 +1268,9 @@ impl SpecState {
                 }
             }
             self.region.with_module(|module| {
-                let inputs = self.prog.blocks[site.site.block].input_types();
+                let inputs = self.prog.input_types(site.site.block);
                 let id = module
-                    .declare_anonymous_function(&abi::unit_signature(&inputs))
+                    .declare_anonymous_function(&abi::unit_signature(inputs))
                     .map_err(jit_err)?;
                 let mut compile = |inline_dispatch| {
                     self.runtime
