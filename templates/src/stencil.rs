@@ -72,6 +72,12 @@ pub enum Form {
     Acc(Scalar),
 }
 
+/// The operand forms of a stencil (inline: keys are made for every copy).
+pub type Forms = smallvec::SmallVec<[Form; 3]>;
+
+/// The operand words of a stencil copy (inline, for the same reason).
+type Words = smallvec::SmallVec<[u64; 4]>;
+
 /// A callee, as a stencil that calls it is keyed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum CalleeKey {
@@ -88,7 +94,7 @@ pub enum Key {
     /// patched address).
     Op {
         op: TOp,
-        forms: Vec<Form>,
+        forms: Forms,
         callee: Option<CalleeKey>,
     },
     /// A frame word set to a constant (4- or 8-byte hole).
@@ -112,7 +118,7 @@ pub enum Key {
     /// jump): continuation 1 when true, 0 when false.
     CmpBranch {
         op: TOp,
-        forms: Vec<Form>,
+        forms: Forms,
     },
     /// Continuation 1 when a scalar (a frame word or the accumulator; zero-extended)
     /// equals a constant (4- or 8-byte hole), else 0.
@@ -1238,8 +1244,8 @@ struct BlockInfo {
 /// the result, its copy is taken back and a [`Key::CmpBranch`] copied instead.
 struct LastCmp {
     op: TOp,
-    forms: Vec<Form>,
-    words: Vec<u64>,
+    forms: Forms,
+    words: Words,
     /// Its result's frame word.
     res: u32,
     /// Where its code starts and ends, and the counts before it.
@@ -2053,7 +2059,7 @@ impl<'a> StencilEmitter<'a> {
     /// of a constant index against a constant length) the same way for both sets of
     /// magic values, and the stencil would be wrong for the values patched in. The value
     /// the accumulator holds is taken from it, by one operand (it has no word).
-    fn form(&mut self, v: SVal, imm: bool, used: &mut Used, words: &mut Vec<u64>) -> Form {
+    fn form(&mut self, v: SVal, imm: bool, used: &mut Used, words: &mut Words) -> Form {
         let v = match v {
             SVal::Slot(s, Scalar::F64) if !used.facc && self.facc == Some(s) => {
                 used.facc = true;
@@ -2258,7 +2264,7 @@ impl<'a> StencilEmitter<'a> {
         cond: SVal,
         then_args: &[SVal],
         else_args: &[SVal],
-    ) -> Option<(Key, Vec<u64>)> {
+    ) -> Option<(Key, Words)> {
         let SVal::Slot(s, _) = cond else {
             return None;
         };
@@ -2379,9 +2385,9 @@ impl Backend for StencilEmitter<'_> {
     }
 
     fn op(&mut self, op: &TOp, args: &[SVal], _types: &[Type], loc: SrcLoc) -> Option<SVal> {
-        let mut words = Vec::new();
+        let mut words = Words::new();
         let mut used = Used::default();
-        let forms: Vec<Form> = args
+        let forms: Forms = args
             .iter()
             .enumerate()
             .map(|(k, &a)| self.form(a, imm_ok(op, k), &mut used, &mut words))
@@ -2503,7 +2509,7 @@ impl Backend for StencilEmitter<'_> {
     }
 
     fn bounds_check(&mut self, slice: SVal, index: SVal, _ty: Scalar, loc: SrcLoc) {
-        let mut words = Vec::new();
+        let mut words = Words::new();
         let mut used = Used::default();
         let s = self.form(slice, false, &mut used, &mut words);
         let i = self.form(index, true, &mut used, &mut words);
@@ -2525,7 +2531,7 @@ impl Backend for StencilEmitter<'_> {
         let (key, words) = match self.fused_compare(cond, t.1, e.1) {
             Some(fused) => fused,
             None => {
-                let mut words = Vec::new();
+                let mut words = Words::new();
                 let c = self.form(cond, false, &mut Used::default(), &mut words);
                 (Key::Branch(c), words)
             }
@@ -2550,7 +2556,7 @@ impl Backend for StencilEmitter<'_> {
     }
 
     fn switch(&mut self, arg: SVal, t: Scalar, cases: &[BCase<Self>], default: (u32, &[SVal])) {
-        let mut words = Vec::new();
+        let mut words = Words::new();
         let x = self.form(arg, false, &mut Used::default(), &mut words);
         let mask = match t.int_bits() {
             Some(64) | None => u64::MAX,
@@ -2576,7 +2582,7 @@ impl Backend for StencilEmitter<'_> {
     }
 
     fn ret(&mut self, value: Option<SVal>) {
-        let mut words = Vec::new();
+        let mut words = Words::new();
         let form = value.map(|v| self.form(v, false, &mut Used::default(), &mut words));
         self.emit(
             Key::Ret(form),
@@ -2595,7 +2601,7 @@ impl Backend for StencilEmitter<'_> {
     }
 
     fn promote(&mut self, site: u32, promoted: &[(SVal, Scalar)], live: &[SVal]) {
-        let mut words = Vec::new();
+        let mut words = Words::new();
         let mut scalars = Vec::new();
         for &(v, s) in promoted {
             self.form(v, false, &mut Used::words_only(), &mut words);
@@ -2649,7 +2655,7 @@ mod tests {
     fn int(op: TOp, forms: &[Form]) -> Key {
         Key::Op {
             op,
-            forms: forms.to_vec(),
+            forms: forms.into(),
             callee: None,
         }
     }
@@ -2837,7 +2843,7 @@ mod tests {
         let (i, f) = (Scalar::I64, Scalar::F64);
         let cmp = |op, t| Key::CmpBranch {
             op: TOp::Cmp(op),
-            forms: vec![Form::Slot(t), Form::Slot(t)],
+            forms: [Form::Slot(t), Form::Slot(t)].into_iter().collect(),
         };
         for k in [
             Key::Branch(Form::Slot(Scalar::Bool)),
