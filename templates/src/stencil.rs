@@ -397,6 +397,34 @@ fn imm_ok(op: &TOp, k: usize) -> bool {
     }
 }
 
+/// `x + c` (or `c + x`) as `x - (-c)`, and `x - c` as `x + (-c)`, when the integer
+/// constant `c` takes an 8-byte hole and `-c` a 4-byte one (a 4-byte hole holds
+/// `0..2^31`): so `x + -1` is a `lea` or `sub` with an immediate, not a `movabs` and an
+/// add. Exact, as integers wrap.
+fn negate_imm(op: &TOp, args: &[SVal]) -> Option<(TOp, [SVal; 2])> {
+    let TOp::Binary(o @ (BinaryOp::Add | BinaryOp::Sub)) = op else {
+        return None;
+    };
+    let (x, c, s) = match (o, args) {
+        (_, &[x, SVal::Imm(c, s)]) => (x, c, s),
+        (BinaryOp::Add, &[SVal::Imm(c, s), x]) => (x, c, s),
+        _ => return None,
+    };
+    let neg = match s {
+        Scalar::I64 | Scalar::U64 => c.wrapping_neg(),
+        Scalar::I32 | Scalar::U32 => u64::from((c as u32).wrapping_neg()),
+        _ => return None,
+    };
+    if c < 1 << 31 || neg >= 1 << 31 {
+        return None;
+    }
+    let flipped = match o {
+        BinaryOp::Add => BinaryOp::Sub,
+        _ => BinaryOp::Add,
+    };
+    Some((TOp::Binary(flipped), [x, SVal::Imm(neg, s)]))
+}
+
 // ---------------------------------------------------------------------------------------
 // Making stencils.
 
@@ -2385,6 +2413,11 @@ impl Backend for StencilEmitter<'_> {
     }
 
     fn op(&mut self, op: &TOp, args: &[SVal], _types: &[Type], loc: SrcLoc) -> Option<SVal> {
+        let negated = negate_imm(op, args);
+        let (op, args) = match &negated {
+            Some((op, args)) => (op, &args[..]),
+            None => (op, args),
+        };
         let mut words = Words::new();
         let mut used = Used::default();
         let forms: Forms = args
@@ -2831,6 +2864,55 @@ mod tests {
         };
         assert!(setcc(&kept), "{kept:x?}");
         assert!(!setcc(&fused), "{fused:x?}");
+    }
+
+    /// A unit returning `x op c` for a constant `c` of type `s`.
+    fn with_const(lib: &StencilLib, op: BinaryOp, c: u64, s: Scalar) -> Vec<u8> {
+        let mut services = NoServices;
+        let t = [Type::Scalar(s)];
+        let mut em = StencilEmitter::new(lib, &mut services, false, Vec::new(), &t);
+        let entry = em.create_block(&t);
+        em.switch_to_block(entry);
+        let x = params(&mut em, entry, &t)[0];
+        let r = em
+            .op(
+                &TOp::Binary(op),
+                &[x, SVal::Imm(c, s)],
+                &[t[0], t[0]],
+                SrcLoc::default(),
+            )
+            .expect("a result");
+        em.ret(Some(r));
+        em.finish(entry).expect("stitched").0
+    }
+
+    /// Adding a small negative constant is subtracting its negation, with a 4-byte hole
+    /// (the same code as `x - 1`), and so the other way; a constant whose negation does
+    /// not fit a 4-byte hole either keeps its 8-byte one.
+    #[test]
+    fn small_negative_constants_take_four_byte_holes() {
+        use BinaryOp::{Add, Sub};
+        let lib = StencilLib::new(test_isa());
+        let minus_one = 1u64.wrapping_neg();
+        for s in [Scalar::I64, Scalar::U64] {
+            assert_eq!(
+                with_const(&lib, Add, minus_one, s),
+                with_const(&lib, Sub, 1, s)
+            );
+            assert_eq!(
+                with_const(&lib, Sub, minus_one, s),
+                with_const(&lib, Add, 1, s)
+            );
+        }
+        assert_eq!(
+            with_const(&lib, Add, 0xffff_fffe, Scalar::I32),
+            with_const(&lib, Sub, 2, Scalar::I32)
+        );
+        // -(2^31 + 1) stays an addition of an 8-byte constant (a `movabs`).
+        let far = (1u64 << 31).wrapping_add(1).wrapping_neg();
+        let code = with_const(&lib, Add, far, Scalar::I64);
+        assert!(code.len() > with_const(&lib, Sub, 1, Scalar::I64).len());
+        assert!(code.windows(8).any(|w| w == far.to_le_bytes()));
     }
 
     /// A two-way branch on one condition can be cut (its conditional jump goes straight
