@@ -37,10 +37,11 @@ pub(super) struct Memo<B> {
 
 impl<B: Copy> Memo<B> {
     pub(super) fn new() -> Memo<B> {
+        // Room for a typical unit's copies, so that the memo does not grow step by step.
         Memo {
-            heads: FxHashMap::default(),
-            entries: Vec::new(),
-            vals: Vec::new(),
+            heads: FxHashMap::with_capacity_and_hasher(64, Default::default()),
+            entries: Vec::with_capacity(64),
+            vals: Vec::with_capacity(256),
         }
     }
 
