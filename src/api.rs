@@ -451,6 +451,7 @@ impl Program {
             None => {
                 let executor = self.inner.runtime.options().executor;
                 let s = Arc::new(RegionState::new(m, id, executor)?);
+                self.inner.runtime.prepare_stencils(&s.prog);
                 slot.get_or_init(|| s).clone()
             }
         };

@@ -276,6 +276,37 @@ impl StencilLib {
             .clone()
     }
 
+    /// The keys of the stencils made so far (refused ones too).
+    pub fn keys(&self) -> Vec<Key> {
+        let map = self.stencils.read().expect("not poisoned");
+        map.keys().cloned().collect()
+    }
+
+    /// Makes ahead what entering a unit that starts at a block with inputs `inputs` takes:
+    /// its prologue, and, with `promoted`, the promotion that leaves a unit for it (the
+    /// promoted scalars, and the inputs in frame words), keyed as the emitter keys them.
+    /// (So the first promotion of a specialization compiles no stencil; inputs the
+    /// emitter passes otherwise, as constants, get theirs on first use.)
+    pub fn make_entry(&self, inputs: &[Type], promoted: Option<&[Scalar]>) {
+        let _ = self.get(&Key::Prologue(inputs.to_vec()));
+        let Some(promoted) = promoted else {
+            return;
+        };
+        let live = inputs
+            .iter()
+            .map(|t| match *t {
+                Type::Slice { elem, .. } => Form::Slice(elem),
+                t => Form::Slot(t.scalar().unwrap_or(Scalar::I64)),
+            })
+            .collect();
+        let _ = self.get(&Key::Promote {
+            promoted: promoted.to_vec(),
+            live,
+            // A site with at most one promoted value has an inline cache.
+            inline: promoted.len() <= 1,
+        });
+    }
+
     /// Makes the variants of `key` that specialization commonly asks for (refused ones
     /// are kept as refused): each operand in frame words taken from the accumulator, or
     /// as a constant where the operation allows one, and both together.

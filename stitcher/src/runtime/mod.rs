@@ -67,7 +67,7 @@ use dyc_templates::types::{Scalar, SrcLoc, Type};
 
 use crate::exec::{Context, Executor, ExecutorKind, PromotionMode, Unit};
 use crate::ge::{
-    Block, Budget, BudgetKind, Caching, CalleeDecl, CalleeId, HostDecl, HostId, SVal, Site,
+    Block, Budget, BudgetKind, Caching, CalleeDecl, CalleeId, HostDecl, HostId, Lazy, SVal, Site,
     SliceData, SpecError, StitchProgram,
 };
 use crate::jit::{host_isa, large_unit_isa, JitOptions, LARGE_UNIT_BLOCKS};
@@ -756,16 +756,18 @@ impl Shared {
     }
 }
 
-/// The stencil library of the process for `verify` (whether Cranelift's verifier runs).
+/// The stencil libraries of the process, by `verify` (whether Cranelift's verifier runs).
 /// A stencil depends only on its key and on the host ISA, which every runtime sets up the
 /// same way (optimizing, frame pointers kept, not position-independent), so runtimes
 /// share their stencils: a program compiled after another makes only the stencils no
 /// earlier program used. The library lives as long as the process and holds one stencil
 /// per key ever used (keys are operations by operand forms, and signatures of units).
+static STENCIL_LIBS: [std::sync::OnceLock<StencilLib>; 2] =
+    [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+
+/// The stencil library of runtimes with the verifier `verify` (see [`STENCIL_LIBS`]).
 fn stencil_lib(verify: bool) -> Result<&'static StencilLib, RuntimeError> {
-    use std::sync::OnceLock;
-    static LIBS: [OnceLock<StencilLib>; 2] = [OnceLock::new(), OnceLock::new()];
-    let cell = &LIBS[usize::from(verify)];
+    let cell = &STENCIL_LIBS[usize::from(verify)];
     if let Some(lib) = cell.get() {
         return Ok(lib);
     }
@@ -775,6 +777,16 @@ fn stencil_lib(verify: bool) -> Result<&'static StencilLib, RuntimeError> {
     })
     .map_err(|e| RuntimeError::Jit(e.to_string()))?;
     Ok(cell.get_or_init(|| StencilLib::new(isa)))
+}
+
+/// The keys of the stitch tier's stencils made so far in this process (runtimes share
+/// their stencils), for tests and statistics.
+pub fn stencil_keys() -> Vec<stencil::Key> {
+    STENCIL_LIBS
+        .iter()
+        .filter_map(|cell| cell.get())
+        .flat_map(StencilLib::keys)
+        .collect()
 }
 
 /// Runs `f`, turning a panic into an internal error.
@@ -884,6 +896,36 @@ impl Runtime {
         Ok(Runtime {
             shared: Arc::new(shared),
         })
+    }
+
+    /// Makes ahead, when the stitch tier is the first tier, the stencils that entering the
+    /// units of specialization program `prog` takes: the prologues of its entry, of its
+    /// promotion blocks and of its lazy blocks, and the promotions into them (the stencils
+    /// of operations were made with the generic code). A region calls this when it is made,
+    /// so that a specialization, and its first promotions, compile no stencil.
+    pub fn prepare_stencils(&self, prog: &StitchProgram) {
+        if self.shared.opts.tiers.first != Tier::Stitch || !StencilLib::supported() {
+            return;
+        }
+        let lib = self.shared.stencils;
+        lib.make_entry(prog.input_types(prog.entry), None);
+        for (b, data) in prog.blocks.iter() {
+            let promoted: Option<Vec<Scalar>> = if !data.promote.is_empty() {
+                data.promote
+                    .iter()
+                    .map(|&(d, _)| {
+                        data.dyn_inputs()
+                            .find(|&(r, _)| r == d)
+                            .and_then(|(_, t)| t.scalar())
+                    })
+                    .collect()
+            } else if data.lazy != Lazy::No {
+                Some(Vec::new())
+            } else {
+                continue;
+            };
+            lib.make_entry(prog.input_types(b), promoted.as_deref());
+        }
     }
 
     /// The options the runtime was made with.
