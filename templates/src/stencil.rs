@@ -1445,8 +1445,10 @@ impl Drop for StencilEmitter<'_> {
             ($($f:ident),*) => {$(
                 sc.$f = std::mem::take(&mut self.$f);
                 sc.$f.clear();
-                // (A huge unit's room is not kept.)
-                sc.$f.shrink_to(1 << 14);
+                // A big unit's room is not kept: at most 4,096 items a buffer (well
+                // above what a unit of a few hundred copies needs; some hundreds of KiB
+                // a thread at most).
+                sc.$f.shrink_to(1 << 12);
             )*};
         }
         give!(
