@@ -183,7 +183,36 @@ fn lazy_blocks(
     lazy
 }
 
+/// The generating extension of function `id` of `m` for `mode`, prepared as
+/// [`Prepare::default`] says.
 pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, GeError> {
+    build_with(m, id, mode, Prepare::default())
+}
+
+/// Which optional preparations [`build_with`] makes before specialization (the others,
+/// reducify, code placement, promotion and division, are needed for correctness or by
+/// the annotations and always run).
+#[derive(Clone, Copy, Debug)]
+pub struct Prepare {
+    /// Thread forwarding blocks ([`crate::forward`]); on by default. Off, the plan is the
+    /// transform's on the function's blocks as written (the file tests of the plan draw the
+    /// design notes' graphs, whose merges are blocks of their own).
+    pub thread: bool,
+}
+
+impl Default for Prepare {
+    fn default() -> Prepare {
+        Prepare { thread: true }
+    }
+}
+
+/// [`build`] with the preparations `prep` says.
+pub fn build_with(
+    m: &Module,
+    id: FuncId,
+    mode: Mode,
+    prep: Prepare,
+) -> Result<GeneratingExtension, GeError> {
     let mut orig = &m.funcs[id];
     // Specialization follows the plan of the static transform, which needs single-entry
     // loops, and runs setup code once per copy, which placement keeps out of loops; generic
@@ -191,9 +220,13 @@ pub fn build(m: &Module, id: FuncId, mode: Mode) -> Result<GeneratingExtension, 
     let prepared;
     if mode == Mode::Specialize {
         let limit = crate::reducify::max_blocks(orig.layout.blocks().len());
-        let mut g = crate::reducify::reducify(orig, limit)
-            .map_err(GeError::Reducify)?
-            .unwrap_or_else(|| orig.clone());
+        let mut g = orig.clone();
+        if prep.thread {
+            crate::forward::thread(&mut g);
+        }
+        if let Some(r) = crate::reducify::reducify(&g, limit).map_err(GeError::Reducify)? {
+            g = r;
+        }
         crate::placement::place(&mut g);
         crate::promote::auto_promote(m, &mut g);
         crate::divide::poly_divide(m, &mut g);

@@ -12,6 +12,7 @@ pub mod analysis;
 pub mod api;
 pub mod bta;
 pub mod divide;
+pub mod forward;
 pub mod ge;
 #[cfg(any(test, feature = "gen"))]
 pub mod gen;

@@ -15,7 +15,11 @@
 //!   one line per block, loop or edge;
 //! - `reducify`: each function after making its loops single-entry (or the error), which
 //!   must verify, be reducible, and (with `; run:` lines) compute what the original does;
-//! - `plan`: the plan of each function's specialization (`dyc ge`'s second part);
+//! - `plan`: the plan of each function's specialization (`dyc ge`'s second part), on its
+//!   blocks as written (forwarding blocks not threaded: these files draw the design notes'
+//!   graphs, whose merges are blocks of their own);
+//! - `thread`: each function after threading its forwarding blocks, with the number of
+//!   blocks removed; it must verify and compute what the original does;
 //! - `place`: each function after code placement, with the number of instructions moved;
 //!   it must verify and compute what the original does.
 //!
@@ -113,10 +117,19 @@ fn run(kind: &str, src: &str) -> Result<String, String> {
         "interpret" => out = common::run_lines(&m, src, ";")?,
         "plan" => {
             for (id, _) in m.funcs.iter() {
-                let ge = dyc::ge::build(&m, id, dyc::bta::Mode::Specialize)
+                let prep = dyc::ge::Prepare { thread: false };
+                let ge = dyc::ge::build_with(&m, id, dyc::bta::Mode::Specialize, prep)
                     .map_err(|e| e.to_string())?;
                 out.push_str(&dyc_stitcher::ge::print_plan(&ge.program));
             }
+        }
+        "thread" => {
+            let mut r = m.clone();
+            for f in r.funcs.values_mut() {
+                let n = dyc::forward::thread(f);
+                let _ = writeln!(out, "; {}: {n} blocks removed", f.name);
+            }
+            transformed(&m, &r, src, "threading", &mut out)?;
         }
         "place" => {
             let mut r = m.clone();

@@ -184,7 +184,9 @@ fn merged_near_identical_tails_stitch_what_the_work_list_stitches() {
     let src = std::fs::read_to_string(path).expect("readable");
     let m = dyc::ir::parser::parse_module(&src).expect("parses");
     let id = m.func_by_name("f").expect("f");
-    let ge = dyc::ge::build(&m, id, Mode::Specialize).expect("builds");
+    // The file's merges are blocks of their own (see the file tests' `plan` kind).
+    let prep = dyc::ge::Prepare { thread: false };
+    let ge = dyc::ge::build_with(&m, id, Mode::Specialize, prep).expect("builds");
     let plan = ge.program.plan.as_ref().expect("a plan");
     assert!(
         plan.steps

@@ -1,0 +1,335 @@
+//! Threading of forwarding blocks: a block whose only instruction is `jump T(args)` is
+//! bypassed, its predecessors branching straight to `T` with the arguments composed.
+//!
+//! Why it matters for specialization: the front end makes such blocks wherever control
+//! flow merges only to go on (the latch of a loop whose body ends in many places, the join
+//! of an `if` whose arms set a variable and fall through to the loop's end). Each is a
+//! merge of its own, so under specialization every path through it stitches one more
+//! block copy, and when it merges static values (a byte-code interpreter's next `pc`) it
+//! is a special merge: a specialization root with a has-been-stitched lookup of its own,
+//! before the loop head's lookup of the same values. Threaded, the interpreter's handlers
+//! jump straight to the loop head: one copy and one lookup per interpreted instruction
+//! fewer. Cranelift's CFG clean-up does the same for the code it compiles; here it is done
+//! before the binding-time analysis, so the plan of the static transform never sees the
+//! block.
+//!
+//! The algorithm, linear in the size of the function:
+//! 1. A block other than the entry whose instructions are one `jump`, and whose parameters
+//!    nothing else reads (a block's parameters may be read in the blocks it dominates),
+//!    is *forwarding*.
+//! 2. Each forwarding block's own jump is resolved first (depth first, with an explicit
+//!    stack): if its target forwards too, the target's resolved jump is composed into it
+//!    (the target's parameters replaced by the arguments passed). A cycle of forwarding
+//!    blocks (an empty infinite loop) is left alone where it closes.
+//! 3. Every branch target that names a forwarding block is replaced by that block's
+//!    resolved jump with the arguments composed; one step suffices, since the jump is
+//!    already final. A terminator never gets the same target twice (a two-way branch with
+//!    both arms at one block would need its arguments moved on the edges, which not every
+//!    backend does): such an edge keeps its forwarding block.
+//! 4. Blocks no longer reached are removed from the layout.
+//!
+//! SSA stays valid: a forwarding block's parameters are read only by its jump, and an
+//! argument of that jump that is not one of its parameters is defined in a block `D` that dominates it, and every path to a predecessor
+//! `P` extends through the edge to a path to the forwarding block, on which `D` comes
+//! before it; so `D` dominates `P`.
+
+use cranelift_entity::SecondaryMap;
+
+use crate::ir::inst::ValueList;
+use crate::ir::{Block, BlockCall, Function, InstData, Value, ValueDef};
+
+/// What the pass knows of a block.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum State {
+    /// Not forwarding (or not looked at).
+    #[default]
+    Other,
+    /// Forwarding, its jump not resolved yet.
+    Forwarding,
+    /// Forwarding, being resolved (on the stack).
+    Resolving,
+    /// Forwarding, its jump final.
+    Resolved,
+}
+
+/// `call` with the parameters of `via` replaced by `args` (the arguments of a jump to
+/// `via`).
+fn compose(f: &Function, via: Block, args: &[Value], call: &BlockCall) -> BlockCall {
+    let params = f.block_params(via);
+    let map = |v: Value| match params.iter().position(|&p| p == v) {
+        Some(k) => args[k],
+        None => v,
+    };
+    BlockCall {
+        block: call.block,
+        args: call.args.iter().map(|&v| map(v)).collect::<ValueList>(),
+    }
+}
+
+/// The jump that ends forwarding block `b`.
+fn jump_of(f: &Function, b: Block) -> &BlockCall {
+    let i = f.layout.block_insts(b)[0];
+    match &f.insts[i] {
+        InstData::Jump { dest } => dest,
+        _ => unreachable!("a forwarding block ends in a jump"),
+    }
+}
+
+/// Threads every forwarding block of `f` (see the module doc). Returns the number of
+/// blocks removed.
+pub fn thread(f: &mut Function) -> usize {
+    let Some(entry) = f.layout.entry_block() else {
+        return 0;
+    };
+    let mut state: SecondaryMap<Block, State> = SecondaryMap::with_capacity(f.blocks.len());
+    let mut any = false;
+    for &b in f.layout.blocks() {
+        let insts = f.layout.block_insts(b);
+        if b != entry
+            && insts.len() == 1
+            && matches!(&f.insts[insts[0]], InstData::Jump { dest } if dest.block != b)
+        {
+            state[b] = State::Forwarding;
+            any = true;
+        }
+    }
+    if !any {
+        return 0;
+    }
+    // A block whose parameters are read anywhere but in its own jump (they may be, in
+    // the blocks it dominates) must stay.
+    for &b in f.layout.blocks() {
+        for &i in f.layout.block_insts(b) {
+            f.insts[i].visit_operands(|&v| {
+                if let ValueDef::Param(p, _) = f.values[v].def {
+                    if p != b && state[p] == State::Forwarding {
+                        state[p] = State::Other;
+                    }
+                }
+            });
+        }
+    }
+    // 2. Resolve each forwarding block's jump, targets first.
+    let blocks: Vec<Block> = f.layout.blocks().to_vec();
+    let mut stack: Vec<Block> = Vec::new();
+    for &b in &blocks {
+        if state[b] != State::Forwarding {
+            continue;
+        }
+        stack.push(b);
+        state[b] = State::Resolving;
+        while let Some(&top) = stack.last() {
+            let t = jump_of(f, top).block;
+            if state[t] == State::Forwarding {
+                state[t] = State::Resolving;
+                stack.push(t);
+                continue;
+            }
+            // The target is final (not forwarding, resolved, or on the stack: a cycle,
+            // left closed here).
+            if state[t] == State::Resolved {
+                let via = jump_of(f, top).clone();
+                let composed = compose(f, via.block, &via.args, jump_of(f, t));
+                if composed.block != top {
+                    let i = f.layout.block_insts(top)[0];
+                    f.insts[i] = InstData::Jump { dest: composed };
+                }
+            }
+            state[top] = State::Resolved;
+            stack.pop();
+        }
+    }
+    // 3. Thread every branch target that names a forwarding block.
+    let mut removed = false;
+    for &b in &blocks {
+        let Some(term) = f.layout.last_inst(b) else {
+            continue;
+        };
+        let n = f.insts[term].branch_targets().count();
+        for k in 0..n {
+            let Some(call) = f.insts[term].branch_target(k) else {
+                break;
+            };
+            let via = call.block;
+            if state[via] != State::Resolved || via == b {
+                continue;
+            }
+            let new = compose(f, via, &call.args, jump_of(f, via));
+            let clash = new.block == entry
+                || f.insts[term]
+                    .branch_targets()
+                    .enumerate()
+                    .any(|(j, c)| j != k && c.block == new.block);
+            if clash {
+                continue;
+            }
+            if let Some(slot) = f.insts[term].branch_target_mut(k) {
+                *slot = new;
+                removed = true;
+            }
+        }
+    }
+    if !removed {
+        return 0;
+    }
+    // 4. Drop the blocks nothing reaches any more.
+    let mut reached: SecondaryMap<Block, bool> = SecondaryMap::with_capacity(f.blocks.len());
+    let mut work = vec![entry];
+    reached[entry] = true;
+    while let Some(b) = work.pop() {
+        let Some(term) = f.layout.last_inst(b) else {
+            continue;
+        };
+        for c in f.insts[term].branch_targets() {
+            if !reached[c.block] {
+                reached[c.block] = true;
+                work.push(c.block);
+            }
+        }
+    }
+    let before = f.layout.blocks().len();
+    f.layout.retain_blocks(|b| reached[b]);
+    before - f.layout.blocks().len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gen::{cases, func, Rng};
+    use crate::interp::Memory;
+    use crate::ir::printer::print_module;
+    use crate::verifier::verify_module;
+
+    /// The byte-code interpreter's shape: handlers jump to a latch that only jumps to the
+    /// loop head, and a conditional's arms meet in a join that only jumps to the latch.
+    /// Threaded, every handler jumps to the head; of the conditional's arms, the first
+    /// goes to the head and the second keeps its block (a branch never gets one target
+    /// twice).
+    #[test]
+    fn handlers_jump_straight_to_the_loop_head() {
+        let src = "fn f(n: i64) -> i64 {
+    var pc = 0;
+    var acc = 0;
+    loop {
+        if pc > n { return acc; }
+        switch pc % 3 {
+            case 0:
+                acc = acc + 1;
+                pc = pc + 1;
+            case 1:
+                if acc < 5 { pc = pc + 2; } else { pc = pc + 1; }
+            default:
+                pc = pc + 1;
+        }
+    }
+}";
+        let m = crate::lang::compile("t.dyc", src).expect("compiles");
+        let id = m.func_by_name("f").expect("f");
+        let mut g = m.funcs[id].clone();
+        let before = g.layout.blocks().len();
+        let removed = thread(&mut g);
+        assert!(removed >= 3, "removed {removed} of {before} blocks");
+        let mut t = m.clone();
+        t.funcs[id] = g.clone();
+        verify_module(&t).expect("verifies");
+        // Every jump into the loop head now comes from a block that does work.
+        let head = g.layout.blocks()[1];
+        for &b in g.layout.blocks() {
+            let insts = g.layout.block_insts(b);
+            let Some(&last) = insts.last() else { continue };
+            if g.insts[last].branch_targets().any(|c| c.block == head) && b != g.layout.blocks()[0]
+            {
+                let forwarding = insts.len() == 1 && matches!(g.insts[last], InstData::Jump { .. });
+                // Only the conditional's second arm may still be a lone jump.
+                let preds_branch = g.layout.blocks().iter().any(|&p| {
+                    let l = g.layout.last_inst(p).expect("terminated");
+                    matches!(&g.insts[l], InstData::Brif { else_dest, .. } if else_dest.block == b)
+                });
+                assert!(
+                    !forwarding || preds_branch,
+                    "{b} only forwards:\n{}",
+                    print_module(&t)
+                );
+            }
+        }
+        for n in 0..12 {
+            let args = [crate::interp::Val::Scalar(crate::ir::Const::Int(
+                crate::ir::Scalar::I64,
+                n,
+            ))];
+            let want = crate::gen::tests::outcome(&m, id, &args, &mut Memory::default());
+            let got = crate::gen::tests::outcome(&t, id, &args, &mut Memory::default());
+            assert_eq!(got.0, want.0, "n = {n}");
+        }
+    }
+
+    /// A cycle of blocks that only jump to each other (an empty infinite loop) is left
+    /// alone, and so is a block that jumps to itself.
+    #[test]
+    fn forwarding_cycles_are_left_closed() {
+        let m = crate::ir::parser::parse_module(
+            "fn f(bool) -> i64 {
+block0(v0: bool):
+    brif v0, block1, block3
+block1:
+    jump block2
+block2:
+    jump block1
+block3:
+    jump block3
+}",
+        )
+        .expect("parses");
+        let id = m.func_by_name("f").expect("f");
+        let mut g = m.funcs[id].clone();
+        thread(&mut g);
+        let mut t = m.clone();
+        t.funcs[id] = g;
+        verify_module(&t).expect("verifies");
+        let text = print_module(&t);
+        assert!(text.contains("jump block3"), "{text}");
+        assert!(
+            text.contains("jump block1") || text.contains("jump block2"),
+            "{text}"
+        );
+    }
+
+    /// On random valid modules, threading keeps every function verified and computing
+    /// the same results and faults.
+    #[test]
+    fn threaded_functions_verify_and_compute_the_same() {
+        let (mut removed, mut compared) = (0, 0);
+        for seed in 0..cases(1000) {
+            let mut rng = Rng::new(seed);
+            let m = func::module(&mut rng, &func::Config::default());
+            let mut p = m.clone();
+            for f in p.funcs.values_mut() {
+                removed += thread(f);
+            }
+            if let Err(e) = verify_module(&p) {
+                panic!(
+                    "seed {seed}: does not verify after threading:\n{e}\nbefore:\n{}\nafter:\n{}",
+                    print_module(&m),
+                    print_module(&p)
+                );
+            }
+            for (id, f) in m.funcs.iter() {
+                let mut mem = Memory::default();
+                let args = crate::gen::tests::random_args(&mut rng, &f.sig.params, &mut mem);
+                let mut mem2 = mem.clone();
+                let (want, fuel_a) = crate::gen::tests::outcome(&m, id, &args, &mut mem);
+                let (got, fuel_b) = crate::gen::tests::outcome(&p, id, &args, &mut mem2);
+                // Fuel counts instructions, which threading removes.
+                if fuel_a || fuel_b {
+                    continue;
+                }
+                compared += 1;
+                assert_eq!(got, want, "seed {seed}:\n{}", print_module(&p));
+            }
+        }
+        assert!(
+            removed > 0 && compared > 0,
+            "removed {removed}, compared {compared}"
+        );
+    }
+}
