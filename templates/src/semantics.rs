@@ -23,6 +23,7 @@ pub enum Fault {
 }
 
 /// Truncates `bits` to the width of `ty` and extends it back by `ty`'s signedness.
+#[inline]
 pub fn canon(ty: Scalar, bits: u64) -> u64 {
     match ty.int_bits() {
         Some(64) | None => bits,
@@ -38,6 +39,7 @@ pub fn canon(ty: Scalar, bits: u64) -> u64 {
 }
 
 /// Makes an integer constant of type `ty` from any 64-bit pattern.
+#[inline]
 pub fn int(ty: Scalar, bits: u64) -> Const {
     Const::Int(ty, canon(ty, bits))
 }
@@ -53,6 +55,7 @@ pub fn int_range(ty: Scalar) -> (u64, u64) {
     }
 }
 
+#[inline]
 pub fn unary(op: UnaryOp, a: Const) -> Result<Const, Fault> {
     Ok(match (op, a) {
         (UnaryOp::Neg, Const::Int(t, x)) => int(t, x.wrapping_neg()),
@@ -63,6 +66,7 @@ pub fn unary(op: UnaryOp, a: Const) -> Result<Const, Fault> {
     })
 }
 
+#[inline]
 pub fn binary(op: BinaryOp, a: Const, b: Const) -> Result<Const, Fault> {
     use BinaryOp::*;
     Ok(match (a, b) {
@@ -129,6 +133,7 @@ pub fn binary(op: BinaryOp, a: Const, b: Const) -> Result<Const, Fault> {
     })
 }
 
+#[inline]
 pub fn cmp(op: CmpOp, a: Const, b: Const) -> Result<bool, Fault> {
     use std::cmp::Ordering;
     let ord = match (a, b) {
@@ -158,6 +163,7 @@ pub fn cmp(op: CmpOp, a: Const, b: Const) -> Result<bool, Fault> {
 /// Converts `a` to scalar type `to`: integer to integer truncates or extends by the
 /// source's signedness; `f64` to integer truncates toward zero and saturates (NaN gives 0);
 /// `bool` converts to 0/1, and a number to `bool` tests `!= 0`.
+#[inline]
 pub fn cast(to: Scalar, a: Const) -> Const {
     match (a, to) {
         (Const::Int(_, x), t) if t.is_int() => int(t, x),
@@ -185,6 +191,7 @@ pub fn cast(to: Scalar, a: Const) -> Const {
 }
 
 /// The value of an integer constant as `i128` (exact for every type).
+#[inline]
 pub fn int_value(c: Const) -> Option<i128> {
     match c {
         Const::Int(t, x) if t.is_signed() => Some(x as i64 as i128),

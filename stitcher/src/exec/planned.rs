@@ -3,10 +3,14 @@
 //! roots.
 //!
 //! A unit begins with a has-been-stitched lookup of its start block (a root) for its key;
-//! the miss queues it. Queued roots run least topological number first ([`Plan::rank`];
-//! copies of one root in the order they were made), so a root is stitched after every
-//! block of other trees that leads to it through forward edges. Each runs one tree from
-//! its root's first step:
+//! the miss queues it. Queued roots run least topological number first ([`Plan::rank`]),
+//! so a root is stitched after every block of other trees that leads to it through
+//! forward edges; copies of one root (which reach each other only through back edges) run
+//! most recent first, so the copy that the jump ending the last stitched block made is
+//! stitched, and placed, right after it: an unrolled interpreter's handlers follow each
+//! other in the order the interpreted program runs them, and its loops fall through
+//! instead of jumping from handler to handler. Each runs one tree from its root's first
+//! step:
 //! - `stitch b`: if an edge stitched in this run asked for `b` (its slot holds a copy), the
 //!   copy is stitched for the static values stored with it, exactly as the work-list
 //!   executor would (setup code, templates, terminator); edges to non-root blocks fill
@@ -34,8 +38,8 @@ use super::worklist::{Key, Spec};
 use super::{Context, Executor, Unit, WorkList};
 use crate::ge::{Block, Plan, SVal, SpecError, Step};
 
-/// Roots waiting to run, least (rank, order made) first: copies by their number in the
-/// memo (which is the order they were made).
+/// Roots waiting to run, least rank first and, among copies of one root, the last made
+/// first: copies by their number in the memo (which is the order they were made).
 struct Queue {
     heap: BinaryHeap<Reverse<(u32, u32)>>,
 }
@@ -46,12 +50,12 @@ impl Queue {
         for k in made.drain(..) {
             let b = memo.copy(k).0;
             let rank = plan.rank.get(b.index()).copied().unwrap_or(u32::MAX);
-            self.heap.push(Reverse((rank, k)));
+            self.heap.push(Reverse((rank, u32::MAX - k)));
         }
     }
 
     fn pop(&mut self) -> Option<u32> {
-        self.heap.pop().map(|Reverse((_, k))| k)
+        self.heap.pop().map(|Reverse((_, k))| u32::MAX - k)
     }
 }
 

@@ -301,18 +301,29 @@ impl<'a, E: Emitter> Spec<'a, E> {
         self.em.switch_to_block(b);
     }
 
+    // (The accessors match on references: copying an `Option<SVal>` out whole made the
+    // compiler store it in pieces and load it back whole, a store-forwarding stall on
+    // every read of a static register.)
+    #[inline]
     fn get_s(&self, r: Reg) -> Result<SVal, SpecError> {
-        match self.env_s.get(r.index()).copied().flatten() {
-            Some(v) => Ok(v),
-            None => internal(format!("static register {r} read before it was set")),
+        match self.env_s.get(r.index()) {
+            Some(Some(v)) => Ok(*v),
+            _ => Self::unset(r),
         }
     }
 
+    #[inline]
     fn get_c(&self, r: Reg) -> Result<Const, SpecError> {
-        match self.get_s(r)? {
-            SVal::Scalar(c) => Ok(c),
-            SVal::Slice(_) => internal(format!("register {r} holds a slice")),
+        match self.env_s.get(r.index()) {
+            Some(Some(SVal::Scalar(c))) => Ok(*c),
+            Some(Some(SVal::Slice(_))) => internal(format!("register {r} holds a slice")),
+            _ => Self::unset(r),
         }
+    }
+
+    #[cold]
+    fn unset<T>(r: Reg) -> Result<T, SpecError> {
+        internal(format!("static register {r} read before it was set"))
     }
 
     fn operand(&mut self, o: Operand) -> Result<E::Value, SpecError> {

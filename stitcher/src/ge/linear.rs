@@ -18,7 +18,7 @@
 //! edge that needs it was stitched). An edge to a root is a **has-been-stitched lookup**
 //! on (root, static values): a hit links to the copy, a miss creates it and queues the
 //! root (multi-way unrolling, specialization at special merges); queued roots run in
-//! topological order ([`Plan::rank`]), copies of one root in the order they were made.
+//! topological order ([`Plan::rank`]), copies of one root the last made first.
 
 use super::entities::Block;
 
