@@ -1338,6 +1338,7 @@ struct Scratch {
     params: Vec<SVal>,
     taken: Vec<u32>,
     fixups: Vec<(u32, u32)>,
+    cuts: Vec<(u32, u32)>,
     cold: Vec<u8>,
     cold_fixups: Vec<(u32, u32)>,
     frame_holes: Vec<u32>,
@@ -1371,6 +1372,10 @@ pub struct StencilEmitter<'a> {
     binding: u32,
     /// `rel32` fields to patch with the address of a block.
     fixups: Vec<(u32, u32)>,
+    /// The entries of `fixups` that are cut branches' conditional jumps followed by the
+    /// branch's jump to its false side, and the block placed there when that jump was
+    /// dropped (`u32::MAX` while it stands; see `invert_cuts`).
+    cuts: Vec<(u32, u32)>,
     /// Cold parts of checks, placed after the code by `finish`, and the `rel32` fields
     /// (in `code`) of the jumps to them with their offsets in `cold`.
     cold: Vec<u8>,
@@ -1456,6 +1461,7 @@ impl Drop for StencilEmitter<'_> {
             params,
             taken,
             fixups,
+            cuts,
             cold,
             cold_fixups,
             frame_holes,
@@ -1499,6 +1505,7 @@ impl<'a> StencilEmitter<'a> {
             taken: std::mem::take(&mut sc.taken),
             binding: 0,
             fixups: std::mem::take(&mut sc.fixups),
+            cuts: std::mem::take(&mut sc.cuts),
             slots: 0,
             inputs: Vec::new(),
             start: 0,
@@ -1559,6 +1566,7 @@ impl<'a> StencilEmitter<'a> {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
+        self.invert_cuts();
         let cold_at = self.code.len() as i64;
         self.code.extend_from_slice(&self.cold);
         for &(at, off) in &self.cold_fixups {
@@ -1583,6 +1591,44 @@ impl<'a> StencilEmitter<'a> {
             self.code[at..at + 4].copy_from_slice(&(words as u32).to_le_bytes());
         }
         Ok((std::mem::take(&mut self.code), self.copies, self.insts))
+    }
+
+    /// Cut branches whose true side was placed right after them. Such a branch is `jcc T;
+    /// jmp F; T: ...`, or `jcc T; F: jmp G; T: ...` when the false side `F` was placed
+    /// next and its only code is a jump. Once every block is placed, the condition is
+    /// negated (a near `jcc` is `0f 8c` with `c` a condition code whose lowest bit negates
+    /// it), the `jcc` goes where the `jmp` went and the `jmp` becomes a five-byte `nop`:
+    /// the true side falls through and the false side takes the one jump. In the second
+    /// shape only if nothing jumps to `F` (its code is then reached only from the branch).
+    /// (Done here, not when `T` is placed: a block placed next may turn out to have no
+    /// code, an alias of another, and jumps to `F` may come later.)
+    fn invert_cuts(&mut self) {
+        const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+        for &(i, f_block) in &self.cuts {
+            let i = i as usize;
+            let (Some(&(j, t)), Some(&(m, f))) = (self.fixups.get(i), self.fixups.get(i + 1))
+            else {
+                continue;
+            };
+            let (ju, mu) = (j as usize, m as usize);
+            let shape = ju >= 2
+                && m == j + 5
+                && self.code.get(mu - 1) == Some(&0xe9)
+                && self.code[ju - 2] == 0x0f
+                && self.code[ju - 1] & 0xf0 == 0x80;
+            let alone = f_block == u32::MAX || {
+                let fb = &self.blocks[f_block as usize];
+                fb.alias.is_none() && fb.at == Some(j + 4) && fb.entries == 0
+            };
+            if !shape || !alone || self.blocks[self.resolve(t) as usize].at != Some(m + 4) {
+                continue;
+            }
+            self.code[ju - 1] ^= 1;
+            self.code[mu - 1..mu + 4].copy_from_slice(&NOP5);
+            self.fixups[i] = (j, f);
+            // (The jump's own entry now patches the `jcc`'s displacement again.)
+            self.fixups[i + 1] = (j, f);
+        }
     }
 
     /// The stencil of `key`: from the thread's scratch, or the library (and kept in the
@@ -1673,6 +1719,11 @@ impl<'a> StencilEmitter<'a> {
             if at as usize + 5 == self.code.len() && to_b {
                 self.code.truncate(at as usize);
                 self.fixups.pop();
+                if let Some(cut) = self.cuts.last_mut() {
+                    if cut.0 as usize + 1 == self.fixups.len() {
+                        cut.1 = b;
+                    }
+                }
                 let info = &mut self.blocks[b as usize];
                 info.entries = info.entries.saturating_sub(1);
                 self.last_jump = None;
@@ -2618,6 +2669,14 @@ impl Backend for StencilEmitter<'_> {
         };
         self.emit(key, &words, &[], SrcLoc::default(), Extra::None, &conts);
         self.jump_with(near, near_args, false);
+        // A cut branch whose jump to the false side follows its conditional jump: a
+        // candidate for `invert_cuts` (forgotten if the false side is placed next).
+        let n = self.fixups.len();
+        if let (true, Some(at), true) = (cut, self.last_jump, n >= 2) {
+            if self.fixups[n - 2].0 + 4 == at && at as usize + 5 == self.code.len() {
+                self.cuts.push((n as u32 - 2, u32::MAX));
+            }
+        }
         self.edges(pending);
     }
 
@@ -2974,6 +3033,84 @@ mod tests {
         for k in [cmp(CmpOp::Eq, f), cmp(CmpOp::Ne, f)] {
             let st = lib.get(&k).unwrap_or_else(|e| panic!("{e}"));
             assert!(st.cut.is_none(), "{k:?}");
+        }
+    }
+
+    /// A branch on `x < y` whose true side is placed right after it: the cut branch's
+    /// condition is inverted (its conditional jump goes to the false side) and its jump
+    /// becomes a `nop`, so the true side falls through; with the false side placed next,
+    /// the condition stays, the true side is jumped to, and the false side follows with
+    /// no jump. A false side placed next whose only code is a jump elsewhere is bypassed
+    /// the same way, unless something else jumps to it.
+    #[test]
+    fn a_cut_branch_is_inverted_when_its_true_side_follows() {
+        use crate::ops::CmpOp;
+        #[derive(Clone, Copy, PartialEq)]
+        enum Shape {
+            TrueFirst,
+            FalseFirst,
+            FalseOnlyJumps,
+            FalseOnlyJumpsAndIsEntered,
+        }
+        let lib = StencilLib::new(test_isa());
+        let unit = |shape: Shape| {
+            let mut services = NoServices;
+            let (t, t2) = ([Type::I64], [Type::I64, Type::I64]);
+            let mut em = StencilEmitter::new(&lib, &mut services, false, Vec::new(), &t2);
+            let (entry, yes, no, exit) = (
+                em.create_block(&t2),
+                em.create_block(&t),
+                em.create_block(&t),
+                em.create_block(&t),
+            );
+            em.switch_to_block(entry);
+            let xy = params(&mut em, entry, &t2);
+            let x = xy[0];
+            let c = em
+                .op(&TOp::Cmp(CmpOp::Lt), &xy, &t2, SrcLoc::default())
+                .expect("a result");
+            em.brif(c, (yes, &[x]), (no, &[x]));
+            let order = match shape {
+                Shape::TrueFirst => vec![yes, no],
+                Shape::FalseFirst => vec![no, yes],
+                _ => vec![no, yes, exit],
+            };
+            for b in order {
+                em.switch_to_block(b);
+                let v = params(&mut em, b, &t)[0];
+                match shape {
+                    Shape::FalseOnlyJumps | Shape::FalseOnlyJumpsAndIsEntered if b == no => {
+                        em.jump(exit, &[v])
+                    }
+                    Shape::FalseOnlyJumpsAndIsEntered if b == yes => em.jump(no, &[v]),
+                    _ => em.ret(Some(v)),
+                }
+            }
+            em.finish(entry).expect("stitched").0
+        };
+        // The last conditional jump (`0f 8x`) of a unit (the prologue's frame check has
+        // one of its own, first) and the instruction after it.
+        let last_jcc = |code: &[u8]| {
+            let at = code
+                .windows(2)
+                .rposition(|w| w[0] == 0x0f && w[1] & 0xf0 == 0x80)
+                .expect("a conditional jump");
+            (code[at + 1], code[at + 6])
+        };
+        let (op, _) = last_jcc(&unit(Shape::FalseFirst));
+        for (shape, inverted) in [
+            (Shape::TrueFirst, true),
+            (Shape::FalseOnlyJumps, true),
+            (Shape::FalseOnlyJumpsAndIsEntered, false),
+        ] {
+            let (got, next) = last_jcc(&unit(shape));
+            if inverted {
+                assert_eq!(got, op ^ 1, "the condition is negated");
+                assert_eq!(next, 0x0f, "a `nop` follows");
+            } else {
+                assert_eq!(got, op, "the condition stays");
+                assert_ne!(next, 0x0f, "no `nop` follows");
+            }
         }
     }
 
