@@ -121,7 +121,9 @@ pub(super) struct Spec<'a, E: Emitter> {
     params: Vec<E::Value>,
     /// Empty buffers for the arguments of edges (so that edges allocate nothing).
     buffers: Vec<Vec<E::Value>>,
-    /// Registers set while stitching the current block.
+    /// Static registers set since the last start from a key. (Dynamic registers and
+    /// arrays need no clearing: a checked program defines them in every block that reads
+    /// them, from its parameters or its own operations, so a stale one is never read.)
     touched: Vec<Reg>,
     /// Dispatch blocks for promotion edges of dynamic branches, filled after the current
     /// block: (block, promotion block, static parameters, static live-ins).
@@ -276,7 +278,6 @@ impl<'a, E: Emitter> Spec<'a, E> {
 
     fn set_d(&mut self, r: Reg, v: E::Value) {
         self.env_d[r.index()] = Some(v);
-        self.touched.push(r);
     }
 
     /// Makes local array `r` hold `elems` (of type `elem`), in the buffer the register
@@ -286,7 +287,6 @@ impl<'a, E: Emitter> Spec<'a, E> {
         slot.0 = Some(elem);
         slot.1.clear();
         slot.1.extend(elems);
-        self.touched.push(r);
     }
 
     /// The elements of local array `r`.
@@ -363,8 +363,6 @@ impl<'a, E: Emitter> Spec<'a, E> {
             // per copy or run of a tree).
             for r in self.touched.drain(..) {
                 self.env_s[r.index()] = None;
-                self.env_d[r.index()] = None;
-                self.env_a[r.index()].0 = None;
             }
             let nregs = sb.key_regs().count();
             if nregs != key.len() {
