@@ -13,7 +13,8 @@
 //! before the binding-time analysis, so the plan of the static transform never sees the
 //! block.
 //!
-//! The algorithm, linear in the size of the function:
+//! The algorithm, linear in the size of the function (composing arguments goes through a
+//! table from parameter to position, and a branch's targets are counted in a table):
 //! 1. A block other than the entry whose instructions are one `jump`, and whose parameters
 //!    nothing else reads (a block's parameters may be read in the blocks it dominates),
 //!    is *forwarding*.
@@ -53,17 +54,33 @@ enum State {
 }
 
 /// `call` with the parameters of `via` replaced by `args` (the arguments of a jump to
-/// `via`).
-fn compose(f: &Function, via: Block, args: &[Value], call: &BlockCall) -> BlockCall {
+/// `via`), in time linear in both; `index` is scratch (every entry `u32::MAX`, left so).
+fn compose(
+    f: &Function,
+    via: Block,
+    args: &[Value],
+    call: &BlockCall,
+    index: &mut SecondaryMap<Value, u32>,
+) -> BlockCall {
     let params = f.block_params(via);
-    let map = |v: Value| match params.iter().position(|&p| p == v) {
-        Some(k) => args[k],
-        None => v,
-    };
-    BlockCall {
-        block: call.block,
-        args: call.args.iter().map(|&v| map(v)).collect::<ValueList>(),
+    for (k, &p) in params.iter().enumerate() {
+        index[p] = k as u32;
     }
+    let composed = BlockCall {
+        block: call.block,
+        args: call
+            .args
+            .iter()
+            .map(|&v| match index[v] {
+                u32::MAX => v,
+                k => args[k as usize],
+            })
+            .collect::<ValueList>(),
+    };
+    for &p in params {
+        index[p] = u32::MAX;
+    }
+    composed
 }
 
 /// The jump that ends forwarding block `b`.
@@ -109,6 +126,7 @@ pub fn thread(f: &mut Function) -> usize {
             });
         }
     }
+    let mut index: SecondaryMap<Value, u32> = SecondaryMap::with_default(u32::MAX);
     // 2. Resolve each forwarding block's jump, targets first.
     let blocks: Vec<Block> = f.layout.blocks().to_vec();
     let mut stack: Vec<Block> = Vec::new();
@@ -129,7 +147,7 @@ pub fn thread(f: &mut Function) -> usize {
             // left closed here).
             if state[t] == State::Resolved {
                 let via = jump_of(f, top).clone();
-                let composed = compose(f, via.block, &via.args, jump_of(f, t));
+                let composed = compose(f, via.block, &via.args, jump_of(f, t), &mut index);
                 if composed.block != top {
                     let i = f.layout.block_insts(top)[0];
                     f.insts[i] = InstData::Jump { dest: composed };
@@ -139,12 +157,17 @@ pub fn thread(f: &mut Function) -> usize {
             stack.pop();
         }
     }
-    // 3. Thread every branch target that names a forwarding block.
+    // 3. Thread every branch target that names a forwarding block (`uses` counts the
+    // edges of the terminator at hand to each block, so that a clash costs no scan).
     let mut removed = false;
+    let mut uses: SecondaryMap<Block, u32> = SecondaryMap::with_capacity(f.blocks.len());
     for &b in &blocks {
         let Some(term) = f.layout.last_inst(b) else {
             continue;
         };
+        for c in f.insts[term].branch_targets() {
+            uses[c.block] += 1;
+        }
         let n = f.insts[term].branch_targets().count();
         for k in 0..n {
             let Some(call) = f.insts[term].branch_target(k) else {
@@ -154,19 +177,19 @@ pub fn thread(f: &mut Function) -> usize {
             if state[via] != State::Resolved || via == b {
                 continue;
             }
-            let new = compose(f, via, &call.args, jump_of(f, via));
-            let clash = new.block == entry
-                || f.insts[term]
-                    .branch_targets()
-                    .enumerate()
-                    .any(|(j, c)| j != k && c.block == new.block);
-            if clash {
+            let new = compose(f, via, &call.args, jump_of(f, via), &mut index);
+            if new.block == entry || uses[new.block] > 0 {
                 continue;
             }
+            uses[via] -= 1;
+            uses[new.block] += 1;
             if let Some(slot) = f.insts[term].branch_target_mut(k) {
                 *slot = new;
                 removed = true;
             }
+        }
+        for c in f.insts[term].branch_targets() {
+            uses[c.block] = 0;
         }
     }
     if !removed {
