@@ -312,10 +312,8 @@ impl Lifting {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gen::{cases, func, Rng};
+    use crate::gen::func;
     use crate::interp::Memory;
-    use crate::ir::printer::print_module;
-    use crate::verifier::verify_module;
 
     /// Specializes `f` of `src` on `args` (through the residual backend): the result and
     /// the operations the stitcher processed.
@@ -378,39 +376,6 @@ mod tests {
     /// (results, errors by kind and place, memory).
     #[test]
     fn placed_functions_verify_and_compute_the_same() {
-        let (mut moved, mut compared, mut out_of_fuel) = (0, 0, 0);
-        for seed in 0..cases(1000) {
-            let mut rng = Rng::new(seed);
-            let m = func::module(&mut rng, &func::Config::default());
-            let mut p = m.clone();
-            for f in p.funcs.values_mut() {
-                moved += place(f);
-            }
-            if let Err(e) = verify_module(&p) {
-                panic!(
-                    "seed {seed}: does not verify after placement:\n{e}\nbefore:\n{}\nafter:\n{}",
-                    print_module(&m),
-                    print_module(&p)
-                );
-            }
-            for (id, f) in m.funcs.iter() {
-                let mut mem = Memory::default();
-                let args = crate::gen::tests::random_args(&mut rng, &f.sig.params, &mut mem);
-                let mut mem2 = mem.clone();
-                let (want, fuel_a) = crate::gen::tests::outcome(&m, id, &args, &mut mem);
-                let (got, fuel_b) = crate::gen::tests::outcome(&p, id, &args, &mut mem2);
-                // Fuel counts instructions, which placement changes.
-                if fuel_a || fuel_b {
-                    out_of_fuel += 1;
-                    continue;
-                }
-                compared += 1;
-                assert_eq!(got, want, "seed {seed}:\n{}", print_module(&p));
-            }
-        }
-        assert!(
-            moved > 0 && out_of_fuel * 10 <= compared,
-            "{out_of_fuel} out of fuel"
-        );
+        crate::gen::tests::pass_keeps_semantics("placement", place);
     }
 }

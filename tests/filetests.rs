@@ -80,6 +80,24 @@ fn transformed(
     Ok(())
 }
 
+/// Runs `pass` on every function of `m` (a line each with what it counted, as `what`),
+/// then checks and prints the result as [`transformed`] does.
+fn counted_pass(
+    m: &Module,
+    src: &str,
+    pass_name: &str,
+    what: &str,
+    pass: impl Fn(&mut Function) -> usize,
+    out: &mut String,
+) -> Result<(), String> {
+    let mut r = m.clone();
+    for f in r.funcs.values_mut() {
+        let n = pass(f);
+        let _ = writeln!(out, "; {}: {n} {what}", f.name);
+    }
+    transformed(m, &r, src, pass_name, out)
+}
+
 fn run(kind: &str, src: &str) -> Result<String, String> {
     let mut out = String::new();
     if kind == "parse-error" {
@@ -123,22 +141,22 @@ fn run(kind: &str, src: &str) -> Result<String, String> {
                 out.push_str(&dyc_stitcher::ge::print_plan(&ge.program));
             }
         }
-        "thread" => {
-            let mut r = m.clone();
-            for f in r.funcs.values_mut() {
-                let n = dyc::forward::thread(f);
-                let _ = writeln!(out, "; {}: {n} blocks removed", f.name);
-            }
-            transformed(&m, &r, src, "threading", &mut out)?;
-        }
-        "place" => {
-            let mut r = m.clone();
-            for f in r.funcs.values_mut() {
-                let n = dyc::placement::place(f);
-                let _ = writeln!(out, "; {}: {n} moved", f.name);
-            }
-            transformed(&m, &r, src, "placement", &mut out)?;
-        }
+        "thread" => counted_pass(
+            &m,
+            src,
+            "threading",
+            "blocks removed",
+            dyc::forward::thread,
+            &mut out,
+        )?,
+        "place" => counted_pass(
+            &m,
+            src,
+            "placement",
+            "moved",
+            dyc::placement::place,
+            &mut out,
+        )?,
         "reducify" => {
             let mut r = m.clone();
             for f in r.funcs.values_mut() {

@@ -322,6 +322,51 @@ fn liveness_matches_path_definition() {
     }
 }
 
+/// The property every CFG pass keeps: on `cases(1000)` random modules, `pass` (run on
+/// each function; it returns how much it changed) leaves every function verified and
+/// computing what the original does (results, errors by kind and place, memory). Returns
+/// the total change; panics if nothing changed or if more than a tenth of the runs
+/// compared ran out of fuel (fuel counts instructions, which passes change).
+pub fn pass_keeps_semantics(
+    name: &str,
+    mut pass: impl FnMut(&mut crate::ir::Function) -> usize,
+) -> usize {
+    let (mut changed, mut compared, mut out_of_fuel) = (0, 0, 0);
+    for seed in 0..cases(1000) {
+        let mut rng = Rng::new(seed);
+        let m = func::module(&mut rng, &func::Config::default());
+        let mut p = m.clone();
+        for f in p.funcs.values_mut() {
+            changed += pass(f);
+        }
+        if let Err(e) = verify_module(&p) {
+            panic!(
+                "seed {seed}: does not verify after {name}:\n{e}\nbefore:\n{}\nafter:\n{}",
+                print_module(&m),
+                print_module(&p)
+            );
+        }
+        for (id, f) in m.funcs.iter() {
+            let mut mem = Memory::default();
+            let args = random_args(&mut rng, &f.sig.params, &mut mem);
+            let mut mem2 = mem.clone();
+            let (want, fuel_a) = outcome(&m, id, &args, &mut mem);
+            let (got, fuel_b) = outcome(&p, id, &args, &mut mem2);
+            if fuel_a || fuel_b {
+                out_of_fuel += 1;
+                continue;
+            }
+            compared += 1;
+            assert_eq!(got, want, "seed {seed}:\n{}", print_module(&p));
+        }
+    }
+    assert!(
+        changed > 0 && out_of_fuel * 10 <= compared,
+        "{name}: {changed} changes, {out_of_fuel} runs out of fuel, {compared} compared"
+    );
+    changed
+}
+
 /// Runs function `id` of `m` on the interpreter with the property tests' limits (fuel
 /// 20,000, depth 50) and describes the outcome so that it compares across transformed
 /// copies of `m`: a result through `Debug` (which compares NaNs equal), an error by kind
