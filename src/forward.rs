@@ -197,22 +197,8 @@ pub fn thread(f: &mut Function) -> usize {
         return 0;
     }
     // 4. Drop the blocks nothing reaches any more.
-    let mut reached: SecondaryMap<Block, bool> = SecondaryMap::with_capacity(f.blocks.len());
-    let mut work = vec![entry];
-    reached[entry] = true;
-    while let Some(b) = work.pop() {
-        let Some(term) = f.layout.last_inst(b) else {
-            continue;
-        };
-        for c in f.insts[term].branch_targets() {
-            if !reached[c.block] {
-                reached[c.block] = true;
-                work.push(c.block);
-            }
-        }
-    }
     let before = f.layout.blocks().len();
-    f.layout.retain_blocks(|b| reached[b]);
+    crate::lang::ssa::remove_unreachable_blocks(f);
     before - f.layout.blocks().len()
 }
 
