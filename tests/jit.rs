@@ -475,10 +475,12 @@ fn runaway_specialization_ends_with_the_budget_error_or_falls_back_to_generic_co
 #[test]
 fn strength_reduced_divisions_agree_with_the_interpreter() {
     let src = "
-        fn d8(x: i8) -> i8 { return x / 4 + x % 4 * 3 + x / 64; }
-        fn d32(x: i32) -> i32 { return x / 2 + x / 1024 + x % 8; }
+        fn d8(x: i8) -> i8 { return x / 4 + x % 4 * 3 + x / 64 + x % 64 * 5; }
+        fn d32(x: i32) -> i32 { return x / 2 + x / 1024 + x % 8 + x % 2 * 7 + x % 1; }
         fn du(x: u16) -> u16 { return x / 8 + x % 16 + x * 32; }
-        fn d64(x: i64) -> i64 { return x / 4611686018427387904 + x / 16 * 3; }
+        fn d64(x: i64) -> i64 {
+            return x / 4611686018427387904 + x / 16 * 3 + x % 1073741824 * 11 + x % 2;
+        }
     ";
     let m = dyc::lang::compile("div.dyc", src).expect("compiles");
     let p = Program::from_module(m.clone(), options()).expect("program");
@@ -586,6 +588,43 @@ fn the_main_jobs_programs_agree_in_every_tier() {
                 b.name
             );
         }
+    }
+}
+
+/// The stitch tier reads the interpreter's registers that a program loads with a
+/// constant before its loops (and never changes) as constants: every main-job program
+/// has some, and computes the same with them as without.
+#[test]
+fn the_stitch_tier_reads_loop_invariant_registers_as_constants() {
+    let with = bytecode(RuntimeOptions::default());
+    let without = bytecode(RuntimeOptions {
+        constant_params: false,
+        ..RuntimeOptions::default()
+    });
+    for b in bench_programs::benches() {
+        let n = if b.mem > 0 { b.n } else { b.n.min(300) };
+        let mut counts = Vec::new();
+        for p in [&with, &without] {
+            let s = p
+                .region("run")
+                .expect("region")
+                .specialize_in(&[Arg::from(&b.code[..])], Tier::Stitch)
+                .expect("specializes");
+            assert_eq!(s.tier(), Tier::Stitch);
+            let mut mem = vec![0i64; b.mem.max(1)];
+            let r = s
+                .call(&mut [Arg::from(n), Arg::from(&mut mem[..])])
+                .unwrap_or_else(|e| panic!("{}: {e}", b.name));
+            assert_eq!(
+                r.and_then(|c| c.as_i64()),
+                Some((b.native)(n)),
+                "{}",
+                b.name
+            );
+            counts.push(s.stats().constant_params + s.lazy_stats().1.constant_params);
+        }
+        assert!(counts[0] > 0, "{}: {counts:?}", b.name);
+        assert_eq!(counts[1], 0, "{}", b.name);
     }
 }
 

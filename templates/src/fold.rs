@@ -12,7 +12,8 @@
 //!   subtracting, or-ing, xor-ing or shifting by 0 and multiplying or dividing by 1 vanish;
 //!   multiplying by 0 and and-ing with 0 give 0; multiplying by 2^s becomes a left shift;
 //!   unsigned division and remainder by 2^s become a right shift and a mask; signed
-//!   division by 2^s becomes a biased arithmetic shift (rounding toward zero);
+//!   division by 2^s becomes a biased arithmetic shift (rounding toward zero), and signed
+//!   remainder by 2^s the dividend minus that quotient shifted back; remainder by 1 is 0;
 //! - **bounds checks**: the length of a static slice is a constant; an access with a
 //!   constant index below a static slice's length needs no check; within one emitted
 //!   block, a check already made (same slice and index, or a constant index not above one
@@ -22,6 +23,10 @@
 //! **Invariant.** A backend's `Load` and `Store` do not check bounds: the layer has checked
 //! them, or proved them in range, before. So a backend is only ever driven through
 //! `Fold`.
+//!
+//! - **constant block parameters**: with [`Fold::with_constant_params`], the parameters a
+//!   first pass found constant on every path ([`crate::params`]) are read as constants,
+//!   and left out of the backend's blocks and of the jumps into them.
 //!
 //! The layer is backend-neutral: the Cranelift backend and the residual-IR backend of the
 //! tests (and the stitch tier to come) share it, so the residual-IR differential tests
@@ -34,6 +39,7 @@ use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 
 use crate::ops::{BinaryOp, Const};
+use crate::params::Known;
 use crate::semantics;
 use crate::template::{Case, Emitter, TOp};
 use crate::types::{Scalar, SrcLoc, Type};
@@ -147,10 +153,10 @@ pub struct Fold<B: Backend> {
     pub backend: B,
     /// Lengths of the static slices (by key parameter), for `len` and bounds checks.
     static_lens: Vec<Option<u64>>,
-    /// Parameter types of each created block, by [`Backend::block_index`]: an index into
-    /// `type_lists`, where each distinct list is kept once (copies of one template block
-    /// share theirs).
-    block_types: Vec<u32>,
+    /// Each created block, by [`Backend::block_index`].
+    blocks: Vec<BlockInfo>,
+    /// The parameter type lists of blocks, each distinct list kept once (copies of one
+    /// template block share theirs).
     type_lists: Vec<Vec<Type>>,
     type_index: HashMap<Vec<Type>, u32, Hasher>,
     /// The list last found for a slice at each address (direct-mapped by address), checked
@@ -165,6 +171,24 @@ pub struct Fold<B: Backend> {
     /// largest constant index checked.
     checked: HashSet<(B::Value, IndexKey<B::Value>), Hasher>,
     checked_const: HashMap<B::Value, i128, Hasher>,
+    /// Constant block parameters a first pass found ([`crate::params`]), the blocks created
+    /// so far (a block's number in that order is its number in the first pass), whether
+    /// a block differed from the first pass's, and a buffer for a block's types without
+    /// its constant parameters.
+    known: Option<Known>,
+    made: u32,
+    diverged: bool,
+    kept_types: Vec<Type>,
+}
+
+/// What the layer keeps of a created block: its parameter types (an index into
+/// `type_lists`), those the backend's block has (without constant parameters), and its
+/// number in the order of creation.
+#[derive(Clone, Copy)]
+struct BlockInfo {
+    types: u32,
+    backend_types: u32,
+    made: u32,
 }
 
 impl<B: Backend> Fold<B> {
@@ -173,7 +197,7 @@ impl<B: Backend> Fold<B> {
         Fold {
             backend,
             static_lens,
-            block_types: Vec::new(),
+            blocks: Vec::new(),
             type_lists: Vec::new(),
             type_index: HashMap::default(),
             recent: [(0, u32::MAX); 16],
@@ -181,7 +205,55 @@ impl<B: Backend> Fold<B> {
             lowered: [Vec::new(), Vec::new()],
             checked: HashSet::default(),
             checked_const: HashMap::default(),
+            known: None,
+            made: 0,
+            diverged: false,
+            kept_types: Vec::new(),
         }
+    }
+
+    /// Reads the block parameters `known` finds constant as those constants, and leaves
+    /// them out of the backend's blocks and of the jumps into them. `known` must come from
+    /// a first pass ([`crate::params::Shape`]) of the same executor on the same unit;
+    /// [`Fold::diverged`] tells whether this pass made blocks the first did not.
+    pub fn with_constant_params(mut self, known: Known) -> Fold<B> {
+        self.known = known.any().then_some(known);
+        self
+    }
+
+    /// Whether this pass made a block with other parameters than the first pass's block of
+    /// the same number, or more blocks (then the constant parameters may be wrong for it,
+    /// and the unit must be stitched again without them).
+    pub fn diverged(&self) -> bool {
+        self.diverged
+            || self
+                .known
+                .as_ref()
+                .is_some_and(|k| k.blocks() != self.made as usize)
+    }
+
+    /// The index in `type_lists` of the list `params` (interned if new).
+    fn intern(&mut self, params: &[Type]) -> u32 {
+        match self.type_index.get(params) {
+            Some(&k) => k,
+            None => {
+                let k = self.type_lists.len() as u32;
+                self.type_lists.push(params.to_vec());
+                self.type_index.insert(params.to_vec(), k);
+                k
+            }
+        }
+    }
+
+    /// The constant parameters of block `b` (by backend number), if a first pass found
+    /// some.
+    fn consts_of(&self, b: usize) -> Option<&[Option<Const>]> {
+        let known = self.known.as_ref()?;
+        let info = self.blocks.get(b)?;
+        if info.types == info.backend_types {
+            return None;
+        }
+        known.block(info.made)
     }
 
     /// The value in code.
@@ -196,12 +268,29 @@ impl<B: Backend> Fold<B> {
         vs.iter().map(|&v| self.lower(v)).collect()
     }
 
-    /// Buffer `k` of [`Fold::lowered`] holding the values of `vs` in code; give it back
+    /// Buffer `k` of [`Fold::lowered`] holding the values of `vs`, the arguments of a jump
+    /// to `dest`, in code (without those of `dest`'s constant parameters); give it back
     /// with [`Fold::give_back`].
-    fn lower_into(&mut self, k: usize, vs: &[FVal<B::Value>]) -> Vec<B::Value> {
+    fn lower_into(&mut self, k: usize, dest: B::Block, vs: &[FVal<B::Value>]) -> Vec<B::Value> {
         let mut out = std::mem::take(&mut self.lowered[k]);
         out.clear();
-        out.extend(vs.iter().map(|&v| self.lower(v)));
+        match self.consts_of(B::block_index(dest)) {
+            None => {
+                for &v in vs {
+                    let v = self.lower(v);
+                    out.push(v);
+                }
+            }
+            Some(cs) => {
+                let keep: SmallVec<[bool; 16]> = cs.iter().map(Option::is_none).collect();
+                for (&v, keep) in vs.iter().zip(keep) {
+                    if keep {
+                        let v = self.lower(v);
+                        out.push(v);
+                    }
+                }
+            }
+        }
         out
     }
 
@@ -263,7 +352,8 @@ impl<B: Backend> Fold<B> {
                 let mask = FVal::Const(semantics::int(t, bits - 1));
                 self.dynamic(&TOp::Binary(BinaryOp::And), &[x, mask], ty, loc)
             }
-            (BinaryOp::Div, _, Some(s)) if t.is_signed() && s < w - 1 => {
+            (BinaryOp::Rem, 1, _) => int(0),
+            (BinaryOp::Div | BinaryOp::Rem, _, Some(s)) if t.is_signed() && s < w - 1 => {
                 // Round toward zero: add 2^s - 1 to negative dividends before shifting.
                 // sign = x >> (w-1) is 0 or -1; as unsigned, shifted right by w - s, it is
                 // 0 or 2^s - 1.
@@ -280,7 +370,15 @@ impl<B: Backend> Fold<B> {
                 );
                 let bias = self.dynamic(&TOp::Cast(t), &[ubias], ty, loc);
                 let sum = self.dynamic(&TOp::Binary(BinaryOp::Add), &[x, bias], ty, loc);
-                self.dynamic(&shr, &[sum, int(s)], ty, loc)
+                if op == BinaryOp::Div {
+                    self.dynamic(&shr, &[sum, int(s)], ty, loc)
+                } else {
+                    // x - (x / 2^s) * 2^s (shifts: a mask of high bits is a wide constant).
+                    let q = self.dynamic(&shr, &[sum, int(s)], ty, loc);
+                    let shl = TOp::Binary(BinaryOp::Shl);
+                    let multiple = self.dynamic(&shl, &[q, int(s)], ty, loc);
+                    self.dynamic(&TOp::Binary(BinaryOp::Sub), &[x, multiple], ty, loc)
+                }
             }
             _ => return None,
         })
@@ -400,30 +498,58 @@ impl<B: Backend> Emitter for Fold<B> {
     type Block = B::Block;
 
     fn create_block(&mut self, params: &[Type]) -> B::Block {
-        let b = self.backend.create_block(params);
         let addr = params.as_ptr() as usize;
         let slot = (addr >> 3) % self.recent.len();
-        let k = match self.recent[slot] {
+        let types = match self.recent[slot] {
             (a, k) if a == addr && self.type_lists[k as usize] == params => k,
             _ => {
-                let k = match self.type_index.get(params) {
-                    Some(&k) => k,
-                    None => {
-                        let k = self.type_lists.len() as u32;
-                        self.type_lists.push(params.to_vec());
-                        self.type_index.insert(params.to_vec(), k);
-                        k
-                    }
-                };
+                let k = self.intern(params);
                 self.recent[slot] = (addr, k);
                 k
             }
         };
-        let i = B::block_index(b);
-        if i >= self.block_types.len() {
-            self.block_types.resize(i + 1, u32::MAX);
+        let made = self.made;
+        self.made += 1;
+        let mut backend_types = types;
+        if let Some(known) = &self.known {
+            match known.block(made) {
+                Some(cs) if cs.len() == params.len() => {
+                    if cs.iter().any(Option::is_some) {
+                        let mut kept = std::mem::take(&mut self.kept_types);
+                        kept.clear();
+                        kept.extend(
+                            params
+                                .iter()
+                                .zip(cs)
+                                .filter(|(_, c)| c.is_none())
+                                .map(|(t, _)| *t),
+                        );
+                        backend_types = self.intern(&kept);
+                        self.kept_types = kept;
+                    }
+                }
+                _ => self.diverged = true,
+            }
         }
-        self.block_types[i] = k;
+        let b = self
+            .backend
+            .create_block(&self.type_lists[backend_types as usize]);
+        let i = B::block_index(b);
+        if i >= self.blocks.len() {
+            self.blocks.resize(
+                i + 1,
+                BlockInfo {
+                    types: u32::MAX,
+                    backend_types: u32::MAX,
+                    made: u32::MAX,
+                },
+            );
+        }
+        self.blocks[i] = BlockInfo {
+            types,
+            backend_types,
+            made,
+        };
         b
     }
 
@@ -436,22 +562,33 @@ impl<B: Backend> Emitter for Fold<B> {
     }
 
     fn block_params(&mut self, b: B::Block, out: &mut Vec<Self::Value>) {
-        let k = self.block_types.get(B::block_index(b)).copied();
-        let types = k
-            .and_then(|k| self.type_lists.get(k as usize))
-            .map_or(&[][..], Vec::as_slice);
+        let i = B::block_index(b);
+        let info = self.blocks.get(i).copied();
+        let list = |k: u32| {
+            self.type_lists
+                .get(k as usize)
+                .map_or(&[][..], Vec::as_slice)
+        };
+        let (types, kept) = info.map_or((&[][..], &[][..]), |info| {
+            (list(info.types), list(info.backend_types))
+        });
         self.raw_params.clear();
-        self.backend.block_params(b, types, &mut self.raw_params);
-        out.extend(
-            self.raw_params
-                .iter()
-                .zip(types)
-                .map(|(&v, &ty)| FVal::Dyn {
-                    v,
-                    ty,
-                    static_len: None,
-                }),
-        );
+        self.backend.block_params(b, kept, &mut self.raw_params);
+        let dynamic = |(&v, &ty): (&B::Value, &Type)| FVal::Dyn {
+            v,
+            ty,
+            static_len: None,
+        };
+        match self.consts_of(i) {
+            None => out.extend(self.raw_params.iter().zip(types).map(dynamic)),
+            Some(cs) => {
+                let mut raw = self.raw_params.iter();
+                out.extend(types.iter().zip(cs).map(|(ty, c)| match c {
+                    Some(c) => FVal::Const(*c),
+                    None => dynamic((raw.next().expect("a kept parameter"), ty)),
+                }));
+            }
+        }
     }
 
     fn switch_to_block(&mut self, b: B::Block) {
@@ -595,7 +732,7 @@ impl<B: Backend> Emitter for Fold<B> {
     }
 
     fn jump(&mut self, dest: B::Block, args: &[Self::Value]) {
-        let a = self.lower_into(0, args);
+        let a = self.lower_into(0, dest, args);
         self.backend.jump(dest, &a);
         self.give_back(0, a);
     }
@@ -611,8 +748,8 @@ impl<B: Backend> Emitter for Fold<B> {
             return self.jump(b, args);
         }
         let c = self.lower(cond);
-        let ta = self.lower_into(0, then_dest.1);
-        let ea = self.lower_into(1, else_dest.1);
+        let ta = self.lower_into(0, then_dest.0, then_dest.1);
+        let ea = self.lower_into(1, else_dest.0, else_dest.1);
         self.backend.brif(c, (then_dest.0, &ta), (else_dest.0, &ea));
         self.give_back(0, ta);
         self.give_back(1, ea);
@@ -634,10 +771,11 @@ impl<B: Backend> Emitter for Fold<B> {
         let a = self.lower(arg);
         let cs: Vec<BCase<B>> = cases
             .iter()
-            .map(|(k, b, args)| (*k, *b, self.lower_all(args).into_vec()))
+            .map(|(k, b, args)| (*k, *b, self.lower_into(0, *b, args)))
             .collect();
-        let d = self.lower_all(default.1);
+        let d = self.lower_into(1, default.0, default.1);
         self.backend.switch(a, ty, &cs, (default.0, &d));
+        self.give_back(1, d);
     }
 
     fn ret(&mut self, value: Option<Self::Value>) {

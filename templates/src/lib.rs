@@ -22,6 +22,7 @@ pub mod abi;
 pub mod clif;
 pub mod fold;
 pub mod ops;
+pub mod params;
 pub mod semantics;
 pub mod stencil;
 pub mod template;

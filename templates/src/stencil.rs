@@ -70,6 +70,10 @@ pub enum Form {
     /// A scalar in the accumulator: the register the stencil before left its result in
     /// (`f64` results have an accumulator of their own).
     Acc(Scalar),
+    /// A small constant compiled into the stencil, no hole: a shift's amount, which x86
+    /// encodes in one byte (too small for a hole), so one stencil per amount (at most 64
+    /// per operation and type, made when first used).
+    Baked(Scalar, u8),
 }
 
 /// The operand forms of a stencil (inline: keys are made for every copy).
@@ -428,6 +432,12 @@ fn imm_ok(op: &TOp, k: usize) -> bool {
     }
 }
 
+/// Whether operand `k` of `op`, a constant, is compiled into the stencil
+/// ([`Form::Baked`]): a shift's amount.
+fn bakes(op: &TOp, k: usize) -> bool {
+    matches!(op, TOp::Binary(BinaryOp::Shl | BinaryOp::Shr)) && k == 1
+}
+
 /// `x + c` (or `c + x`) as `x - (-c)`, and `x - c` as `x + (-c)`, when the integer
 /// constant `c` takes an 8-byte hole and `-c` a 4-byte one (a 4-byte hole holds
 /// `0..2^31`): so `x + -1` is a `lea` or `sub` with an immediate, not a `movabs` and an
@@ -673,6 +683,10 @@ fn build(
                 let len = em.b.ins().iconst(types::I64, l as i64);
                 (CVal::Slice { ptr, len, elem }, k + 2)
             }
+            Form::Baked(s, v) => (
+                CVal::Val(em.b.ins().iconst(clif_type(s), i64::from(v)), s),
+                k,
+            ),
             // No word: the value is the accumulator's.
             Form::Acc(s) => {
                 let v = match s {
@@ -807,7 +821,7 @@ fn build(
             // A bounds check reads the slice's length only.
             let args = operands(&mut em, &[*s, *i], &|n| (n != 0, true));
             let ty = match i {
-                Form::Slot(t) | Form::Imm(t, _) | Form::Acc(t) => *t,
+                Form::Slot(t) | Form::Imm(t, _) | Form::Acc(t) | Form::Baked(t, _) => *t,
                 _ => Scalar::I64,
             };
             em.bounds_check(args[0], args[1], ty, SrcLoc::default());
@@ -899,7 +913,7 @@ fn build_prologue(
 /// The type of an operand form.
 fn form_type(f: Form) -> Type {
     match f {
-        Form::Slot(s) | Form::Imm(s, _) | Form::Acc(s) => Type::Scalar(s),
+        Form::Slot(s) | Form::Imm(s, _) | Form::Acc(s) | Form::Baked(s, _) => Type::Scalar(s),
         Form::Slice(elem) | Form::ConstSlice(elem) => Type::Slice {
             elem,
             mutable: true,
@@ -2497,6 +2511,15 @@ impl Backend for StencilEmitter<'_> {
     }
 
     fn op(&mut self, op: &TOp, args: &[SVal], _types: &[Type], loc: SrcLoc) -> Option<SVal> {
+        // A cast between 64-bit integers changes no bit of the word: the same word, typed
+        // anew (reads of it are reads of the word).
+        if let (
+            TOp::Cast(to @ (Scalar::I64 | Scalar::U64)),
+            [SVal::Slot(w, Scalar::I64 | Scalar::U64)],
+        ) = (op, args)
+        {
+            return Some(SVal::Slot(*w, *to));
+        }
         let negated = negate_imm(op, args);
         let (op, args) = match &negated {
             Some((op, args)) => (op, &args[..]),
@@ -2507,7 +2530,10 @@ impl Backend for StencilEmitter<'_> {
         let forms: Forms = args
             .iter()
             .enumerate()
-            .map(|(k, &a)| self.form(a, imm_ok(op, k), &mut used, &mut words))
+            .map(|(k, &a)| match a {
+                SVal::Imm(bits, s) if bakes(op, k) && bits < 64 => Form::Baked(s, bits as u8),
+                a => self.form(a, imm_ok(op, k), &mut used, &mut words),
+            })
             .collect();
         let mut extra = Extra::None;
         let (op, callee) = match op {

@@ -61,14 +61,15 @@ use dyc_templates::abi::{self, CallCtx};
 use dyc_templates::clif::{self, ClifEmitter, ClifOptions, Hooks};
 use dyc_templates::fold::Fold;
 use dyc_templates::ops::Const;
+use dyc_templates::params::{Known, Shape};
 use dyc_templates::stencil::{self, StencilEmitter, StencilLib};
 use dyc_templates::template::{Emitter, FaultKind};
 use dyc_templates::types::{Scalar, SrcLoc, Type};
 
 use crate::exec::{Context, Executor, ExecutorKind, PromotionMode, Unit};
 use crate::ge::{
-    Block, Budget, BudgetKind, Caching, CalleeDecl, CalleeId, HostDecl, HostId, Lazy, SVal, Site,
-    SliceData, SpecError, StitchProgram,
+    Block, Budget, BudgetKind, Caching, CalleeDecl, CalleeId, HostDecl, HostId, Lazy, PureHosts,
+    SVal, Site, SliceData, SpecError, StitchProgram,
 };
 use crate::jit::{host_isa, large_unit_isa, JitOptions, LARGE_UNIT_BLOCKS};
 
@@ -103,6 +104,11 @@ pub struct RuntimeOptions {
     pub limits: Limits,
     /// The tier new specializations of region entries start in, and when they move up.
     pub tiers: Tiers,
+    /// The stitch tier stitches each specialized unit twice: a first pass through a
+    /// backend that makes no code finds the block parameters that hold one constant on
+    /// every path ([`dyc_templates::params`]: a register an interpreted program loads
+    /// before a loop), and the second reads them as constants (default `true`).
+    pub constant_params: bool,
 }
 
 /// A code-generation tier.
@@ -201,6 +207,7 @@ impl Default for RuntimeOptions {
             executor: ExecutorKind::default(),
             limits: Limits::default(),
             tiers: Tiers::default(),
+            constant_params: true,
         }
     }
 }
@@ -247,6 +254,9 @@ pub struct UnitStats {
     pub insts: usize,
     /// Stencils copied ([`Tier::Stitch`]; 0 for code compiled by Cranelift).
     pub stencils: usize,
+    /// Block parameters read as constants ([`Tier::Stitch`], see
+    /// [`RuntimeOptions::constant_params`]).
+    pub constant_params: usize,
     /// Time specializing and building Cranelift IR (the stitcher's own work).
     pub stitch_ns: u64,
     /// Time in Cranelift compiling the IR to machine code.
@@ -260,6 +270,7 @@ impl UnitStats {
         self.ops += other.ops;
         self.insts += other.insts;
         self.stencils += other.stencils;
+        self.constant_params += other.constant_params;
         self.stitch_ns += other.stitch_ns;
         self.compile_ns += other.compile_ns;
     }
@@ -425,6 +436,8 @@ struct Stitched {
     /// Stencils copied, and their machine instructions.
     stencils: usize,
     insts: usize,
+    /// Block parameters read as constants.
+    consts: usize,
     unit: Unit<u32>,
 }
 
@@ -489,6 +502,69 @@ pub(crate) extern "C" fn dyc_frame(ctx: *mut CallCtx, words: u64) -> *mut u64 {
 }
 
 /// Everything one unit's compilation reads.
+/// What the passes over one unit share, so that they see the same world: the values
+/// known at promotion sites, read once, and the results of pure hosts' calls, made in the
+/// first pass and replayed in order by the next.
+#[derive(Default)]
+struct Passes {
+    known: Mutex<HashMap<u32, Vec<Vec<Const>>>>,
+    calls: Mutex<HostCalls>,
+}
+
+/// The pure hosts' calls of the passes over one unit, and the next to replay.
+#[derive(Default)]
+struct HostCalls {
+    made: Vec<HostCall>,
+    next: usize,
+}
+
+type HostCall = (HostId, Vec<Const>, Result<Option<Const>, String>);
+
+impl Passes {
+    /// Starts a pass: host calls are replayed from the first.
+    fn start(&self) {
+        self.calls.lock().next = 0;
+    }
+}
+
+/// Pure hosts as one pass over a unit sees them (see [`Passes`]).
+struct PassHosts<'a> {
+    hosts: &'a dyn PureHosts,
+    passes: &'a Passes,
+}
+
+impl PureHosts for PassHosts<'_> {
+    fn call(&self, host: HostId, args: &[Const]) -> Result<Option<Const>, String> {
+        let same = |a: &Const, b: &Const| match (a, b) {
+            (Const::F64(x), Const::F64(y)) => x.to_bits() == y.to_bits(),
+            _ => a == b,
+        };
+        let at = {
+            let mut calls = self.passes.calls.lock();
+            let at = calls.next;
+            calls.next += 1;
+            match calls.made.get(at) {
+                Some((h, a, r))
+                    if *h == host
+                        && a.len() == args.len()
+                        && a.iter().zip(args).all(|(x, y)| same(x, y)) =>
+                {
+                    return r.clone();
+                }
+                _ => at,
+            }
+        };
+        // Not made yet (the first pass), or another call than the first pass's: made now,
+        // outside the lock (a host may take long).
+        let r = self.hosts.call(host, args);
+        let mut calls = self.passes.calls.lock();
+        if at == calls.made.len() {
+            calls.made.push((host, args.to_vec(), r.clone()));
+        }
+        r
+    }
+}
+
 struct UnitInput<'a> {
     prog: &'a StitchProgram,
     start: Block,
@@ -590,6 +666,7 @@ impl Shared {
                 .map(|b| cctx.func.layout.block_insts(b).count())
                 .sum(),
             stencils: 0,
+            constant_params: 0,
             stitch_ns: t0.elapsed().as_nanos() as u64,
             compile_ns: 0,
         };
@@ -616,12 +693,31 @@ impl Shared {
         input: &UnitInput,
         em: &mut E,
     ) -> Result<Unit<E::Block>, RuntimeError> {
+        self.run_executor_with(input, em, &Passes::default())
+    }
+
+    /// [`Shared::run_executor`] as one of the passes over a unit that share `passes`: the
+    /// values known at promotion sites are read once, and pure hosts called once, for all
+    /// of them (so that they dispatch on the same values, whatever other threads add
+    /// meanwhile, and a host runs as often as with one pass).
+    fn run_executor_with<E: Emitter>(
+        &self,
+        input: &UnitInput,
+        em: &mut E,
+        passes: &Passes,
+    ) -> Result<Unit<E::Block>, RuntimeError> {
+        passes.start();
         let resolve = |site: &Site| match input.spec {
             Some(s) => s.site_id(site),
             None => 0,
         };
         let known = |id: u32| match input.spec {
-            Some(s) if input.inline_dispatch => s.known_values(id),
+            Some(s) if input.inline_dispatch => passes
+                .known
+                .lock()
+                .entry(id)
+                .or_insert_with(|| s.known_values(id))
+                .clone(),
             _ => Vec::new(),
         };
         // Generic code has no static context: every block is copied once, so its size
@@ -634,10 +730,14 @@ impl Shared {
                 ..self.opts.budget
             },
         };
+        let hosts = PassHosts {
+            hosts: &self.hosts,
+            passes,
+        };
         let cx = Context {
             prog: input.prog,
             slices: input.slices,
-            hosts: &self.hosts,
+            hosts: &hosts,
             mode: PromotionMode::Units {
                 resolve: &resolve,
                 known: &known,
@@ -691,28 +791,57 @@ impl Shared {
             prog,
             sites: input.spec.map(|s| &s.sites),
         };
-        let mut em = StencilEmitter::new(
-            self.stencils,
-            &mut services,
-            self.opts.fuel.is_some(),
-            input.static_ptrs.clone(),
-            inputs,
-        );
-        if variants {
-            em = em.with_variants();
+        // Constant block parameters, from a first pass (specializations only: generic code
+        // has no constants to find).
+        let passes = Passes::default();
+        let consts = match input.spec {
+            Some(_) if self.opts.constant_params && !variants => {
+                let mut shape = Fold::new(Shape::default(), input.static_lens());
+                self.run_executor_with(input, &mut shape, &passes)?;
+                Some(shape.backend.solve()).filter(Known::any)
+            }
+            _ => None,
+        };
+        let make = |consts: Option<Known>, services: &mut StitchServices| {
+            let mut em = StencilEmitter::new(
+                self.stencils,
+                services,
+                self.opts.fuel.is_some(),
+                input.static_ptrs.clone(),
+                inputs,
+            );
+            if variants {
+                em = em.with_variants();
+            }
+            let mut em = Fold::new(em, input.static_lens());
+            let consts = match consts {
+                Some(k) => {
+                    let n = k.count();
+                    em = em.with_constant_params(k);
+                    n
+                }
+                None => 0,
+            };
+            let unit = self.run_executor_with(input, &mut em, &passes)?;
+            if em.diverged() {
+                return Ok(None);
+            }
+            Ok(Some(em.backend.finish(unit.entry).ok().map(
+                |(code, stencils, insts)| Stitched {
+                    code,
+                    stencils,
+                    insts,
+                    consts,
+                    unit,
+                },
+            )))
+        };
+        match make(consts, &mut services)? {
+            Some(made) => Ok(made),
+            // The second pass made other blocks than the first (it never should): stitch
+            // without constant parameters (which cannot diverge).
+            None => Ok(make(None, &mut services)?.flatten()),
         }
-        let mut em = Fold::new(em, input.static_lens());
-        let unit = self.run_executor(input, &mut em)?;
-        Ok(em
-            .backend
-            .finish(unit.entry)
-            .ok()
-            .map(|(code, stencils, insts)| Stitched {
-                code,
-                stencils,
-                insts,
-                unit,
-            }))
     }
 
     /// Stitches one unit in [`Tier::Stitch`] into `region`: its address and what it cost,
@@ -741,6 +870,7 @@ impl Shared {
                 ops: made.unit.ops,
                 insts: made.insts,
                 stencils: made.stencils,
+                constant_params: made.consts,
                 stitch_ns,
                 compile_ns: t1.elapsed().as_nanos() as u64,
             },
