@@ -172,13 +172,14 @@ pub struct Fold<B: Backend> {
     checked: HashSet<(B::Value, IndexKey<B::Value>), Hasher>,
     checked_const: HashMap<B::Value, i128, Hasher>,
     /// Constant block parameters a first pass found ([`crate::params`]), the blocks created
-    /// so far (a block's number in that order is its number in the first pass), whether
-    /// a block differed from the first pass's, and a buffer for a block's types without
-    /// its constant parameters.
+    /// so far (a block's number in that order is its number in the first pass), and a
+    /// buffer for a block's types without its constant parameters.
     known: Option<Known>,
     made: u32,
-    diverged: bool,
     kept_types: Vec<Type>,
+    /// The list of kept types by (list of all types, mask of the parameters kept) for
+    /// blocks of at most 128 parameters (copies of one block mostly keep the same).
+    kept_index: HashMap<(u32, u128), u32, Hasher>,
 }
 
 /// What the layer keeps of a created block: its parameter types (an index into
@@ -207,29 +208,19 @@ impl<B: Backend> Fold<B> {
             checked_const: HashMap::default(),
             known: None,
             made: 0,
-            diverged: false,
             kept_types: Vec::new(),
+            kept_index: HashMap::default(),
         }
     }
 
     /// Reads the block parameters `known` finds constant as those constants, and leaves
     /// them out of the backend's blocks and of the jumps into them. `known` must come from
-    /// a first pass ([`crate::params::Shape`]) of the same executor on the same unit;
-    /// [`Fold::diverged`] tells whether this pass made blocks the first did not.
+    /// a first pass ([`crate::params::Shape`]) over the same run of an executor (a
+    /// replayed [`crate::tape::Tape`]); a block whose parameters are not those the first
+    /// pass saw gets no constants.
     pub fn with_constant_params(mut self, known: Known) -> Fold<B> {
         self.known = known.any().then_some(known);
         self
-    }
-
-    /// Whether this pass made a block with other parameters than the first pass's block of
-    /// the same number, or more blocks (then the constant parameters may be wrong for it,
-    /// and the unit must be stitched again without them).
-    pub fn diverged(&self) -> bool {
-        self.diverged
-            || self
-                .known
-                .as_ref()
-                .is_some_and(|k| k.blocks() != self.made as usize)
     }
 
     /// The index in `type_lists` of the list `params` (interned if new).
@@ -476,11 +467,17 @@ impl<B: Backend> Fold<B> {
 /// A constant index below `len`, as a position.
 fn const_index<V>(index: FVal<V>, len: usize) -> Option<usize> {
     match index {
-        FVal::Const(c) => semantics::int_value(c)
-            .and_then(|x| usize::try_from(x).ok())
-            .filter(|&k| k < len),
+        FVal::Const(c) => index_in(c, len),
         FVal::Dyn { .. } => None,
     }
+}
+
+/// Constant `c` as an index below `len`, if it is one: where the layer keeps a local
+/// array's element as a value instead of going through memory.
+pub(crate) fn index_in(c: Const, len: usize) -> Option<usize> {
+    semantics::int_value(c)
+        .and_then(|x| usize::try_from(x).ok())
+        .filter(|&k| k < len)
 }
 
 /// The unsigned type of an integer type's width.
@@ -513,8 +510,16 @@ impl<B: Backend> Emitter for Fold<B> {
         let mut backend_types = types;
         if let Some(known) = &self.known {
             match known.block(made) {
-                Some(cs) if cs.len() == params.len() => {
-                    if cs.iter().any(Option::is_some) {
+                Some(cs) if cs.len() == params.len() && cs.iter().any(Option::is_some) => {
+                    let mask = (cs.len() <= 128).then(|| {
+                        cs.iter()
+                            .enumerate()
+                            .filter(|(_, c)| c.is_none())
+                            .fold(0u128, |m, (j, _)| m | 1 << j)
+                    });
+                    if let Some(&k) = mask.and_then(|m| self.kept_index.get(&(types, m))) {
+                        backend_types = k;
+                    } else {
                         let mut kept = std::mem::take(&mut self.kept_types);
                         kept.clear();
                         kept.extend(
@@ -526,9 +531,12 @@ impl<B: Backend> Emitter for Fold<B> {
                         );
                         backend_types = self.intern(&kept);
                         self.kept_types = kept;
+                        if let Some(m) = mask {
+                            self.kept_index.insert((types, m), backend_types);
+                        }
                     }
                 }
-                _ => self.diverged = true,
+                _ => {}
             }
         }
         let b = self

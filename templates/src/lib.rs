@@ -25,6 +25,7 @@ pub mod ops;
 pub mod params;
 pub mod semantics;
 pub mod stencil;
+pub mod tape;
 pub mod template;
 pub mod types;
 

@@ -1,6 +1,6 @@
 //! Constant block parameters: which parameters of a unit's blocks hold the same constant on
-//! every path, found by a first stitching pass, so that the real pass treats them as
-//! constants.
+//! every path, found on a recording of the executor's run before the code is made, so that
+//! the fold layer treats them as constants.
 //!
 //! **Why.** Stitching follows edges one at a time: when a block is stitched, the edges that
 //! enter it later (a loop's back edge) are not known yet, so every block parameter is a
@@ -9,134 +9,173 @@
 //! handler copy, and the stitched code divides by a frame word where an optimizer, which
 //! sees the whole function, divides by 2.
 //!
-//! **How.** The unit is stitched once through the fold layer over [`Shape`], a backend that
-//! makes no code and only records, for every block parameter, what each edge passes to it:
-//! a constant, a parameter of the block the edge leaves (passed on unchanged), or anything
-//! else. [`Shape::solve`] then finds, optimistically, the parameters that hold one
-//! constant `c` on every incoming edge, directly or through parameters that do (the
-//! classic removal of constant phis, as Cranelift's `remove_constant_phis` pass does on a
-//! whole function): every parameter starts unknown; an edge passing a constant meets it
-//! with that constant, an edge passing anything else makes it variable, and an edge
-//! passing parameter `q` meets it with `q`'s value, to a fixpoint on a work list (each
-//! parameter changes at most twice). The unit's entry takes its inputs from its caller,
-//! so they are variable; a parameter no edge reaches stays unknown and is treated as
-//! variable.
+//! **How.** The executor runs once, into a [`crate::tape::Tape`]. [`crate::tape::Tape::shape`]
+//! walks the recording and fills a [`Shape`]: for every block parameter, what each edge
+//! passes to it, as the fold layer will see the value: a constant, a parameter (passed on
+//! unchanged, or kept as a local array's element), or anything else. [`Shape::solve`]
+//! then finds, optimistically, the parameters that hold one constant `c` on every
+//! incoming edge, directly or through parameters that do (the classic removal of
+//! constant phis, as Cranelift's `remove_constant_phis` pass does on a whole function):
+//! every parameter starts unknown; an edge passing a constant meets it with that
+//! constant, an edge passing anything else makes it variable, and an edge passing
+//! parameter `q` meets it with `q`'s value, to a fixpoint on a work list over the edges
+//! between parameters (each parameter changes at most twice). The unit's entry takes its
+//! inputs from its caller, so they are variable; a parameter no edge reaches stays
+//! unknown and is treated as variable. The tape is then replayed into the fold layer over
+//! the real backend with the result ([`crate::fold::Fold::with_constant_params`]).
 //!
-//! **Why it is sound.** Both passes run the same executor on the same static values, so
-//! they create the same blocks in the same order and follow the same edges (the executor
-//! decides only on static values; the fold layer's folding of a dynamic branch on a
-//! constant drops an edge, which only removes a constraint). A value is only ever more
-//! constant in the second pass, never different. So every edge into a parameter found
-//! constant passes that constant at run time, and the second pass may read the parameter
-//! as the constant and drop it from the block ([`crate::fold::Fold::with_constant_params`]).
-//! The fold layer checks that the second pass creates blocks with the parameter counts the
-//! first pass recorded; where it does not, the caller stitches again without constants.
+//! **Why it is sound.** The replay makes the calls the executor made, so its blocks and
+//! edges are those the shape was read from. What the shape calls a constant is one the
+//! fold layer also has (a constant the executor asked for, or an array element the fold
+//! layer keeps as a value, for the same constant index); what it calls a parameter is that
+//! parameter's value. Anything the fold layer makes constant beyond that (a product by
+//! 0) counts as variable, and an edge the fold layer drops (a branch on a constant)
+//! still counts: both only make fewer parameters constant. So every edge into a parameter
+//! found constant passes that constant at run time, and the fold layer may read the
+//! parameter as the constant and leave it out of the block.
 
-use smallvec::SmallVec;
-
-use crate::fold::{BCase, Backend};
 use crate::ops::Const;
-use crate::template::TOp;
-use crate::types::{Scalar, SrcLoc, Type};
 
-/// What a value of the first pass is, as far as its block's successors care.
+/// What a value of a recorded run is, as far as its block's successors care.
 #[derive(Clone, Copy, Debug)]
-enum Tag {
+pub(crate) enum Tag {
     Const(Const),
     /// Parameter number `k` of the unit (blocks' parameters numbered one after another).
     Param(u32),
     Other,
 }
 
-/// The backend of the first pass: records what edges pass to block parameters.
+/// What the edges of a unit pass to its blocks' parameters (filled from a recorded run by
+/// [`crate::tape::Tape::shape`]), and the solver's buffers.
 #[derive(Default)]
 pub struct Shape {
-    tags: Vec<Tag>,
     /// Per block, the number of its first parameter (and one past the last block: the
     /// number of parameters).
     start: Vec<u32>,
     /// Per edge and parameter of its target: (parameter, what the edge passes).
     inputs: Vec<(u32, Tag)>,
+    level: Vec<u8>,
+    val: Vec<Option<Const>>,
+    offsets: Vec<u32>,
+    users: Vec<u32>,
+    work: Vec<u32>,
 }
 
 impl Shape {
-    fn value(&mut self, t: Tag) -> u32 {
-        self.tags.push(t);
-        self.tags.len() as u32 - 1
+    /// A new block of `n` parameters; returns the number of its first.
+    pub(crate) fn block(&mut self, n: u32) -> u32 {
+        if self.start.is_empty() {
+            self.start.push(0);
+        }
+        let first = *self.start.last().expect("one entry at least");
+        self.start.push(first + n);
+        first
     }
 
-    fn edge(&mut self, dest: u32, args: &[u32]) {
-        let first = self.start[dest as usize];
-        for (j, &a) in args.iter().enumerate() {
-            let t = self.tags[a as usize];
-            self.inputs.push((first + j as u32, t));
-        }
+    /// The number of block `b`'s first parameter.
+    pub(crate) fn first_param(&self, b: u32) -> u32 {
+        self.start.get(b as usize).copied().unwrap_or(u32::MAX)
+    }
+
+    /// An edge passes `t` to parameter `p`.
+    pub(crate) fn input(&mut self, p: u32, t: Tag) {
+        self.inputs.push((p, t));
+    }
+
+    /// Forgets the unit recorded (keeping the buffers for the next).
+    pub fn clear(&mut self) {
+        self.start.clear();
+        self.inputs.clear();
     }
 
     /// The constant parameters of the unit just stitched, by block in the order of their
     /// creation.
-    pub fn solve(self) -> Known {
-        #[derive(Clone, Copy)]
-        enum Lat {
-            Unknown,
-            Const(Const),
-            Variable,
-        }
-        fn meet(a: Lat, b: Lat) -> Lat {
-            match (a, b) {
-                (Lat::Unknown, x) | (x, Lat::Unknown) => x,
-                (Lat::Const(x), Lat::Const(y)) if same(x, y) => a,
-                _ => Lat::Variable,
-            }
-        }
+    pub fn solve(&mut self) -> Known {
+        // Per parameter, its level (UNKNOWN, CONST or VARIABLE: the lattice only
+        // descends) and, at CONST, its constant. (Kept apart: an enum of both, copied out
+        // whole after being written in pieces, stalled every read.)
+        const UNKNOWN: u8 = 0;
+        const CONST: u8 = 1;
+        const VARIABLE: u8 = 2;
         let nparams = self.start.last().copied().unwrap_or(0) as usize;
-        let mut lat = vec![Lat::Unknown; nparams];
+        let (level, val) = (&mut self.level, &mut self.val);
+        level.clear();
+        level.resize(nparams, UNKNOWN);
+        val.clear();
+        val.resize(nparams, None);
+        // Meets parameter p with constant c (`None`: variable); whether p changed.
+        let meet = |level: &mut [u8], val: &mut [Option<Const>], p: usize, c: Option<Const>| {
+            let new = match (level[p], c, val[p]) {
+                (VARIABLE, ..) => return false,
+                (UNKNOWN, Some(c), _) => {
+                    val[p] = Some(c);
+                    CONST
+                }
+                (CONST, Some(c), Some(v)) if same(c, v) => return false,
+                _ => {
+                    val[p] = None;
+                    VARIABLE
+                }
+            };
+            level[p] = new;
+            true
+        };
         // The entry's parameters come from the caller.
         if let Some(&end) = self.start.get(1) {
-            lat[..end as usize].fill(Lat::Variable);
+            level[..end as usize].fill(VARIABLE);
         }
-        // Parameter q is passed on to the parameters users[q].
-        let mut users: Vec<SmallVec<[u32; 2]>> = vec![SmallVec::new(); nparams];
+        // Parameter q is passed on to the parameters users[offsets[q]..offsets[q + 1]].
+        let (offsets, users) = (&mut self.offsets, &mut self.users);
+        offsets.clear();
+        offsets.resize(nparams + 1, 0);
         for &(p, t) in &self.inputs {
             let p = p as usize;
             match t {
-                Tag::Const(c) => lat[p] = meet(lat[p], Lat::Const(c)),
-                Tag::Other => lat[p] = Lat::Variable,
-                Tag::Param(q) if q as usize != p => users[q as usize].push(p as u32),
+                Tag::Const(c) => {
+                    meet(level, val, p, Some(c));
+                }
+                Tag::Other => {
+                    meet(level, val, p, None);
+                }
+                Tag::Param(q) if q as usize != p => offsets[q as usize + 1] += 1,
                 Tag::Param(_) => {}
             }
         }
-        let mut work: Vec<u32> = (0..nparams as u32)
-            .filter(|&q| !matches!(lat[q as usize], Lat::Unknown))
-            .collect();
+        for q in 0..nparams {
+            offsets[q + 1] += offsets[q];
+        }
+        users.clear();
+        users.resize(offsets[nparams] as usize, 0);
+        let fill = &mut self.work;
+        fill.clear();
+        fill.extend_from_slice(&offsets[..nparams]);
+        for &(p, t) in &self.inputs {
+            if let Tag::Param(q) = t {
+                if q != p {
+                    users[fill[q as usize] as usize] = p;
+                    fill[q as usize] += 1;
+                }
+            }
+        }
+        let work = &mut self.work;
+        work.clear();
+        work.extend((0..nparams as u32).filter(|&q| level[q as usize] != UNKNOWN));
         while let Some(q) = work.pop() {
-            let from = lat[q as usize];
-            for &p in &users[q as usize] {
-                let old = lat[p as usize];
-                let new = meet(old, from);
-                // The lattice only descends: a change is a change of level.
-                let level = |l: Lat| match l {
-                    Lat::Unknown => 0,
-                    Lat::Const(_) => 1,
-                    Lat::Variable => 2,
-                };
-                if level(new) != level(old) {
-                    lat[p as usize] = new;
+            let from = val[q as usize];
+            let (a, b) = (
+                offsets[q as usize] as usize,
+                offsets[q as usize + 1] as usize,
+            );
+            for &p in &users[a..b] {
+                if meet(level, val, p as usize, from) {
                     work.push(p);
                 }
             }
         }
-        let consts: Vec<Option<Const>> = lat
-            .into_iter()
-            .map(|l| match l {
-                Lat::Const(c) => Some(c),
-                _ => None,
-            })
-            .collect();
-        let any = consts.iter().any(Option::is_some);
+        let any = val.iter().any(Option::is_some);
         Known {
-            start: self.start,
-            consts,
+            start: self.start.clone(),
+            consts: val.clone(),
             any,
         }
     }
@@ -183,123 +222,56 @@ impl Known {
     }
 }
 
-impl Backend for Shape {
-    type Value = u32;
-    type Block = u32;
-
-    fn create_block(&mut self, params: &[Type]) -> u32 {
-        if self.start.is_empty() {
-            self.start.push(0);
-        }
-        let last = *self.start.last().expect("one entry at least");
-        self.start.push(last + params.len() as u32);
-        self.start.len() as u32 - 2
-    }
-
-    fn block_index(b: u32) -> usize {
-        b as usize
-    }
-
-    fn block_params(&mut self, b: u32, types: &[Type], out: &mut Vec<u32>) {
-        let first = self.start[b as usize];
-        for j in 0..types.len() as u32 {
-            let v = self.value(Tag::Param(first + j));
-            out.push(v);
-        }
-    }
-
-    fn switch_to_block(&mut self, _: u32) {}
-
-    fn constant(&mut self, c: Const) -> u32 {
-        self.value(Tag::Const(c))
-    }
-
-    fn static_slice(&mut self, _: u32, _: Type) -> u32 {
-        self.value(Tag::Other)
-    }
-
-    fn op(&mut self, op: &TOp, _: &[u32], _: &[Type], _: SrcLoc) -> Option<u32> {
-        match op {
-            TOp::Store | TOp::Call { ret: None, .. } => None,
-            _ => Some(self.value(Tag::Other)),
-        }
-    }
-
-    fn array_slot(&mut self, _: Scalar, _: &[u32]) -> u32 {
-        self.value(Tag::Other)
-    }
-
-    fn bounds_check(&mut self, _: u32, _: u32, _: Scalar, _: SrcLoc) {}
-
-    fn jump(&mut self, dest: u32, args: &[u32]) {
-        self.edge(dest, args);
-    }
-
-    fn brif(&mut self, _: u32, then_dest: (u32, &[u32]), else_dest: (u32, &[u32])) {
-        self.edge(then_dest.0, then_dest.1);
-        self.edge(else_dest.0, else_dest.1);
-    }
-
-    fn switch(&mut self, _: u32, _: Scalar, cases: &[BCase<Self>], default: (u32, &[u32])) {
-        for (_, b, args) in cases {
-            self.edge(*b, args);
-        }
-        self.edge(default.0, default.1);
-    }
-
-    fn ret(&mut self, _: Option<u32>) {}
-    fn trap(&mut self, _: SrcLoc) {}
-    fn promote(&mut self, _: u32, _: &[(u32, Scalar)], _: &[u32]) {}
-    fn promote_miss(&mut self, _: u32, _: &[u32]) {}
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::BinaryOp;
+    use crate::tape::Tape;
+    use crate::template::{Emitter, TOp};
+    use crate::types::{Scalar, SrcLoc, Type};
 
     fn int(v: i64) -> Const {
         Const::Int(Scalar::I64, v as u64)
     }
 
-    /// A unit of blocks with `n[k]` parameters each, block 0 its entry.
-    fn unit(n: &[usize]) -> Shape {
-        let mut s = Shape::default();
+    /// A recorded unit of blocks with `n[k]` parameters each, block 0 its entry.
+    fn unit(n: &[usize]) -> Tape {
+        let mut t = Tape::default();
         for &k in n {
-            s.create_block(&vec![Type::I64; k]);
+            t.create_block(&vec![Type::I64; k]);
         }
-        s
+        t
     }
 
-    fn params(s: &mut Shape, b: u32, n: usize) -> Vec<u32> {
+    fn params(t: &mut Tape, b: u32) -> Vec<u32> {
         let mut out = Vec::new();
-        s.block_params(b, &vec![Type::I64; n], &mut out);
+        t.switch_to_block(b);
+        t.block_params(b, &mut out);
         out
+    }
+
+    fn solve(t: &Tape) -> Known {
+        let mut shape = Shape::default();
+        t.shape(&mut shape);
+        shape.solve()
     }
 
     /// entry(x) -> head(a, b, c) with a = 3, b = 0, c = x; head -> body;
     /// body -> head(a, b + 1, c): a is 3 everywhere, b varies, c is the caller's.
     #[test]
     fn a_loop_invariant_constant_is_found_and_a_counter_is_not() {
-        let mut s = unit(&[1, 3, 3]);
-        let x = params(&mut s, 0, 1)[0];
-        let (three, zero) = (s.constant(int(3)), s.constant(int(0)));
-        s.jump(1, &[three, zero, x]);
-        let h = params(&mut s, 1, 3);
-        s.jump(2, &h);
-        let b = params(&mut s, 2, 3);
-        let one = s.constant(int(1));
-        let next = s.op(
-            &TOp::Binary(crate::ops::BinaryOp::Add),
-            &[b[1], one],
-            &[],
-            SrcLoc::default(),
-        );
-        s.brif(
-            b[0],
-            (1, &[b[0], next.unwrap(), b[2]]),
-            (1, &[b[0], b[1], b[2]]),
-        );
-        let k = s.solve();
+        let mut t = unit(&[1, 3, 3]);
+        let x = params(&mut t, 0)[0];
+        let (three, zero) = (t.constant(int(3)), t.constant(int(0)));
+        t.jump(1, &[three, zero, x]);
+        let h = params(&mut t, 1);
+        t.jump(2, &h);
+        let b = params(&mut t, 2);
+        let one = t.constant(int(1));
+        let add = TOp::Binary(BinaryOp::Add);
+        let next = t.op(&add, &[b[1], one], SrcLoc::default()).unwrap();
+        t.brif(b[0], (1, &[b[0], next, b[2]]), (1, &[b[0], b[1], b[2]]));
+        let k = solve(&t);
         assert_eq!(k.blocks(), 3);
         assert_eq!(k.block(0), Some(&[None][..]));
         let head = k.block(1).unwrap();
@@ -319,15 +291,15 @@ mod tests {
     /// Different constants on two paths, `0.0` against `-0.0`, and a NaN met with itself.
     #[test]
     fn constants_meet_by_their_bits() {
-        let mut s = unit(&[0, 3]);
-        params(&mut s, 0, 0);
+        let mut t = unit(&[0, 3]);
+        params(&mut t, 0);
         let vals = [int(1), Const::F64(0.0), Const::F64(f64::NAN)];
-        let a: Vec<u32> = vals.iter().map(|&c| s.constant(c)).collect();
+        let a: Vec<u32> = vals.iter().map(|&c| t.constant(c)).collect();
         let other = [int(2), Const::F64(-0.0), Const::F64(f64::NAN)];
-        let b: Vec<u32> = other.iter().map(|&c| s.constant(c)).collect();
-        s.jump(1, &a);
-        s.jump(1, &b);
-        let k = s.solve();
+        let b: Vec<u32> = other.iter().map(|&c| t.constant(c)).collect();
+        t.jump(1, &a);
+        t.jump(1, &b);
+        let k = solve(&t);
         assert!(matches!(k.block(1).unwrap(), [None, None, Some(Const::F64(x))] if x.is_nan()));
     }
 
@@ -336,19 +308,19 @@ mod tests {
     /// unknown, so it is not read as a constant.
     #[test]
     fn constants_flow_along_parameters_passed_on() {
-        let mut s = unit(&[0, 1, 1, 1, 1]);
-        params(&mut s, 0, 0);
-        let seven = s.constant(int(7));
-        s.jump(1, &[seven]);
-        let p1 = params(&mut s, 1, 1);
-        s.jump(2, &p1);
-        let p2 = params(&mut s, 2, 1);
-        s.jump(3, &p2);
-        let p3 = params(&mut s, 3, 1);
-        s.jump(1, &p3);
-        let p4 = params(&mut s, 4, 1);
-        s.jump(4, &p4);
-        let k = s.solve();
+        let mut t = unit(&[0, 1, 1, 1, 1]);
+        params(&mut t, 0);
+        let seven = t.constant(int(7));
+        t.jump(1, &[seven]);
+        let p1 = params(&mut t, 1);
+        t.jump(2, &p1);
+        let p2 = params(&mut t, 2);
+        t.jump(3, &p2);
+        let p3 = params(&mut t, 3);
+        t.jump(1, &p3);
+        let p4 = params(&mut t, 4);
+        t.jump(4, &p4);
+        let k = solve(&t);
         for b in 1..=3 {
             assert!(
                 matches!(k.block(b).unwrap(), [Some(c)] if same(*c, int(7))),
@@ -362,16 +334,43 @@ mod tests {
     /// variable, and what it passes on too.
     #[test]
     fn one_variable_edge_makes_the_chain_variable() {
-        let mut s = unit(&[1, 1, 1]);
-        let x = params(&mut s, 0, 1)[0];
-        let five = s.constant(int(5));
-        s.jump(1, &[five]);
-        let p1 = params(&mut s, 1, 1);
-        s.jump(2, &p1);
-        s.jump(2, &[x]);
-        let p2 = params(&mut s, 2, 1);
-        s.jump(1, &p2);
-        let k = s.solve();
-        assert!(!k.any());
+        let mut t = unit(&[1, 1, 1]);
+        let x = params(&mut t, 0)[0];
+        let five = t.constant(int(5));
+        t.jump(1, &[five]);
+        let p1 = params(&mut t, 1);
+        t.jump(2, &p1);
+        t.jump(2, &[x]);
+        let p2 = params(&mut t, 2);
+        t.jump(1, &p2);
+        assert!(!solve(&t).any());
+    }
+
+    /// A local array's element stored at a constant index keeps the stored value (as the
+    /// fold layer keeps it); a store at an index known only at run time, or out of
+    /// bounds, makes every element anything.
+    #[test]
+    fn array_elements_follow_stores_at_constant_indices() {
+        let mut t = unit(&[1, 3, 3, 3]);
+        let x = params(&mut t, 0)[0];
+        let (zero, one, nine) = (t.constant(int(0)), t.constant(int(1)), t.constant(int(9)));
+        let mut arr = vec![zero, zero, zero];
+        t.array_store(Scalar::I64, &mut arr, one, nine, SrcLoc::default());
+        let got = t.array_load(Scalar::I64, &arr, one, SrcLoc::default());
+        t.jump(1, &[arr[0], got, arr[2]]);
+        let mut arr2 = arr.clone();
+        t.array_store(Scalar::I64, &mut arr2, x, nine, SrcLoc::default());
+        t.jump(2, &arr2);
+        let mut arr3 = arr.clone();
+        let three = t.constant(int(3));
+        t.array_store(Scalar::I64, &mut arr3, three, nine, SrcLoc::default());
+        t.jump(3, &arr3);
+        let k = solve(&t);
+        assert!(matches!(
+            k.block(1).unwrap(),
+            [Some(a), Some(b), Some(c)] if same(*a, int(0)) && same(*b, int(9)) && same(*c, int(0))
+        ));
+        assert_eq!(k.block(2), Some(&[None, None, None][..]));
+        assert_eq!(k.block(3), Some(&[None, None, None][..]));
     }
 }

@@ -61,15 +61,16 @@ use dyc_templates::abi::{self, CallCtx};
 use dyc_templates::clif::{self, ClifEmitter, ClifOptions, Hooks};
 use dyc_templates::fold::Fold;
 use dyc_templates::ops::Const;
-use dyc_templates::params::{Known, Shape};
+use dyc_templates::params::Shape;
 use dyc_templates::stencil::{self, StencilEmitter, StencilLib};
+use dyc_templates::tape::Tape;
 use dyc_templates::template::{Emitter, FaultKind};
 use dyc_templates::types::{Scalar, SrcLoc, Type};
 
 use crate::exec::{Context, Executor, ExecutorKind, PromotionMode, Unit};
 use crate::ge::{
-    Block, Budget, BudgetKind, Caching, CalleeDecl, CalleeId, HostDecl, HostId, Lazy, PureHosts,
-    SVal, Site, SliceData, SpecError, StitchProgram,
+    Block, Budget, BudgetKind, Caching, CalleeDecl, CalleeId, HostDecl, HostId, Lazy, SVal, Site,
+    SliceData, SpecError, StitchProgram,
 };
 use crate::jit::{host_isa, large_unit_isa, JitOptions, LARGE_UNIT_BLOCKS};
 
@@ -104,10 +105,11 @@ pub struct RuntimeOptions {
     pub limits: Limits,
     /// The tier new specializations of region entries start in, and when they move up.
     pub tiers: Tiers,
-    /// The stitch tier stitches each specialized unit twice: a first pass through a
-    /// backend that makes no code finds the block parameters that hold one constant on
-    /// every path ([`dyc_templates::params`]: a register an interpreted program loads
-    /// before a loop), and the second reads them as constants (default `true`).
+    /// The stitch tier records each specialized unit's executor run on a tape, finds on it
+    /// the block parameters that hold one constant on every path
+    /// ([`dyc_templates::params`]: a register an interpreted program loads before a
+    /// loop), and replays it into the stencil emitter, which reads them as constants
+    /// (default `true`).
     pub constant_params: bool,
 }
 
@@ -441,6 +443,15 @@ struct Stitched {
     unit: Unit<u32>,
 }
 
+thread_local! {
+    /// The tape and the first replay's backend of the stitch tier's units on this thread.
+    static SCRATCH: std::cell::RefCell<(Tape, Shape)> = std::cell::RefCell::default();
+}
+
+/// The most calls a tape kept for the next unit may have held (a huge unit's room is not
+/// kept).
+const SCRATCH_CALLS: usize = 1 << 16;
+
 /// What a stitch-tier unit needs from the runtime.
 struct StitchServices<'a> {
     shared: &'a Shared,
@@ -502,69 +513,6 @@ pub(crate) extern "C" fn dyc_frame(ctx: *mut CallCtx, words: u64) -> *mut u64 {
 }
 
 /// Everything one unit's compilation reads.
-/// What the passes over one unit share, so that they see the same world: the values
-/// known at promotion sites, read once, and the results of pure hosts' calls, made in the
-/// first pass and replayed in order by the next.
-#[derive(Default)]
-struct Passes {
-    known: Mutex<HashMap<u32, Vec<Vec<Const>>>>,
-    calls: Mutex<HostCalls>,
-}
-
-/// The pure hosts' calls of the passes over one unit, and the next to replay.
-#[derive(Default)]
-struct HostCalls {
-    made: Vec<HostCall>,
-    next: usize,
-}
-
-type HostCall = (HostId, Vec<Const>, Result<Option<Const>, String>);
-
-impl Passes {
-    /// Starts a pass: host calls are replayed from the first.
-    fn start(&self) {
-        self.calls.lock().next = 0;
-    }
-}
-
-/// Pure hosts as one pass over a unit sees them (see [`Passes`]).
-struct PassHosts<'a> {
-    hosts: &'a dyn PureHosts,
-    passes: &'a Passes,
-}
-
-impl PureHosts for PassHosts<'_> {
-    fn call(&self, host: HostId, args: &[Const]) -> Result<Option<Const>, String> {
-        let same = |a: &Const, b: &Const| match (a, b) {
-            (Const::F64(x), Const::F64(y)) => x.to_bits() == y.to_bits(),
-            _ => a == b,
-        };
-        let at = {
-            let mut calls = self.passes.calls.lock();
-            let at = calls.next;
-            calls.next += 1;
-            match calls.made.get(at) {
-                Some((h, a, r))
-                    if *h == host
-                        && a.len() == args.len()
-                        && a.iter().zip(args).all(|(x, y)| same(x, y)) =>
-                {
-                    return r.clone();
-                }
-                _ => at,
-            }
-        };
-        // Not made yet (the first pass), or another call than the first pass's: made now,
-        // outside the lock (a host may take long).
-        let r = self.hosts.call(host, args);
-        let mut calls = self.passes.calls.lock();
-        if at == calls.made.len() {
-            calls.made.push((host, args.to_vec(), r.clone()));
-        }
-        r
-    }
-}
-
 struct UnitInput<'a> {
     prog: &'a StitchProgram,
     start: Block,
@@ -693,31 +641,12 @@ impl Shared {
         input: &UnitInput,
         em: &mut E,
     ) -> Result<Unit<E::Block>, RuntimeError> {
-        self.run_executor_with(input, em, &Passes::default())
-    }
-
-    /// [`Shared::run_executor`] as one of the passes over a unit that share `passes`: the
-    /// values known at promotion sites are read once, and pure hosts called once, for all
-    /// of them (so that they dispatch on the same values, whatever other threads add
-    /// meanwhile, and a host runs as often as with one pass).
-    fn run_executor_with<E: Emitter>(
-        &self,
-        input: &UnitInput,
-        em: &mut E,
-        passes: &Passes,
-    ) -> Result<Unit<E::Block>, RuntimeError> {
-        passes.start();
         let resolve = |site: &Site| match input.spec {
             Some(s) => s.site_id(site),
             None => 0,
         };
         let known = |id: u32| match input.spec {
-            Some(s) if input.inline_dispatch => passes
-                .known
-                .lock()
-                .entry(id)
-                .or_insert_with(|| s.known_values(id))
-                .clone(),
+            Some(s) if input.inline_dispatch => s.known_values(id),
             _ => Vec::new(),
         };
         // Generic code has no static context: every block is copied once, so its size
@@ -730,14 +659,10 @@ impl Shared {
                 ..self.opts.budget
             },
         };
-        let hosts = PassHosts {
-            hosts: &self.hosts,
-            passes,
-        };
         let cx = Context {
             prog: input.prog,
             slices: input.slices,
-            hosts: &hosts,
+            hosts: &self.hosts,
             mode: PromotionMode::Units {
                 resolve: &resolve,
                 known: &known,
@@ -791,57 +716,56 @@ impl Shared {
             prog,
             sites: input.spec.map(|s| &s.sites),
         };
-        // Constant block parameters, from a first pass (specializations only: generic code
-        // has no constants to find).
-        let passes = Passes::default();
-        let consts = match input.spec {
-            Some(_) if self.opts.constant_params && !variants => {
-                let mut shape = Fold::new(Shape::default(), input.static_lens());
-                self.run_executor_with(input, &mut shape, &passes)?;
-                Some(shape.backend.solve()).filter(Known::any)
-            }
-            _ => None,
-        };
-        let make = |consts: Option<Known>, services: &mut StitchServices| {
-            let mut em = StencilEmitter::new(
-                self.stencils,
-                services,
-                self.opts.fuel.is_some(),
-                input.static_ptrs.clone(),
-                inputs,
-            );
-            if variants {
-                em = em.with_variants();
-            }
-            let mut em = Fold::new(em, input.static_lens());
-            let consts = match consts {
-                Some(k) => {
-                    let n = k.count();
-                    em = em.with_constant_params(k);
-                    n
-                }
-                None => 0,
-            };
-            let unit = self.run_executor_with(input, &mut em, &passes)?;
-            if em.diverged() {
-                return Ok(None);
-            }
-            Ok(Some(em.backend.finish(unit.entry).ok().map(
-                |(code, stencils, insts)| Stitched {
-                    code,
-                    stencils,
-                    insts,
-                    consts,
-                    unit,
-                },
-            )))
-        };
-        match make(consts, &mut services)? {
-            Some(made) => Ok(made),
-            // The second pass made other blocks than the first (it never should): stitch
-            // without constant parameters (which cannot diverge).
-            None => Ok(make(None, &mut services)?.flatten()),
+        let mut em = StencilEmitter::new(
+            self.stencils,
+            &mut services,
+            self.opts.fuel.is_some(),
+            input.static_ptrs.clone(),
+            inputs,
+        );
+        if variants {
+            em = em.with_variants();
         }
+        let mut em = Fold::new(em, input.static_lens());
+        // A specialization (generic code has no constants to find) is recorded, replayed
+        // to find its constant block parameters, and replayed with them into the stencil
+        // emitter.
+        let (unit, consts) = match input.spec {
+            Some(_) if self.opts.constant_params && !variants => {
+                // The tape and the shape are the thread's, reused from unit to unit.
+                let (mut tape, mut shape) = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+                tape.clear();
+                let unit = self.run_executor(input, &mut tape)?;
+                tape.shape(&mut shape);
+                let known = shape.solve();
+                let consts = known.count();
+                em = em.with_constant_params(known);
+                let Ok(blocks) = tape.replay(&mut em) else {
+                    // The stencil emitter failed and made no value (a refused stencil).
+                    return Ok(None);
+                };
+                if tape.len() <= SCRATCH_CALLS {
+                    SCRATCH.with(|s| *s.borrow_mut() = (tape, shape));
+                }
+                let entry = blocks.get(unit.entry as usize).copied();
+                let entry = entry.ok_or_else(|| {
+                    RuntimeError::Spec(SpecError::Internal("the tape has no entry".into()))
+                })?;
+                (Unit { entry, ..unit }, consts)
+            }
+            _ => (self.run_executor(input, &mut em)?, 0),
+        };
+        Ok(em
+            .backend
+            .finish(unit.entry)
+            .ok()
+            .map(|(code, stencils, insts)| Stitched {
+                code,
+                stencils,
+                insts,
+                consts,
+                unit,
+            }))
     }
 
     /// Stitches one unit in [`Tier::Stitch`] into `region`: its address and what it cost,

@@ -1,0 +1,603 @@
+//! A tape: an [`Emitter`] that records what an executor asks for, values and blocks as
+//! numbers, to replay it into any emitter later, as often as needed, without running the
+//! executor again.
+//!
+//! An executor never looks into the values an emitter gives it: it keeps them, passes them
+//! back, and decides only on static values. So the calls it makes are the same whatever
+//! the emitter, and a recorded run replayed into an emitter is that emitter's run: value
+//! `k` stands for the `k`th value the emitter made, block `k` for the `k`th block. The
+//! stitch tier records a unit once, reads its constant block parameters off the recording
+//! ([`Tape::shape`], [`crate::params`]), then replays it into the fold layer over the
+//! stencil emitter with them.
+//!
+//! One call needs care: [`Emitter::array_store`] updates the executor's copy of a local
+//! array's elements in place, and which element changes is the replaying emitter's
+//! business (the fold layer keeps an element as a value when the index is a constant). So
+//! the tape gives every element a new number after a store, and a replay binds each to
+//! what its emitter left there.
+
+use crate::fold::index_in;
+use crate::ops::Const;
+use crate::params::{Shape, Tag};
+use crate::template::{Case, Emitter, TOp};
+use crate::types::{Scalar, SrcLoc, Type};
+
+/// A run of numbers in [`Tape::nums`].
+type Run = (u32, u32);
+
+/// One recorded call.
+#[derive(Clone, Debug)]
+enum Call {
+    CreateBlock(Run),
+    BlockParams(u32),
+    SwitchTo(u32),
+    Constant(Const),
+    StaticSlice(u32, Type),
+    Op {
+        op: TOp,
+        args: Run,
+        loc: SrcLoc,
+        result: bool,
+    },
+    ArrayLoad {
+        elem: Scalar,
+        elems: Run,
+        index: u32,
+        loc: SrcLoc,
+    },
+    ArrayStore {
+        elem: Scalar,
+        elems: Run,
+        index: u32,
+        value: u32,
+        loc: SrcLoc,
+    },
+    Jump(u32, Run),
+    Brif(u32, (u32, Run), (u32, Run)),
+    /// Argument, the run of cases in [`Tape::cases`], default.
+    Switch(u32, Run, (u32, Run)),
+    Ret(Option<u32>),
+    Trap(SrcLoc),
+    Promote(u32, Run, Run),
+    PromoteMiss(u32, Run),
+}
+
+/// A recorded run of an executor.
+#[derive(Default)]
+pub struct Tape {
+    calls: Vec<Call>,
+    /// Value and block numbers the calls refer to.
+    nums: Vec<u32>,
+    types: Vec<Type>,
+    cases: Vec<(u64, u32, Run)>,
+    /// Per block, its number of parameters.
+    params: Vec<u32>,
+    values: u32,
+    /// The run of `types` last recorded for a parameter list at an address (executors pass
+    /// a program's own lists): copies of one block share their list, so a replay passes
+    /// one slice for all of them, which emitters cache by address.
+    lists: Vec<(usize, Run)>,
+}
+
+/// Why a replay stopped: the emitter did not make a value where the recording did.
+#[derive(Debug)]
+pub struct ReplayError(pub String);
+
+impl Tape {
+    /// Forgets the run recorded (keeping the buffers for the next).
+    pub fn clear(&mut self) {
+        self.calls.clear();
+        self.nums.clear();
+        self.types.clear();
+        self.cases.clear();
+        self.params.clear();
+        self.values = 0;
+        self.lists.clear();
+    }
+
+    /// The number of calls recorded.
+    pub fn len(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Whether no call was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    fn value(&mut self) -> u32 {
+        self.values += 1;
+        self.values - 1
+    }
+
+    fn run(&mut self, xs: impl IntoIterator<Item = u32>) -> Run {
+        let start = self.nums.len() as u32;
+        self.nums.extend(xs);
+        (start, self.nums.len() as u32 - start)
+    }
+
+    /// Fills `shape` with what the recorded run's edges pass to block parameters, as the
+    /// fold layer sees the values ([`crate::params`]): a constant the executor asked for,
+    /// a parameter, a local array's element kept as a value where the index is a
+    /// constant in bounds (as the fold layer keeps it), or anything else. Everything else
+    /// the fold layer might make constant (a product by 0) counts as anything else, which
+    /// can only make fewer parameters constant; every branch's edges count, also those
+    /// the fold layer drops, which can only do the same.
+    pub fn shape(&self, shape: &mut Shape) {
+        shape.clear();
+        let tags = &mut Vec::with_capacity(self.values as usize);
+        let nums = |r: Run| &self.nums[r.0 as usize..(r.0 + r.1) as usize];
+        let tag = |tags: &[Tag], v: u32| tags.get(v as usize).copied().unwrap_or(Tag::Other);
+        let edge = |shape: &mut Shape, tags: &[Tag], b: u32, args: Run| {
+            let first = shape.first_param(b);
+            if first != u32::MAX {
+                for (j, &a) in nums(args).iter().enumerate() {
+                    shape.input(first + j as u32, tag(tags, a));
+                }
+            }
+        };
+        let index = |tags: &[Tag], v: u32, len: usize| match tag(tags, v) {
+            Tag::Const(c) => index_in(c, len),
+            _ => None,
+        };
+        for call in &self.calls {
+            match call {
+                Call::CreateBlock((_, n)) => {
+                    shape.block(*n);
+                }
+                Call::BlockParams(b) => {
+                    let first = shape.first_param(*b);
+                    let n = self.params.get(*b as usize).copied().unwrap_or(0);
+                    tags.extend((0..n).map(|j| match first {
+                        u32::MAX => Tag::Other,
+                        f => Tag::Param(f + j),
+                    }));
+                }
+                Call::SwitchTo(_) => {}
+                Call::Constant(c) => tags.push(Tag::Const(*c)),
+                Call::StaticSlice(..) => tags.push(Tag::Other),
+                Call::Op { result, .. } => {
+                    if *result {
+                        tags.push(Tag::Other);
+                    }
+                }
+                Call::ArrayLoad {
+                    elems, index: i, ..
+                } => {
+                    let es = nums(*elems);
+                    let t = match index(tags, *i, es.len()) {
+                        Some(k) => tag(tags, es[k]),
+                        None => Tag::Other,
+                    };
+                    tags.push(t);
+                }
+                Call::ArrayStore {
+                    elems,
+                    index: i,
+                    value,
+                    ..
+                } => {
+                    let es = nums(*elems);
+                    match index(tags, *i, es.len()) {
+                        Some(k) => {
+                            let v = tag(tags, *value);
+                            for (j, &e) in es.iter().enumerate() {
+                                let t = if j == k { v } else { tag(tags, e) };
+                                tags.push(t);
+                            }
+                        }
+                        None => tags.extend(es.iter().map(|_| Tag::Other)),
+                    }
+                }
+                Call::Jump(b, args) => edge(shape, tags, *b, *args),
+                Call::Brif(_, (t, ta), (e, ea)) => {
+                    edge(shape, tags, *t, *ta);
+                    edge(shape, tags, *e, *ea);
+                }
+                Call::Switch(_, (s, n), (d, da)) => {
+                    for &(_, b, args) in &self.cases[*s as usize..(s + n) as usize] {
+                        edge(shape, tags, b, args);
+                    }
+                    edge(shape, tags, *d, *da);
+                }
+                Call::Ret(_) | Call::Trap(_) | Call::Promote(..) | Call::PromoteMiss(..) => {}
+            }
+        }
+    }
+
+    /// Replays the recording into `em`; returns what block number `b` of the recording
+    /// became, for each `b`.
+    pub fn replay<E: Emitter>(&self, em: &mut E) -> Result<Vec<E::Block>, ReplayError> {
+        let mut vals: Vec<E::Value> = Vec::with_capacity(self.values as usize);
+        let mut blocks: Vec<E::Block> = Vec::with_capacity(self.params.len());
+        let mut buf: Vec<E::Value> = Vec::new();
+        let mut buf2: Vec<E::Value> = Vec::new();
+        let nums = |r: Run| &self.nums[r.0 as usize..(r.0 + r.1) as usize];
+        fn get<T: Copy>(xs: &[T], k: u32) -> Result<T, ReplayError> {
+            xs.get(k as usize)
+                .copied()
+                .ok_or_else(|| ReplayError(format!("number {k} made by no call")))
+        }
+        fn fill<T: Copy>(out: &mut Vec<T>, xs: &[T], ks: &[u32]) -> Result<(), ReplayError> {
+            out.clear();
+            for &k in ks {
+                out.push(get(xs, k)?);
+            }
+            Ok(())
+        }
+        for call in &self.calls {
+            match call {
+                Call::CreateBlock((s, n)) => {
+                    let b = em.create_block(&self.types[*s as usize..(s + n) as usize]);
+                    blocks.push(b);
+                }
+                Call::BlockParams(b) => em.block_params(get(&blocks, *b)?, &mut vals),
+                Call::SwitchTo(b) => em.switch_to_block(get(&blocks, *b)?),
+                Call::Constant(c) => vals.push(em.constant(*c)),
+                Call::StaticSlice(id, ty) => vals.push(em.static_slice(*id, *ty)),
+                Call::Op {
+                    op,
+                    args,
+                    loc,
+                    result,
+                } => {
+                    fill(&mut buf, &vals, nums(*args))?;
+                    match (em.op(op, &buf, *loc), result) {
+                        (Some(v), true) => vals.push(v),
+                        (None, false) => {}
+                        _ => return Err(ReplayError(format!("{op:?}: a result differs"))),
+                    }
+                }
+                Call::ArrayLoad {
+                    elem,
+                    elems,
+                    index,
+                    loc,
+                } => {
+                    fill(&mut buf, &vals, nums(*elems))?;
+                    let v = em.array_load(*elem, &buf, get(&vals, *index)?, *loc);
+                    vals.push(v);
+                }
+                Call::ArrayStore {
+                    elem,
+                    elems,
+                    index,
+                    value,
+                    loc,
+                } => {
+                    fill(&mut buf, &vals, nums(*elems))?;
+                    let (i, v) = (get(&vals, *index)?, get(&vals, *value)?);
+                    em.array_store(*elem, &mut buf, i, v, *loc);
+                    vals.extend_from_slice(&buf);
+                }
+                Call::Jump(b, args) => {
+                    fill(&mut buf, &vals, nums(*args))?;
+                    em.jump(get(&blocks, *b)?, &buf);
+                }
+                Call::Brif(c, (t, ta), (e, ea)) => {
+                    fill(&mut buf, &vals, nums(*ta))?;
+                    fill(&mut buf2, &vals, nums(*ea))?;
+                    let (t, e) = (get(&blocks, *t)?, get(&blocks, *e)?);
+                    em.brif(get(&vals, *c)?, (t, &buf), (e, &buf2));
+                }
+                Call::Switch(a, (s, n), (d, da)) => {
+                    let mut cases: Vec<Case<E>> = Vec::with_capacity(*n as usize);
+                    for &(k, b, args) in &self.cases[*s as usize..(s + n) as usize] {
+                        let mut xs = Vec::new();
+                        fill(&mut xs, &vals, nums(args))?;
+                        cases.push((k, get(&blocks, b)?, xs));
+                    }
+                    fill(&mut buf, &vals, nums(*da))?;
+                    em.switch(get(&vals, *a)?, &cases, (get(&blocks, *d)?, &buf));
+                }
+                Call::Ret(v) => {
+                    let v = v.map(|v| get(&vals, v)).transpose()?;
+                    em.ret(v);
+                }
+                Call::Trap(loc) => em.trap(*loc),
+                Call::Promote(site, p, l) => {
+                    fill(&mut buf, &vals, nums(*p))?;
+                    fill(&mut buf2, &vals, nums(*l))?;
+                    em.promote(*site, &buf, &buf2);
+                }
+                Call::PromoteMiss(site, p) => {
+                    fill(&mut buf, &vals, nums(*p))?;
+                    em.promote_miss(*site, &buf);
+                }
+            }
+        }
+        Ok(blocks)
+    }
+}
+
+impl Emitter for Tape {
+    type Value = u32;
+    type Block = u32;
+
+    fn create_block(&mut self, params: &[Type]) -> u32 {
+        const LISTS: usize = 64;
+        if self.lists.is_empty() {
+            self.lists.resize(LISTS, (0, (0, u32::MAX)));
+        }
+        let addr = params.as_ptr() as usize;
+        let slot = (addr >> 3) % LISTS;
+        let run = match self.lists[slot] {
+            (a, (s, n))
+                if a == addr && self.types.get(s as usize..(s + n) as usize) == Some(params) =>
+            {
+                (s, n)
+            }
+            _ => {
+                let run = (self.types.len() as u32, params.len() as u32);
+                self.types.extend_from_slice(params);
+                self.lists[slot] = (addr, run);
+                run
+            }
+        };
+        self.calls.push(Call::CreateBlock(run));
+        self.params.push(params.len() as u32);
+        self.params.len() as u32 - 1
+    }
+
+    fn block_params(&mut self, b: u32, out: &mut Vec<u32>) {
+        self.calls.push(Call::BlockParams(b));
+        let n = self.params.get(b as usize).copied().unwrap_or(0);
+        for _ in 0..n {
+            let v = self.value();
+            out.push(v);
+        }
+    }
+
+    fn switch_to_block(&mut self, b: u32) {
+        self.calls.push(Call::SwitchTo(b));
+    }
+
+    fn constant(&mut self, c: Const) -> u32 {
+        self.calls.push(Call::Constant(c));
+        self.value()
+    }
+
+    fn static_slice(&mut self, id: u32, ty: Type) -> u32 {
+        self.calls.push(Call::StaticSlice(id, ty));
+        self.value()
+    }
+
+    fn op(&mut self, op: &TOp, args: &[u32], loc: SrcLoc) -> Option<u32> {
+        // The fold layer gives a result for every operation but stores and calls of
+        // nothing (what it lowers them to, its backends too).
+        let result = !matches!(op, TOp::Store | TOp::Call { ret: None, .. });
+        let args = self.run(args.iter().copied());
+        self.calls.push(Call::Op {
+            op: op.clone(),
+            args,
+            loc,
+            result,
+        });
+        result.then(|| self.value())
+    }
+
+    fn array_load(&mut self, elem: Scalar, elems: &[u32], index: u32, loc: SrcLoc) -> u32 {
+        let elems = self.run(elems.iter().copied());
+        self.calls.push(Call::ArrayLoad {
+            elem,
+            elems,
+            index,
+            loc,
+        });
+        self.value()
+    }
+
+    fn array_store(
+        &mut self,
+        elem: Scalar,
+        elems: &mut [u32],
+        index: u32,
+        value: u32,
+        loc: SrcLoc,
+    ) {
+        let run = self.run(elems.iter().copied());
+        self.calls.push(Call::ArrayStore {
+            elem,
+            elems: run,
+            index,
+            value,
+            loc,
+        });
+        for e in elems {
+            *e = self.value();
+        }
+    }
+
+    fn jump(&mut self, dest: u32, args: &[u32]) {
+        let args = self.run(args.iter().copied());
+        self.calls.push(Call::Jump(dest, args));
+    }
+
+    fn brif(&mut self, cond: u32, then_dest: (u32, &[u32]), else_dest: (u32, &[u32])) {
+        let t = self.run(then_dest.1.iter().copied());
+        let e = self.run(else_dest.1.iter().copied());
+        self.calls
+            .push(Call::Brif(cond, (then_dest.0, t), (else_dest.0, e)));
+    }
+
+    fn switch(&mut self, arg: u32, cases: &[Case<Self>], default: (u32, &[u32])) {
+        let start = self.cases.len() as u32;
+        for (k, b, args) in cases {
+            let r = self.run(args.iter().copied());
+            self.cases.push((*k, *b, r));
+        }
+        let d = self.run(default.1.iter().copied());
+        self.calls.push(Call::Switch(
+            arg,
+            (start, cases.len() as u32),
+            (default.0, d),
+        ));
+    }
+
+    fn ret(&mut self, value: Option<u32>) {
+        self.calls.push(Call::Ret(value));
+    }
+
+    fn trap(&mut self, loc: SrcLoc) {
+        self.calls.push(Call::Trap(loc));
+    }
+
+    fn promote(&mut self, site: u32, promoted: &[u32], live: &[u32]) {
+        let p = self.run(promoted.iter().copied());
+        let l = self.run(live.iter().copied());
+        self.calls.push(Call::Promote(site, p, l));
+    }
+
+    fn promote_miss(&mut self, site: u32, promoted: &[u32]) {
+        let p = self.run(promoted.iter().copied());
+        self.calls.push(Call::PromoteMiss(site, p));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::BinaryOp;
+
+    /// An emitter that writes down every call, values numbered as it makes them, and keeps
+    /// a local array's element after a store with a constant index as the stored value (as
+    /// the fold layer does), else makes new values.
+    #[derive(Default)]
+    struct Log {
+        lines: Vec<String>,
+        values: u32,
+        blocks: Vec<usize>,
+        consts: std::collections::HashMap<u32, Const>,
+    }
+
+    impl Log {
+        fn v(&mut self) -> u32 {
+            self.values += 1;
+            self.values
+        }
+    }
+
+    impl Emitter for Log {
+        type Value = u32;
+        type Block = usize;
+        fn create_block(&mut self, params: &[Type]) -> usize {
+            self.blocks.push(params.len());
+            self.lines.push(format!("block {params:?}"));
+            self.blocks.len() - 1
+        }
+        fn block_params(&mut self, b: usize, out: &mut Vec<u32>) {
+            let from = out.len();
+            for _ in 0..self.blocks[b] {
+                let v = self.v();
+                out.push(v);
+            }
+            self.lines.push(format!("params {b} {:?}", &out[from..]));
+        }
+        fn switch_to_block(&mut self, b: usize) {
+            self.lines.push(format!("at {b}"));
+        }
+        fn constant(&mut self, c: Const) -> u32 {
+            let v = self.v();
+            self.consts.insert(v, c);
+            v
+        }
+        fn static_slice(&mut self, id: u32, _: Type) -> u32 {
+            let v = self.v();
+            self.lines.push(format!("slice {id} = {v}"));
+            v
+        }
+        fn op(&mut self, op: &TOp, args: &[u32], _: SrcLoc) -> Option<u32> {
+            let v = (!matches!(op, TOp::Store)).then(|| self.v());
+            self.lines.push(format!("{v:?} = {op:?} {args:?}"));
+            v
+        }
+        fn array_load(&mut self, _: Scalar, elems: &[u32], index: u32, _: SrcLoc) -> u32 {
+            let v = self.v();
+            self.lines.push(format!("{v} = load {elems:?}[{index}]"));
+            v
+        }
+        fn array_store(&mut self, _: Scalar, elems: &mut [u32], i: u32, v: u32, _: SrcLoc) {
+            match self.consts.get(&i) {
+                Some(Const::Int(_, k)) => elems[*k as usize] = v,
+                _ => {
+                    for e in elems.iter_mut() {
+                        *e = self.v();
+                    }
+                }
+            }
+            self.lines.push(format!("store -> {elems:?}"));
+        }
+        fn jump(&mut self, dest: usize, args: &[u32]) {
+            self.lines.push(format!("jump {dest} {args:?}"));
+        }
+        fn brif(&mut self, c: u32, t: (usize, &[u32]), e: (usize, &[u32])) {
+            self.lines.push(format!("brif {c} {t:?} {e:?}"));
+        }
+        fn switch(&mut self, a: u32, cases: &[Case<Self>], d: (usize, &[u32])) {
+            self.lines.push(format!("switch {a} {cases:?} {d:?}"));
+        }
+        fn ret(&mut self, v: Option<u32>) {
+            self.lines.push(format!("ret {v:?}"));
+        }
+        fn trap(&mut self, _: SrcLoc) {
+            self.lines.push("trap".into());
+        }
+        fn promote(&mut self, site: u32, p: &[u32], l: &[u32]) {
+            self.lines.push(format!("promote {site} {p:?} {l:?}"));
+        }
+        fn promote_miss(&mut self, site: u32, p: &[u32]) {
+            self.lines.push(format!("miss {site} {p:?}"));
+        }
+    }
+
+    /// What an executor might do: it keeps the values it is given and passes them back.
+    fn script<E: Emitter>(em: &mut E) -> E::Block {
+        let i = Type::I64;
+        let entry = em.create_block(&[i, i]);
+        let next = em.create_block(&[i, i, i]);
+        let last = em.create_block(&[i]);
+        em.switch_to_block(entry);
+        let mut p = Vec::new();
+        em.block_params(entry, &mut p);
+        let two = em.constant(Const::Int(Scalar::I64, 2));
+        let one = em.constant(Const::Int(Scalar::I64, 1));
+        let mut arr = vec![p[0], p[1], two];
+        em.array_store(Scalar::I64, &mut arr, one, p[0], SrcLoc::default());
+        em.array_store(Scalar::I64, &mut arr, p[1], two, SrcLoc::default());
+        let x = em.array_load(Scalar::I64, &arr, p[0], SrcLoc::default());
+        let sum = em.op(&TOp::Binary(BinaryOp::Add), &[x, arr[1]], SrcLoc::default());
+        let s = em.static_slice(0, Type::I64);
+        em.op(&TOp::Store, &[s, x, two], SrcLoc::default());
+        em.brif(
+            x,
+            (next, &[arr[0], arr[1], arr[2]]),
+            (last, &[sum.unwrap()]),
+        );
+        em.switch_to_block(next);
+        let mut q = Vec::new();
+        em.block_params(next, &mut q);
+        let cases = vec![(3, last, vec![q[2]]), (4, entry, vec![q[0], q[1]])];
+        em.switch(q[1], &cases, (last, &[q[0]]));
+        em.switch_to_block(last);
+        let mut r = Vec::new();
+        em.block_params(last, &mut r);
+        em.promote(7, &[r[0]], &[q[0], two]);
+        entry
+    }
+
+    #[test]
+    fn a_replay_makes_the_calls_the_run_made() {
+        let mut direct = Log::default();
+        let entry = script(&mut direct);
+        let mut tape = Tape::default();
+        let recorded = script(&mut tape);
+        let mut replayed = Log::default();
+        let blocks = tape.replay(&mut replayed).expect("replays");
+        assert_eq!(blocks[recorded as usize], entry);
+        assert_eq!(direct.lines, replayed.lines);
+        // Twice, into a fresh emitter each time.
+        let mut again = Log::default();
+        tape.replay(&mut again).expect("replays");
+        assert_eq!(direct.lines, again.lines);
+    }
+}
