@@ -14,7 +14,9 @@
 //! planned stitcher (or the work list) on one region for ten seconds, for a profiler;
 //! `--specialize PROGRAM` makes stitch-tier specializations of the interpreter on one
 //! byte-code program, through the whole runtime (fold layer, stencils, code heap), for ten
-//! seconds, and prints the median time of one.
+//! seconds, and prints the median time of one; `--code` runs each byte-code program's
+//! stitch-tier code (without and with constant block parameters) and optimizing-tier
+//! code, alternating, and prints the ratios of their median times.
 
 use std::time::{Duration, Instant};
 
@@ -260,8 +262,79 @@ fn specialize(name: &str) {
     );
 }
 
+/// The code of both tiers on every byte-code program: specializations in the stitch tier
+/// (without and with constant block parameters) and in the optimizing tier, none moving
+/// up, 9 runs each, alternating; prints each one's median time, the stitch tier's over
+/// the optimizing tier's, and their geometric means.
+fn code() {
+    use dyc::{Arg, Program, RuntimeOptions, Tier, Tiers};
+    let src = include_str!("../examples/bytecode.dyc");
+    let program = |constant_params| {
+        let opts = RuntimeOptions {
+            tiers: Tiers {
+                hot_calls: u64::MAX,
+                hot_time: Duration::MAX,
+                ..Tiers::default()
+            },
+            constant_params,
+            ..RuntimeOptions::default()
+        };
+        Program::compile_with("bytecode.dyc", src, opts).expect("compiles")
+    };
+    let (without, with) = (program(false), program(true));
+    let mut ratios = [Vec::new(), Vec::new()];
+    println!(
+        "{:<20} {:>12} {:>12} {:>12} | stitch over optimizing",
+        "program", "no consts", "stitch", "optimizing"
+    );
+    for b in bytecode::benches() {
+        let key = [Arg::from(&b.code[..])];
+        let region = |p: &Program| p.region("run").expect("region `run`");
+        let specs = [
+            region(&without).specialize_in(&key, Tier::Stitch),
+            region(&with).specialize_in(&key, Tier::Stitch),
+            region(&with).specialize_in(&key, Tier::Optimizing),
+        ]
+        .map(|s| s.expect("specializes"));
+        let mut times = [Vec::new(), Vec::new(), Vec::new()];
+        let mut mem = vec![0i64; b.mem.max(1)];
+        for _ in 0..9 {
+            for (k, s) in specs.iter().enumerate() {
+                mem.fill(0);
+                let t = Instant::now();
+                let r = s.call(&mut [Arg::from(b.n), Arg::from(&mut mem[..])]);
+                times[k].push(t.elapsed().as_secs_f64() * 1e3);
+                let r = r.expect("runs").and_then(|c| c.as_i64());
+                assert_eq!(r, Some((b.native)(b.n)));
+            }
+        }
+        let [none, st, op] = times.map(|mut t| {
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        });
+        ratios[0].push(none / op);
+        ratios[1].push(st / op);
+        println!(
+            "{:<20} {none:>9.2} ms {st:>9.2} ms {op:>9.2} ms | {:.2}x without constants, {:.2}x with",
+            b.name,
+            none / op,
+            st / op
+        );
+    }
+    let geo = |r: &[f64]| (r.iter().map(|r| r.ln()).sum::<f64>() / r.len() as f64).exp();
+    println!(
+        "stitch code over optimizing, geometric mean: {:.2}x without constant parameters, {:.2}x with",
+        geo(&ratios[0]),
+        geo(&ratios[1])
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--code") {
+        code();
+        return;
+    }
     if let Some(i) = args.iter().position(|a| a == "--specialize") {
         specialize(args.get(i + 1).expect("--specialize takes a program name"));
         return;

@@ -19,18 +19,17 @@
 //!   block, a check already made (same slice and index, or a constant index not above one
 //!   already checked against the same slice) is not made again. Every other access gets an
 //!   explicit [`Backend::bounds_check`] before the backend's (unchecked) load or store.
+//! - **constant block parameters**: with [`Fold::with_constant_params`], the parameters
+//!   found constant on every path of a recorded run ([`crate::params`]) are read as
+//!   constants, and left out of the backend's blocks and of the jumps into them.
 //!
 //! **Invariant.** A backend's `Load` and `Store` do not check bounds: the layer has checked
 //! them, or proved them in range, before. So a backend is only ever driven through
 //! `Fold`.
 //!
-//! - **constant block parameters**: with [`Fold::with_constant_params`], the parameters a
-//!   first pass found constant on every path ([`crate::params`]) are read as constants,
-//!   and left out of the backend's blocks and of the jumps into them.
-//!
-//! The layer is backend-neutral: the Cranelift backend and the residual-IR backend of the
-//! tests (and the stitch tier to come) share it, so the residual-IR differential tests
-//! check these rewrites against the interpreter.
+//! The layer is backend-neutral: the Cranelift backend, the stitch tier's stencil emitter
+//! and the residual-IR backend of the tests share it, so the residual-IR differential
+//! tests check these rewrites against the interpreter.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
@@ -171,9 +170,9 @@ pub struct Fold<B: Backend> {
     /// largest constant index checked.
     checked: HashSet<(B::Value, IndexKey<B::Value>), Hasher>,
     checked_const: HashMap<B::Value, i128, Hasher>,
-    /// Constant block parameters a first pass found ([`crate::params`]), the blocks created
-    /// so far (a block's number in that order is its number in the first pass), and a
-    /// buffer for a block's types without its constant parameters.
+    /// Constant block parameters read off a recorded run ([`crate::params`]), the blocks
+    /// created so far (a block's number in that order is its number in the recording),
+    /// and a buffer for a block's types without its constant parameters.
     known: Option<Known>,
     made: u32,
     kept_types: Vec<Type>,
@@ -214,10 +213,10 @@ impl<B: Backend> Fold<B> {
     }
 
     /// Reads the block parameters `known` finds constant as those constants, and leaves
-    /// them out of the backend's blocks and of the jumps into them. `known` must come from
-    /// a first pass ([`crate::params::Shape`]) over the same run of an executor (a
-    /// replayed [`crate::tape::Tape`]); a block whose parameters are not those the first
-    /// pass saw gets no constants.
+    /// them out of the backend's blocks and of the jumps into them. `known` must be read
+    /// off the recorded run this layer is then given ([`crate::tape::Tape::shape`],
+    /// [`crate::tape::Tape::replay`]); a block whose parameters are not those recorded
+    /// gets no constants.
     pub fn with_constant_params(mut self, known: Known) -> Fold<B> {
         self.known = known.any().then_some(known);
         self
@@ -236,8 +235,7 @@ impl<B: Backend> Fold<B> {
         }
     }
 
-    /// The constant parameters of block `b` (by backend number), if a first pass found
-    /// some.
+    /// The constant parameters of block `b` (by backend number), if it has some.
     fn consts_of(&self, b: usize) -> Option<&[Option<Const>]> {
         let known = self.known.as_ref()?;
         let info = self.blocks.get(b)?;

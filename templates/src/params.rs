@@ -205,13 +205,13 @@ impl Known {
     }
 
     /// The parameters of the `n`th block created, each its constant or `None`; `None` if
-    /// the first pass made fewer blocks.
+    /// the recording has fewer blocks.
     pub fn block(&self, n: u32) -> Option<&[Option<Const>]> {
         let (a, b) = (self.start.get(n as usize)?, self.start.get(n as usize + 1)?);
         self.consts.get(*a as usize..*b as usize)
     }
 
-    /// The number of blocks the first pass made.
+    /// The number of blocks recorded.
     pub fn blocks(&self) -> usize {
         self.start.len().saturating_sub(1)
     }
