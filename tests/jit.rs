@@ -559,34 +559,38 @@ b:
     }
 }
 
-/// The stitch tier copies stencils for the byte-code interpreter's units (the entry and
-/// every continuation a promotion stitches lazily, each dispatching the targets seen
-/// before inline) with no fallback to Cranelift, and its code computes what the optimizing
-/// tier's does, faults included.
+/// Specializes `run` of `p` on main-job program `b` in `tier`, runs it (on a smaller input
+/// where the program's memory allows), checks the result against the program written in
+/// Rust, and returns the specialization.
+fn run_main_job(p: &Program, b: &bench_programs::Bench, tier: Tier) -> dyc::Specialized {
+    let n = if b.mem > 0 { b.n } else { b.n.min(300) };
+    let s = p
+        .region("run")
+        .expect("region")
+        .specialize_in(&[Arg::from(&b.code[..])], tier)
+        .expect("specializes");
+    let mut mem = vec![0i64; b.mem.max(1)];
+    let r = s
+        .call(&mut [Arg::from(n), Arg::from(&mut mem[..])])
+        .unwrap_or_else(|e| panic!("{} in {tier:?}: {e}", b.name));
+    assert_eq!(
+        r.and_then(|c| c.as_i64()),
+        Some((b.native)(n)),
+        "{} in {tier:?}",
+        b.name
+    );
+    s
+}
+
 /// The interpreter on the main job's byte-code programs (loops entered through chains of
 /// blocks the static dispatch leaves empty, a stack in memory) agrees with the programs
 /// written in Rust in every tier.
 #[test]
 fn the_main_jobs_programs_agree_in_every_tier() {
     let p = bytecode(RuntimeOptions::default());
-    let region = p.region("run").expect("region");
     for b in bench_programs::benches() {
-        // Smaller inputs where the program's memory allows.
-        let n = if b.mem > 0 { b.n } else { b.n.min(300) };
         for tier in [Tier::Optimizing, Tier::Quick, Tier::Stitch] {
-            let s = region
-                .specialize_in(&[Arg::from(&b.code[..])], tier)
-                .expect("specializes");
-            let mut mem = vec![0i64; b.mem.max(1)];
-            let r = s
-                .call(&mut [Arg::from(n), Arg::from(&mut mem[..])])
-                .unwrap_or_else(|e| panic!("{} in {tier:?}: {e}", b.name));
-            assert_eq!(
-                r.and_then(|c| c.as_i64()),
-                Some((b.native)(n)),
-                "{} in {tier:?}",
-                b.name
-            );
+            run_main_job(&p, &b, tier);
         }
     }
 }
@@ -602,32 +606,20 @@ fn the_stitch_tier_reads_loop_invariant_registers_as_constants() {
         ..RuntimeOptions::default()
     });
     for b in bench_programs::benches() {
-        let n = if b.mem > 0 { b.n } else { b.n.min(300) };
-        let mut counts = Vec::new();
-        for p in [&with, &without] {
-            let s = p
-                .region("run")
-                .expect("region")
-                .specialize_in(&[Arg::from(&b.code[..])], Tier::Stitch)
-                .expect("specializes");
+        let counts = [&with, &without].map(|p| {
+            let s = run_main_job(p, &b, Tier::Stitch);
             assert_eq!(s.tier(), Tier::Stitch);
-            let mut mem = vec![0i64; b.mem.max(1)];
-            let r = s
-                .call(&mut [Arg::from(n), Arg::from(&mut mem[..])])
-                .unwrap_or_else(|e| panic!("{}: {e}", b.name));
-            assert_eq!(
-                r.and_then(|c| c.as_i64()),
-                Some((b.native)(n)),
-                "{}",
-                b.name
-            );
-            counts.push(s.stats().constant_params + s.lazy_stats().1.constant_params);
-        }
+            s.stats().constant_params + s.lazy_stats().1.constant_params
+        });
         assert!(counts[0] > 0, "{}: {counts:?}", b.name);
         assert_eq!(counts[1], 0, "{}", b.name);
     }
 }
 
+/// The stitch tier copies stencils for the byte-code interpreter's units (the entry and
+/// every continuation a promotion stitches lazily, each dispatching the targets seen
+/// before inline) with no fallback to Cranelift, and its code computes what the optimizing
+/// tier's does, faults included.
 #[test]
 fn the_stitch_tier_makes_the_interpreters_units_by_copying_stencils() {
     let p = bytecode(options());

@@ -172,12 +172,9 @@ pub struct Fold<B: Backend> {
     checked_const: HashMap<B::Value, i128, Hasher>,
     /// Constant block parameters read off a recorded run ([`crate::params`]), the blocks
     /// created so far (a block's number in that order is its number in the recording),
-    /// and a buffer for a block's types without its constant parameters.
+    /// and the lists of types kept without constant parameters ([`Fold::kept_list`]).
     known: Option<Known>,
     made: u32,
-    kept_types: Vec<Type>,
-    /// The list of kept types by (list of all types, mask of the parameters kept) for
-    /// blocks of at most 128 parameters (copies of one block mostly keep the same).
     kept_index: HashMap<(u32, u128), u32, Hasher>,
 }
 
@@ -207,7 +204,6 @@ impl<B: Backend> Fold<B> {
             checked_const: HashMap::default(),
             known: None,
             made: 0,
-            kept_types: Vec::new(),
             kept_index: HashMap::default(),
         }
     }
@@ -233,6 +229,30 @@ impl<B: Backend> Fold<B> {
                 k
             }
         }
+    }
+
+    /// The list of the types of list `types` that `keep` keeps (interned, and remembered
+    /// by the pair for up to 128 types: copies of one block mostly keep the same).
+    fn kept_list(&mut self, types: u32, keep: &[bool]) -> u32 {
+        let bits = (keep.len() <= 128).then(|| {
+            keep.iter()
+                .enumerate()
+                .fold(0u128, |m, (j, &k)| m | u128::from(k) << j)
+        });
+        if let Some(&k) = bits.and_then(|m| self.kept_index.get(&(types, m))) {
+            return k;
+        }
+        let kept: SmallVec<[Type; 16]> = self.type_lists[types as usize]
+            .iter()
+            .zip(keep)
+            .filter(|(_, &k)| k)
+            .map(|(t, _)| *t)
+            .collect();
+        let k = self.intern(&kept);
+        if let Some(m) = bits {
+            self.kept_index.insert((types, m), k);
+        }
+        k
     }
 
     /// The constant parameters of block `b` (by backend number), if it has some.
@@ -505,38 +525,13 @@ impl<B: Backend> Emitter for Fold<B> {
         };
         let made = self.made;
         self.made += 1;
-        let mut backend_types = types;
-        if let Some(known) = &self.known {
-            match known.block(made) {
-                Some(cs) if cs.len() == params.len() && cs.iter().any(Option::is_some) => {
-                    let mask = (cs.len() <= 128).then(|| {
-                        cs.iter()
-                            .enumerate()
-                            .filter(|(_, c)| c.is_none())
-                            .fold(0u128, |m, (j, _)| m | 1 << j)
-                    });
-                    if let Some(&k) = mask.and_then(|m| self.kept_index.get(&(types, m))) {
-                        backend_types = k;
-                    } else {
-                        let mut kept = std::mem::take(&mut self.kept_types);
-                        kept.clear();
-                        kept.extend(
-                            params
-                                .iter()
-                                .zip(cs)
-                                .filter(|(_, c)| c.is_none())
-                                .map(|(t, _)| *t),
-                        );
-                        backend_types = self.intern(&kept);
-                        self.kept_types = kept;
-                        if let Some(m) = mask {
-                            self.kept_index.insert((types, m), backend_types);
-                        }
-                    }
-                }
-                _ => {}
+        let backend_types = match self.known.as_ref().and_then(|k| k.block(made)) {
+            Some(cs) if cs.len() == params.len() && cs.iter().any(Option::is_some) => {
+                let keep: SmallVec<[bool; 16]> = cs.iter().map(Option::is_none).collect();
+                self.kept_list(types, &keep)
             }
-        }
+            _ => types,
+        };
         let b = self
             .backend
             .create_block(&self.type_lists[backend_types as usize]);

@@ -444,7 +444,7 @@ struct Stitched {
 }
 
 thread_local! {
-    /// The tape and the first replay's backend of the stitch tier's units on this thread.
+    /// The tape and the shape of the stitch tier's units on this thread.
     static SCRATCH: std::cell::RefCell<(Tape, Shape)> = std::cell::RefCell::default();
 }
 
