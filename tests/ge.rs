@@ -230,3 +230,44 @@ fn merged_near_identical_tails_stitch_what_the_work_list_stitches() {
         }
     }
 }
+
+/// The planned stitcher stitches the copy a static branch selects into the block that
+/// branched, when nothing else enters it (no jump, no block of its own), so the residual
+/// code of `power` on n = 3 has fewer blocks than the work-list executor's, for the same
+/// copies and the same result.
+#[test]
+fn the_planned_stitcher_fuses_what_static_branches_select() {
+    use dyc::interp::{Memory, Val};
+    let (m, _) = power();
+    let id = m.func_by_name("power").expect("power");
+    let args = [
+        Val::Scalar(Const::Int(Scalar::I64, 5)),
+        Val::Scalar(Const::Int(Scalar::I64, 3)),
+    ];
+    let run = |executor| {
+        dyc::residual::run_with(
+            &m,
+            id,
+            &args,
+            &mut Memory::default(),
+            &mut Default::default(),
+            10_000,
+            Budget::default(),
+            executor,
+        )
+        .expect("specializes")
+    };
+    let (planned, reference) = (run(ExecutorKind::Planned), run(ExecutorKind::WorkList));
+    let want = Some(Val::Scalar(Const::Int(Scalar::I64, 125)));
+    assert_eq!((&planned.result, &reference.result), (&want, &want));
+    assert_eq!(planned.stitched, reference.stitched);
+    let blocks = |r: &dyc::residual::ResidualRun| {
+        let f = r.module.funcs.values().last().expect("the specialization");
+        f.blocks.len()
+    };
+    // The reference has a block per copy (and the function's entry). The loop header is
+    // a root (its copies are looked up), as is the exit; the three copies of the body,
+    // which only the header's static branch enters, are fused into the header's copies.
+    assert_eq!(blocks(&reference), planned.stitched.len() + 1);
+    assert_eq!(blocks(&planned) + 3, blocks(&reference));
+}

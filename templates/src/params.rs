@@ -36,14 +36,40 @@
 
 use crate::ops::Const;
 
-/// What a value of a recorded run is, as far as its block's successors care.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Tag {
-    Const(Const),
-    /// Parameter number `k` of the unit (blocks' parameters numbered one after another).
-    Param(u32),
-    Other,
+/// What a value of a recorded run is, as far as its block's successors care, in one word
+/// (the shape holds one per value and per edge argument): parameter number `p` of the
+/// unit (blocks' parameters numbered one after another), constant number `k` of the
+/// shape's constants, or anything else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tag(u32);
+
+/// The bit that marks a constant's number in a [`Tag`].
+const CONST_BIT: u32 = 1 << 31;
+
+impl Tag {
+    pub(crate) const OTHER: Tag = Tag(u32::MAX);
+
+    /// Parameter `p` (anything else if `p` does not fit).
+    pub(crate) fn param(p: u32) -> Tag {
+        if p < CONST_BIT {
+            Tag(p)
+        } else {
+            Tag::OTHER
+        }
+    }
+
+    fn as_param(self) -> Option<u32> {
+        (self.0 < CONST_BIT).then_some(self.0)
+    }
+
+    /// The number of the constant, if a constant.
+    fn as_const(self) -> Option<u32> {
+        (self.0 != u32::MAX && self.0 >= CONST_BIT).then_some(self.0 & !CONST_BIT)
+    }
 }
+
+/// No constant, in the solver's per-parameter constant numbers.
+const NONE: u32 = u32::MAX;
 
 /// What the edges of a unit pass to its blocks' parameters (filled from a recorded run by
 /// [`crate::tape::Tape::shape`]), and the solver's buffers.
@@ -54,8 +80,13 @@ pub struct Shape {
     start: Vec<u32>,
     /// Per edge and parameter of its target: (parameter, what the edge passes).
     inputs: Vec<(u32, Tag)>,
+    /// The constants tags refer to, by number.
+    consts: Vec<Const>,
+    /// Per value of the recorded run, its tag (a buffer of [`crate::tape::Tape::shape`]).
+    pub(crate) tags: Vec<Tag>,
     level: Vec<u8>,
-    val: Vec<Option<Const>>,
+    /// Per parameter at level CONST, the number of its constant.
+    val: Vec<u32>,
     offsets: Vec<u32>,
     users: Vec<u32>,
     work: Vec<u32>,
@@ -78,42 +109,65 @@ impl Shape {
     }
 
     /// An edge passes `t` to parameter `p`.
+    #[inline]
     pub(crate) fn input(&mut self, p: u32, t: Tag) {
         self.inputs.push((p, t));
+    }
+
+    /// The tag of constant `c` (anything else once the numbers run out).
+    pub(crate) fn constant(&mut self, c: Const) -> Tag {
+        let k = self.consts.len() as u32;
+        if k >= CONST_BIT - 1 {
+            return Tag::OTHER;
+        }
+        self.consts.push(c);
+        Tag(k | CONST_BIT)
+    }
+
+    /// The constant tag `t` stands for, if any.
+    pub(crate) fn constant_of(&self, t: Tag) -> Option<Const> {
+        t.as_const()
+            .and_then(|k| self.consts.get(k as usize).copied())
     }
 
     /// Forgets the unit recorded (keeping the buffers for the next).
     pub fn clear(&mut self) {
         self.start.clear();
         self.inputs.clear();
+        self.consts.clear();
+        self.tags.clear();
     }
 
     /// The constant parameters of the unit just stitched, by block in the order of their
     /// creation.
     pub fn solve(&mut self) -> Known {
         // Per parameter, its level (UNKNOWN, CONST or VARIABLE: the lattice only
-        // descends) and, at CONST, its constant. (Kept apart: an enum of both, copied out
-        // whole after being written in pieces, stalled every read.)
+        // descends) and, at CONST, the number of its constant.
         const UNKNOWN: u8 = 0;
         const CONST: u8 = 1;
         const VARIABLE: u8 = 2;
         let nparams = self.start.last().copied().unwrap_or(0) as usize;
-        let (level, val) = (&mut self.level, &mut self.val);
+        let (level, val, consts) = (&mut self.level, &mut self.val, &self.consts);
         level.clear();
         level.resize(nparams, UNKNOWN);
         val.clear();
-        val.resize(nparams, None);
-        // Meets parameter p with constant c (`None`: variable); whether p changed.
-        let meet = |level: &mut [u8], val: &mut [Option<Const>], p: usize, c: Option<Const>| {
-            let new = match (level[p], c, val[p]) {
-                (VARIABLE, ..) => return false,
-                (UNKNOWN, Some(c), _) => {
-                    val[p] = Some(c);
+        val.resize(nparams, NONE);
+        // Meets parameter p with constant number c (NONE: variable); whether p changed.
+        let meet = |level: &mut [u8], val: &mut [u32], p: usize, c: u32| {
+            let new = match level[p] {
+                VARIABLE => return false,
+                UNKNOWN if c != NONE => {
+                    val[p] = c;
                     CONST
                 }
-                (CONST, Some(c), Some(v)) if same(c, v) => return false,
+                CONST
+                    if c != NONE
+                        && (c == val[p] || same(consts[c as usize], consts[val[p] as usize])) =>
+                {
+                    return false
+                }
                 _ => {
-                    val[p] = None;
+                    val[p] = NONE;
                     VARIABLE
                 }
             };
@@ -129,16 +183,12 @@ impl Shape {
         offsets.clear();
         offsets.resize(nparams + 1, 0);
         for &(p, t) in &self.inputs {
-            let p = p as usize;
-            match t {
-                Tag::Const(c) => {
-                    meet(level, val, p, Some(c));
+            match t.as_param() {
+                Some(q) if q != p => offsets[q as usize + 1] += 1,
+                Some(_) => {}
+                None => {
+                    meet(level, val, p as usize, t.as_const().unwrap_or(NONE));
                 }
-                Tag::Other => {
-                    meet(level, val, p, None);
-                }
-                Tag::Param(q) if q as usize != p => offsets[q as usize + 1] += 1,
-                Tag::Param(_) => {}
             }
         }
         for q in 0..nparams {
@@ -150,7 +200,7 @@ impl Shape {
         fill.clear();
         fill.extend_from_slice(&offsets[..nparams]);
         for &(p, t) in &self.inputs {
-            if let Tag::Param(q) = t {
+            if let Some(q) = t.as_param() {
                 if q != p {
                     users[fill[q as usize] as usize] = p;
                     fill[q as usize] += 1;
@@ -172,10 +222,14 @@ impl Shape {
                 }
             }
         }
-        let any = val.iter().any(Option::is_some);
+        let consts: Vec<Option<Const>> = val
+            .iter()
+            .map(|&k| consts.get(k as usize).copied())
+            .collect();
+        let any = consts.iter().any(Option::is_some);
         Known {
             start: self.start.clone(),
-            consts: val.clone(),
+            consts,
             any,
         }
     }

@@ -125,9 +125,10 @@ impl Tape {
     /// the fold layer drops, which can only do the same.
     pub fn shape(&self, shape: &mut Shape) {
         shape.clear();
-        let tags = &mut Vec::with_capacity(self.values as usize);
+        let mut tags = std::mem::take(&mut shape.tags);
+        tags.reserve(self.values as usize);
         let nums = |r: Run| &self.nums[r.0 as usize..(r.0 + r.1) as usize];
-        let tag = |tags: &[Tag], v: u32| tags.get(v as usize).copied().unwrap_or(Tag::Other);
+        let tag = |tags: &[Tag], v: u32| tags.get(v as usize).copied().unwrap_or(Tag::OTHER);
         let edge = |shape: &mut Shape, tags: &[Tag], b: u32, args: Run| {
             let first = shape.first_param(b);
             if first != u32::MAX {
@@ -136,9 +137,10 @@ impl Tape {
                 }
             }
         };
-        let index = |tags: &[Tag], v: u32, len: usize| match tag(tags, v) {
-            Tag::Const(c) => index_in(c, len),
-            _ => None,
+        let index = |shape: &Shape, tags: &[Tag], v: u32, len: usize| {
+            shape
+                .constant_of(tag(tags, v))
+                .and_then(|c| index_in(c, len))
         };
         for call in &self.calls {
             match call {
@@ -149,25 +151,25 @@ impl Tape {
                     let first = shape.first_param(*b);
                     let n = self.params.get(*b as usize).copied().unwrap_or(0);
                     tags.extend((0..n).map(|j| match first {
-                        u32::MAX => Tag::Other,
-                        f => Tag::Param(f + j),
+                        u32::MAX => Tag::OTHER,
+                        f => Tag::param(f + j),
                     }));
                 }
                 Call::SwitchTo(_) => {}
-                Call::Constant(c) => tags.push(Tag::Const(*c)),
-                Call::StaticSlice(..) => tags.push(Tag::Other),
+                Call::Constant(c) => tags.push(shape.constant(*c)),
+                Call::StaticSlice(..) => tags.push(Tag::OTHER),
                 Call::Op { result, .. } => {
                     if *result {
-                        tags.push(Tag::Other);
+                        tags.push(Tag::OTHER);
                     }
                 }
                 Call::ArrayLoad {
                     elems, index: i, ..
                 } => {
                     let es = nums(*elems);
-                    let t = match index(tags, *i, es.len()) {
-                        Some(k) => tag(tags, es[k]),
-                        None => Tag::Other,
+                    let t = match index(shape, &tags, *i, es.len()) {
+                        Some(k) => tag(&tags, es[k]),
+                        None => Tag::OTHER,
                     };
                     tags.push(t);
                 }
@@ -178,31 +180,32 @@ impl Tape {
                     ..
                 } => {
                     let es = nums(*elems);
-                    match index(tags, *i, es.len()) {
+                    match index(shape, &tags, *i, es.len()) {
                         Some(k) => {
-                            let v = tag(tags, *value);
+                            let v = tag(&tags, *value);
                             for (j, &e) in es.iter().enumerate() {
-                                let t = if j == k { v } else { tag(tags, e) };
+                                let t = if j == k { v } else { tag(&tags, e) };
                                 tags.push(t);
                             }
                         }
-                        None => tags.extend(es.iter().map(|_| Tag::Other)),
+                        None => tags.extend(es.iter().map(|_| Tag::OTHER)),
                     }
                 }
-                Call::Jump(b, args) => edge(shape, tags, *b, *args),
+                Call::Jump(b, args) => edge(shape, &tags, *b, *args),
                 Call::Brif(_, (t, ta), (e, ea)) => {
-                    edge(shape, tags, *t, *ta);
-                    edge(shape, tags, *e, *ea);
+                    edge(shape, &tags, *t, *ta);
+                    edge(shape, &tags, *e, *ea);
                 }
                 Call::Switch(_, (s, n), (d, da)) => {
                     for &(_, b, args) in &self.cases[*s as usize..(s + n) as usize] {
-                        edge(shape, tags, b, args);
+                        edge(shape, &tags, b, args);
                     }
-                    edge(shape, tags, *d, *da);
+                    edge(shape, &tags, *d, *da);
                 }
                 Call::Ret(_) | Call::Trap(_) | Call::Promote(..) | Call::PromoteMiss(..) => {}
             }
         }
+        shape.tags = tags;
     }
 
     /// Replays the recording into `em`; returns what block number `b` of the recording

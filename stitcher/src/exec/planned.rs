@@ -18,6 +18,13 @@
 //!   whose misses create the copy and queue it. A block whose slot is empty is
 //!   not needed in this run (a static fault ended the block that led to it, or the plan
 //!   inserted it without proof) and is skipped;
+//!   When the edge that ends a copy (a jump, or the edge its static branch took) leads to
+//!   a block that is not a root, that no other edge of the program enters, and that the
+//!   plan stitches next, the copy it asks for is **fused**: stitched into the emitter's
+//!   block that is still open, its dynamic inputs bound to the values the edge passes,
+//!   with no jump and no block of its own. A static branch leaves no code, and what it
+//!   selects follows it, as in DyC's stitched code. (The work-list executor cannot know
+//!   what it stitches next, and makes a block per copy.)
 //! - `fork b`: goes on at the arm of the edge `b`'s static branch took;
 //! - `goto`, `end`: shared suffixes and the end of the run, after which every slot must
 //!   have been stitched (a slot left over is an internal error: the plan missed a block).
@@ -122,6 +129,7 @@ impl Executor for Planned {
                                     )))
                                 }
                             };
+                            s.next_step = pc + 1;
                             s.stitch(*block, start.as_deref(), res)?;
                         }
                         pc += 1;
@@ -133,7 +141,14 @@ impl Executor for Planned {
                         };
                     }
                     Some(Step::Goto(t)) => pc = *t,
-                    Some(Step::End) => break,
+                    Some(Step::End) => {
+                        if let Some((b, _)) = s.fused.take() {
+                            return Err(SpecError::Internal(format!(
+                                "the tree of {root} fused {b} and did not stitch it"
+                            )));
+                        }
+                        break;
+                    }
                     None => return Err(SpecError::Internal(format!("no step {pc}"))),
                 }
             }

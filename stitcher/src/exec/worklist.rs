@@ -39,7 +39,7 @@ use super::memo::Memo;
 use super::{Context, Executor, PromotionMode, Unit};
 use crate::ge::{
     Block, Budget, BudgetKind, CalleeDecl, Edge, Op, Operand, Param, Plan, PureHosts, Reg, SVal,
-    SetupOp, Site, SliceData, SpecError, StitchProgram, Term,
+    SetupOp, Site, SliceData, SpecError, Step, StitchProgram, Term,
 };
 
 /// The work-list executor.
@@ -128,6 +128,13 @@ pub(super) struct Spec<'a, E: Emitter> {
     /// Dispatch blocks for promotion edges of dynamic branches, filled after the current
     /// block: (block, promotion block, static parameters, static live-ins).
     stubs: Vec<Stub<E::Block>>,
+    /// Planned stitcher: the step after the one stitching the current block, and the copy
+    /// an edge of the current block fused into it (see [`Spec::fuses`]) with the values of
+    /// its dynamic inputs.
+    pub(super) next_step: u32,
+    pub(super) fused: Option<(Block, Vec<E::Value>)>,
+    /// The emitter's block the current copy is being stitched into.
+    cur: Option<E::Block>,
     /// The template block being stitched and the last source position met (for budget
     /// errors).
     pub(super) current: Block,
@@ -188,6 +195,9 @@ impl<'a, E: Emitter> Spec<'a, E> {
             buffers: Vec::new(),
             touched: Vec::new(),
             stubs: Vec::new(),
+            next_step: 0,
+            fused: None,
+            cur: None,
             current: start,
             last_loc: SrcLoc::default(),
         })
@@ -299,6 +309,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
 
     fn switch_to(&mut self, b: E::Block) {
         self.em.switch_to_block(b);
+        self.cur = Some(b);
     }
 
     // (The accessors match on references: copying an `Option<SVal>` out whole made the
@@ -383,10 +394,19 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 .collect::<Result<Vec<_>, SpecError>>()?;
             self.em.note_copy(res, b.as_u32(), &context);
         }
-        self.switch_to(res);
-        let mut params = std::mem::take(&mut self.params);
-        params.clear();
-        self.em.block_params(res, &mut params);
+        // A fused copy goes on in the emitter's current block, its inputs the values its
+        // edge passed.
+        let (params, fused) = match self.fused.take() {
+            Some((f, args)) if f == b => (args, true),
+            Some((f, _)) => return internal(format!("{f} was fused, and {b} stitched next")),
+            None => {
+                self.switch_to(res);
+                let mut params = std::mem::take(&mut self.params);
+                params.clear();
+                self.em.block_params(res, &mut params);
+                (params, false)
+            }
+        };
         let mut next = 0;
         for (r, ty) in sb.dyn_inputs() {
             let n = ty.flat_len();
@@ -399,7 +419,11 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 _ => self.set_d(r, vals[0]),
             }
         }
-        self.params = params;
+        if fused {
+            self.give_back(params);
+        } else {
+            self.params = params;
+        }
         for op in &sb.ops {
             self.ops += 1;
             if self.ops > self.budget.max_ops {
@@ -708,7 +732,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// when the tree's step reaches it); its static values are the registers this run set,
     /// so no key is built and nothing is looked up: the edge only sets the block's static
     /// parameters (a non-root block with static parameters has this one in-edge).
-    fn tree_edge(&mut self, e: &Edge) -> Result<Target<E>, SpecError> {
+    fn tree_edge(&mut self, e: &Edge, fuse: bool) -> Result<Target<E>, SpecError> {
         let prog = self.prog;
         let tb = &prog.blocks[e.block];
         if tb.params.len() != e.args.len() {
@@ -743,13 +767,51 @@ impl<'a, E: Emitter> Spec<'a, E> {
             return Ok((slot.block, args));
         }
         self.count_block()?;
-        let block = self.create_block(e.block);
+        let block = match (fuse, self.cur) {
+            (true, Some(cur)) => cur,
+            _ => self.create_block(e.block),
+        };
         self.slots[i] = Some(Slot {
             block,
             stitched: false,
         });
         self.filled.push(e.block);
         Ok((block, args))
+    }
+
+    /// Planned stitcher: whether the copy that edge `e` (which ends the current block: a
+    /// jump, or the edge its static branch took) asks for is stitched in the emitter's
+    /// current block, straight after the current copy, with no jump and no block of its
+    /// own (DyC's static branches leave no code, and what they select follows). So it is
+    /// when `e` leads to a block that is not a root, that no other edge of the program
+    /// enters (so nothing else in this run of the tree asks for its copy), whose copy no
+    /// edge asked for yet, and that the plan stitches next: the next step, past the arm of
+    /// a fork this branch takes and past gotos, stitches it.
+    fn fuses(&self, e: &Edge) -> bool {
+        let Some(plan) = self.plan else {
+            return false;
+        };
+        if plan.is_root(e.block)
+            || self.prog.in_edges(e.block) != 1
+            || !matches!(self.slots.get(e.block.index()), Some(None))
+            || self.cur.is_none()
+        {
+            return false;
+        }
+        let mut pc = self.next_step;
+        // (Bounded: a plan's gotos and forks lead forward, and a few are ever chained.)
+        for _ in 0..8 {
+            match plan.steps.get(pc as usize) {
+                Some(Step::Stitch { block, .. }) => return *block == e.block,
+                Some(Step::Fork { arms, .. }) => match (self.taken, arms) {
+                    (Some(k), arms) if k < arms.len() => pc = arms[k],
+                    _ => return false,
+                },
+                Some(Step::Goto(t)) => pc = *t,
+                Some(Step::End) | None => return false,
+            }
+        }
+        false
     }
 
     /// The copy an edge leads to and its arguments, for a branch from the current block
@@ -759,7 +821,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// lazy block is entered like a promotion of no values.
     fn edge_block(&mut self, e: &Edge, dynamic: bool) -> Result<Target<E>, SpecError> {
         if self.plan.is_some_and(|plan| !plan.is_root(e.block)) {
-            return self.tree_edge(e);
+            return self.tree_edge(e, false);
         }
         let inputs = self.target_inputs(e)?;
         let tb = &self.prog.blocks[e.block];
@@ -806,6 +868,11 @@ impl<'a, E: Emitter> Spec<'a, E> {
             return Ok(None);
         }
         if tb.promote.is_empty() {
+            if self.fuses(e) {
+                let (_, args) = self.tree_edge(e, true)?;
+                self.fused = Some((e.block, args));
+                return Ok(None);
+            }
             return Ok(Some(self.edge_block(e, false)?));
         }
         let inputs = self.target_inputs(e)?;

@@ -326,9 +326,9 @@ pub struct StitchProgram {
     pub entry: Block,
     /// The linearized form laid over the blocks, if the static transform made one.
     pub plan: Option<super::linear::Plan>,
-    /// Per block, [`BlockData::input_types`], made on first use (the executors ask for
-    /// them once per unit per block).
-    input_types: InputTypes,
+    /// Per block, [`BlockData::input_types`] and the number of edges into it, made on
+    /// first use (the executors ask for them once per unit per block).
+    derived: Derived,
 }
 
 impl StitchProgram {
@@ -343,7 +343,7 @@ impl StitchProgram {
             blocks,
             entry,
             plan: None,
-            input_types: InputTypes::default(),
+            derived: Derived::default(),
         }
     }
 
@@ -351,19 +351,39 @@ impl StitchProgram {
     /// (Made once for all blocks: the blocks must not change after this is first asked.)
     pub fn input_types(&self, b: Block) -> &[Type] {
         let all = self
+            .derived
             .input_types
-            .0
             .get_or_init(|| self.blocks.values().map(BlockData::input_types).collect());
         all.get(b.index()).map_or(&[], Vec::as_slice)
     }
+
+    /// The number of edges into block `b` from the terminators of all blocks (made once
+    /// for all blocks, like [`StitchProgram::input_types`]).
+    pub fn in_edges(&self, b: Block) -> u32 {
+        let all = self.derived.in_edges.get_or_init(|| {
+            let mut n = vec![0u32; self.blocks.len()];
+            for data in self.blocks.values() {
+                for e in data.term.edges() {
+                    if let Some(k) = n.get_mut(e.block.index()) {
+                        *k += 1;
+                    }
+                }
+            }
+            n
+        });
+        all.get(b.index()).copied().unwrap_or(0)
+    }
 }
 
-/// A cache that equals every other (programs compare by what they say).
+/// Caches that equal every other (programs compare by what they say).
 #[derive(Clone, Debug, Default)]
-struct InputTypes(std::sync::OnceLock<Vec<Vec<Type>>>);
+struct Derived {
+    input_types: std::sync::OnceLock<Vec<Vec<Type>>>,
+    in_edges: std::sync::OnceLock<Vec<u32>>,
+}
 
-impl PartialEq for InputTypes {
-    fn eq(&self, _: &InputTypes) -> bool {
+impl PartialEq for Derived {
+    fn eq(&self, _: &Derived) -> bool {
         true
     }
 }
