@@ -142,7 +142,7 @@ impl Executor for Planned {
                     }
                     Some(Step::Goto(t)) => pc = *t,
                     Some(Step::End) => {
-                        if let Some((b, _)) = s.fused.take() {
+                        if let Some(b) = s.fused.take() {
                             return Err(SpecError::Internal(format!(
                                 "the tree of {root} fused {b} and did not stitch it"
                             )));

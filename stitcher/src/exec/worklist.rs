@@ -132,7 +132,7 @@ pub(super) struct Spec<'a, E: Emitter> {
     /// an edge of the current block fused into it (see [`Spec::fuses`]) with the values of
     /// its dynamic inputs.
     pub(super) next_step: u32,
-    pub(super) fused: Option<(Block, Vec<E::Value>)>,
+    pub(super) fused: Option<Block>,
     /// The emitter's block the current copy is being stitched into.
     cur: Option<E::Block>,
     /// The template block being stitched and the last source position met (for budget
@@ -394,35 +394,30 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 .collect::<Result<Vec<_>, SpecError>>()?;
             self.em.note_copy(res, b.as_u32(), &context);
         }
-        // A fused copy goes on in the emitter's current block, its inputs the values its
-        // edge passed.
-        let (params, fused) = match self.fused.take() {
-            Some((f, args)) if f == b => (args, true),
-            Some((f, _)) => return internal(format!("{f} was fused, and {b} stitched next")),
+        // A fused copy goes on in the emitter's current block with its inputs bound (see
+        // `fuse_edge`); any other starts a block of its own and reads its parameters.
+        match self.fused.take() {
+            Some(f) if f == b => {}
+            Some(f) => return internal(format!("{f} was fused, and {b} stitched next")),
             None => {
                 self.switch_to(res);
                 let mut params = std::mem::take(&mut self.params);
                 params.clear();
                 self.em.block_params(res, &mut params);
-                (params, false)
+                let mut next = 0;
+                for (r, ty) in sb.dyn_inputs() {
+                    let n = ty.flat_len();
+                    let Some(vals) = params.get(next..next + n) else {
+                        return internal(format!("{}: too few block parameters", sb.name));
+                    };
+                    next += n;
+                    match ty {
+                        Type::Array { elem, .. } => self.set_a(r, elem, vals.iter().copied()),
+                        _ => self.set_d(r, vals[0]),
+                    }
+                }
+                self.params = params;
             }
-        };
-        let mut next = 0;
-        for (r, ty) in sb.dyn_inputs() {
-            let n = ty.flat_len();
-            let Some(vals) = params.get(next..next + n) else {
-                return internal(format!("{}: too few block parameters", sb.name));
-            };
-            next += n;
-            match ty {
-                Type::Array { elem, .. } => self.set_a(r, elem, vals.iter().copied()),
-                _ => self.set_d(r, vals[0]),
-            }
-        }
-        if fused {
-            self.give_back(params);
-        } else {
-            self.params = params;
         }
         for op in &sb.ops {
             self.ops += 1;
@@ -732,7 +727,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// when the tree's step reaches it); its static values are the registers this run set,
     /// so no key is built and nothing is looked up: the edge only sets the block's static
     /// parameters (a non-root block with static parameters has this one in-edge).
-    fn tree_edge(&mut self, e: &Edge, fuse: bool) -> Result<Target<E>, SpecError> {
+    fn tree_edge(&mut self, e: &Edge) -> Result<Target<E>, SpecError> {
         let prog = self.prog;
         let tb = &prog.blocks[e.block];
         if tb.params.len() != e.args.len() {
@@ -767,10 +762,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             return Ok((slot.block, args));
         }
         self.count_block()?;
-        let block = match (fuse, self.cur) {
-            (true, Some(cur)) => cur,
-            _ => self.create_block(e.block),
-        };
+        let block = self.create_block(e.block);
         self.slots[i] = Some(Slot {
             block,
             stitched: false,
@@ -791,10 +783,16 @@ impl<'a, E: Emitter> Spec<'a, E> {
         let Some(plan) = self.plan else {
             return false;
         };
+        let tb = &self.prog.blocks[e.block];
         if plan.is_root(e.block)
             || self.prog.in_edges(e.block) != 1
             || !matches!(self.slots.get(e.block.index()), Some(None))
             || self.cur.is_none()
+            || tb.params.len() != e.args.len()
+            || tb
+                .params
+                .iter()
+                .any(|p| matches!(p, Param::Dyn(_, t) if t.is_array()))
         {
             return false;
         }
@@ -814,6 +812,46 @@ impl<'a, E: Emitter> Spec<'a, E> {
         false
     }
 
+    /// Planned stitcher: takes edge `e` into the copy [`Spec::fuses`] allowed. It binds the
+    /// target's parameters (static ones as [`Spec::tree_edge`] does, dynamic ones to the
+    /// values of the edge's arguments, all read before any is bound); its live-ins are
+    /// the same registers, which already hold their values. So the copy's inputs need no
+    /// block parameters, no arguments and no copying.
+    fn fuse_edge(&mut self, e: &Edge) -> Result<(), SpecError> {
+        let prog = self.prog;
+        let tb = &prog.blocks[e.block];
+        let mut bind: Vals<(Reg, E::Value)> = Vals::new();
+        for (p, &a) in tb.params.iter().zip(&e.args) {
+            match (p, a) {
+                (Param::Static(r), Operand::Static(src)) => {
+                    let v = self.get_s(src)?;
+                    self.set_s(*r, v);
+                }
+                (Param::Static(_), Operand::Dyn(_)) => {
+                    return internal(format!(
+                        "dynamic argument for a static parameter of {}",
+                        tb.name
+                    ))
+                }
+                (Param::Dyn(r, _), a) => bind.push((*r, self.operand(a)?)),
+            }
+        }
+        for (r, v) in bind {
+            self.set_d(r, v);
+        }
+        self.count_block()?;
+        let Some(cur) = self.cur else {
+            return internal("a fused copy with no block open");
+        };
+        self.slots[e.block.index()] = Some(Slot {
+            block: cur,
+            stitched: false,
+        });
+        self.filled.push(e.block);
+        self.fused = Some(e.block);
+        Ok(())
+    }
+
     /// The copy an edge leads to and its arguments, for a branch from the current block
     /// (`dynamic`: a dynamic branch). An edge into a promotion block, and a dynamic
     /// branch's edge into a lazy block whose copy this unit has not made (when units are
@@ -821,7 +859,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// lazy block is entered like a promotion of no values.
     fn edge_block(&mut self, e: &Edge, dynamic: bool) -> Result<Target<E>, SpecError> {
         if self.plan.is_some_and(|plan| !plan.is_root(e.block)) {
-            return self.tree_edge(e, false);
+            return self.tree_edge(e);
         }
         let inputs = self.target_inputs(e)?;
         let tb = &self.prog.blocks[e.block];
@@ -869,8 +907,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
         if tb.promote.is_empty() {
             if self.fuses(e) {
-                let (_, args) = self.tree_edge(e, true)?;
-                self.fused = Some((e.block, args));
+                self.fuse_edge(e)?;
                 return Ok(None);
             }
             return Ok(Some(self.edge_block(e, false)?));
