@@ -16,7 +16,11 @@
 //! byte-code program, through the whole runtime (fold layer, stencils, code heap), for ten
 //! seconds, and prints the median time of one; `--code` runs each byte-code program's
 //! stitch-tier code (without and with constant block parameters) and optimizing-tier
-//! code, alternating, and prints the ratios of their median times.
+//! code, alternating, and prints the ratios of their median times; `--scale` makes
+//! stitch-tier specializations of the interpreter on generated programs of 17 to 1,025
+//! byte-codes and prints the cost per byte-code and per machine instruction, and the
+//! marginal cost of one more byte-code (`DYC_SCALE_K=k` runs only the program of `k`
+//! loops, for a profiler).
 
 use std::time::{Duration, Instant};
 
@@ -286,8 +290,9 @@ fn long_program(k: usize) -> Vec<i64> {
 
 /// Stitch-tier specializations of the interpreter on programs of growing length
 /// ([`long_program`]), each for two seconds: the median time of one, per byte-code and
-/// per machine instruction, and the marginal cost per byte-code between the two longest
-/// (so that the cost of a unit, whatever its length, drops out).
+/// per machine instruction, the fastest time, and the marginal cost per byte-code between
+/// the two longest (so that the cost of a unit, whatever its length, drops out), from the
+/// medians and from the fastest times (steadier on a loaded machine).
 fn scale() {
     use dyc::{Arg, Program, RuntimeOptions, Tier};
     let src = include_str!("../examples/bytecode.dyc");
@@ -335,16 +340,18 @@ fn scale() {
             median * 1e9 / insts as f64,
             times[0].as_secs_f64() * 1e6
         );
-        if let Some((n0, i0, t0)) = last {
-            if k == 128 {
-                println!(
-                    "marginal, {n0} to {n} byte-codes: {:.0} ns per byte-code, {:.1} ns per machine instruction",
-                    (median - t0) * 1e9 / (n - n0) as f64,
-                    (median - t0) * 1e9 / (insts - i0) as f64
-                );
-            }
+        let fastest = times[0].as_secs_f64();
+        if let (Some((n0, i0, t0, f0)), 128) = (last, k) {
+            let (dn, di) = ((n - n0) as f64, (insts - i0) as f64);
+            println!(
+                "marginal, {n0} to {n} byte-codes: {:.0} ns per byte-code, {:.1} ns per machine instruction (medians); {:.0} ns and {:.1} ns (fastest)",
+                (median - t0) * 1e9 / dn,
+                (median - t0) * 1e9 / di,
+                (fastest - f0) * 1e9 / dn,
+                (fastest - f0) * 1e9 / di
+            );
         }
-        last = Some((n, insts, median));
+        last = Some((n, insts, median, fastest));
     }
 }
 
