@@ -1,6 +1,7 @@
-//! Constant block parameters: which parameters of a unit's blocks hold the same constant on
-//! every path, found on a recording of the executor's run before the code is made, so that
-//! the fold layer treats them as constants.
+//! Constant and dead block parameters: which parameters of a unit's blocks hold the same
+//! constant on every path, and which nothing reads, found on a recording of the executor's
+//! run before the code is made, so that the fold layer treats them as constants and leaves
+//! both out of blocks and jumps.
 //!
 //! **Why.** Stitching follows edges one at a time: when a block is stitched, the edges that
 //! enter it later (a loop's back edge) are not known yet, so every block parameter is a
@@ -33,8 +34,22 @@
 //! still counts: both only make fewer parameters constant. So every edge into a parameter
 //! found constant passes that constant at run time, and the fold layer may read the
 //! parameter as the constant and leave it out of the block.
+//!
+//! **Dead parameters.** An interpreter's local array crosses every edge whole, so a
+//! register that the code after a loop head always sets before reading it (a scratch
+//! register of the loop body) is still a parameter of the head, moved into on every
+//! back edge. The shape also records which parameters an operation or a terminator reads
+//! (an operand, a branch condition, a returned value, an index, the elements of an array
+//! accessed at an index not known now, a promoted value or a promotion's input): what
+//! the fold layer hands on to its backend. The solver then marks live, backwards over
+//! the edges, those read, the entry's (the caller passes them), and those passed on to a
+//! live parameter (dead-phi elimination, the liveness of SSA block parameters). A dead
+//! parameter of scalar type is read as zero and left out like a constant: whatever reads
+//! it would have made it live, so no code sees the zero; only jumps to dead parameters
+//! pass it on, and those arguments are left out too.
 
 use crate::ops::Const;
+use crate::types::{Scalar, Type};
 
 /// What a value of a recorded run is, as far as its block's successors care, in one word
 /// (the shape holds one per value and per edge argument): parameter number `p` of the
@@ -84,6 +99,11 @@ pub struct Shape {
     consts: Vec<Const>,
     /// Per value of the recorded run, its tag (a buffer of [`crate::tape::Tape::shape`]).
     pub(crate) tags: Vec<Tag>,
+    /// Per parameter, its type if a scalar (only those can be left out when dead).
+    scalar: Vec<Option<Scalar>>,
+    /// Parameters read by an operation or a terminator, other than by being passed on.
+    used: Vec<u32>,
+    live: Vec<bool>,
     level: Vec<u8>,
     /// Per parameter at level CONST, the number of its constant.
     val: Vec<u32>,
@@ -93,14 +113,26 @@ pub struct Shape {
 }
 
 impl Shape {
-    /// A new block of `n` parameters; returns the number of its first.
-    pub(crate) fn block(&mut self, n: u32) -> u32 {
+    /// A new block with parameters of types `types`; returns the number of its first.
+    pub(crate) fn block(&mut self, types: &[Type]) -> u32 {
         if self.start.is_empty() {
             self.start.push(0);
         }
         let first = *self.start.last().expect("one entry at least");
-        self.start.push(first + n);
+        self.start.push(first + types.len() as u32);
+        self.scalar.extend(types.iter().map(|t| match t {
+            Type::Scalar(s) => Some(*s),
+            _ => None,
+        }));
         first
+    }
+
+    /// An operation or a terminator reads the value tagged `t`.
+    #[inline]
+    pub(crate) fn read(&mut self, t: Tag) {
+        if let Some(p) = t.as_param() {
+            self.used.push(p);
+        }
     }
 
     /// The number of block `b`'s first parameter.
@@ -136,6 +168,8 @@ impl Shape {
         self.inputs.clear();
         self.consts.clear();
         self.tags.clear();
+        self.scalar.clear();
+        self.used.clear();
     }
 
     /// The constant parameters of the unit just stitched, by block in the order of their
@@ -222,15 +256,77 @@ impl Shape {
                 }
             }
         }
-        let consts: Vec<Option<Const>> = val
-            .iter()
-            .map(|&k| consts.get(k as usize).copied())
+        // Liveness, backwards: a parameter is live if something reads it, if it belongs to
+        // the entry (the caller passes it), or if it is passed on to a live parameter.
+        // Parameter p receives from the parameters sources[offsets[p]..offsets[p + 1]].
+        let live = &mut self.live;
+        live.clear();
+        live.resize(nparams, false);
+        offsets.clear();
+        offsets.resize(nparams + 1, 0);
+        for &(p, t) in &self.inputs {
+            if t.as_param().is_some_and(|q| q != p) {
+                offsets[p as usize + 1] += 1;
+            }
+        }
+        for p in 0..nparams {
+            offsets[p + 1] += offsets[p];
+        }
+        let sources = users;
+        sources.clear();
+        sources.resize(offsets[nparams] as usize, 0);
+        let fill = &mut self.work;
+        fill.clear();
+        fill.extend_from_slice(&offsets[..nparams]);
+        for &(p, t) in &self.inputs {
+            if let Some(q) = t.as_param().filter(|&q| q != p) {
+                sources[fill[p as usize] as usize] = q;
+                fill[p as usize] += 1;
+            }
+        }
+        let work = &mut self.work;
+        work.clear();
+        let entry = self.start.get(1).map_or(0, |&e| e as usize);
+        work.extend(0..entry.min(nparams) as u32);
+        work.extend(
+            self.used
+                .iter()
+                .copied()
+                .filter(|&p| (p as usize) < nparams),
+        );
+        while let Some(p) = work.pop() {
+            if std::mem::replace(&mut live[p as usize], true) {
+                continue;
+            }
+            let (a, b) = (
+                offsets[p as usize] as usize,
+                offsets[p as usize + 1] as usize,
+            );
+            work.extend(sources[a..b].iter().copied().filter(|&q| !live[q as usize]));
+        }
+        // A constant parameter is read as its constant; a dead scalar one as zero, which
+        // nothing reads.
+        let (mut constant, mut dead) = (0, 0);
+        let consts: Vec<Option<Const>> = (0..nparams)
+            .map(
+                |p| match (consts.get(val[p] as usize), live[p], self.scalar.get(p)) {
+                    (Some(&c), ..) => {
+                        constant += 1;
+                        Some(c)
+                    }
+                    (None, false, Some(&Some(s))) => {
+                        dead += 1;
+                        Some(Const::zero(s))
+                    }
+                    _ => None,
+                },
+            )
             .collect();
-        let any = consts.iter().any(Option::is_some);
         Known {
             start: self.start.clone(),
             consts,
-            any,
+            constant,
+            dead,
         }
     }
 }
@@ -248,14 +344,16 @@ fn same(a: Const, b: Const) -> bool {
 #[derive(Clone, Debug, Default)]
 pub struct Known {
     start: Vec<u32>,
+    /// Per parameter, the constant the fold layer reads it as (zero for a dead one).
     consts: Vec<Option<Const>>,
-    any: bool,
+    constant: usize,
+    dead: usize,
 }
 
 impl Known {
-    /// Whether any parameter is constant (else the second pass gains nothing).
+    /// Whether any parameter is constant or dead (else the fold layer gains nothing).
     pub fn any(&self) -> bool {
-        self.any
+        self.constant + self.dead > 0
     }
 
     /// The parameters of the `n`th block created, each its constant or `None`; `None` if
@@ -272,7 +370,13 @@ impl Known {
 
     /// The number of constant parameters.
     pub fn count(&self) -> usize {
-        self.consts.iter().filter(|c| c.is_some()).count()
+        self.constant
+    }
+
+    /// The number of dead parameters (of scalar type and not constant): no operation or
+    /// terminator reads them, and they are passed on only to dead parameters.
+    pub fn dead(&self) -> usize {
+        self.dead
     }
 }
 
@@ -304,6 +408,13 @@ mod tests {
         out
     }
 
+    /// Reads each of `vs` (an operation on it), so that parameters among them are live.
+    fn read(t: &mut Tape, vs: &[u32]) {
+        for &v in vs {
+            t.op(&TOp::Binary(BinaryOp::Add), &[v, v], SrcLoc::default());
+        }
+    }
+
     fn solve(t: &Tape) -> Known {
         let mut shape = Shape::default();
         t.shape(&mut shape);
@@ -321,6 +432,7 @@ mod tests {
         let h = params(&mut t, 1);
         t.jump(2, &h);
         let b = params(&mut t, 2);
+        read(&mut t, &[b[2]]);
         let one = t.constant(int(1));
         let add = TOp::Binary(BinaryOp::Add);
         let next = t.op(&add, &[b[1], one], SrcLoc::default()).unwrap();
@@ -353,6 +465,8 @@ mod tests {
         let b: Vec<u32> = other.iter().map(|&c| t.constant(c)).collect();
         t.jump(1, &a);
         t.jump(1, &b);
+        let p = params(&mut t, 1);
+        read(&mut t, &p);
         let k = solve(&t);
         assert!(matches!(k.block(1).unwrap(), [None, None, Some(Const::F64(x))] if x.is_nan()));
     }
@@ -373,6 +487,7 @@ mod tests {
         let p3 = params(&mut t, 3);
         t.jump(1, &p3);
         let p4 = params(&mut t, 4);
+        read(&mut t, &p4);
         t.jump(4, &p4);
         let k = solve(&t);
         for b in 1..=3 {
@@ -396,6 +511,7 @@ mod tests {
         t.jump(2, &p1);
         t.jump(2, &[x]);
         let p2 = params(&mut t, 2);
+        read(&mut t, &p2);
         t.jump(1, &p2);
         assert!(!solve(&t).any());
     }
@@ -419,6 +535,10 @@ mod tests {
         let three = t.constant(int(3));
         t.array_store(Scalar::I64, &mut arr3, three, nine, SrcLoc::default());
         t.jump(3, &arr3);
+        for b in 1..=3 {
+            let p = params(&mut t, b);
+            read(&mut t, &p);
+        }
         let k = solve(&t);
         assert!(matches!(
             k.block(1).unwrap(),
@@ -426,5 +546,41 @@ mod tests {
         ));
         assert_eq!(k.block(2), Some(&[None, None, None][..]));
         assert_eq!(k.block(3), Some(&[None, None, None][..]));
+    }
+
+    /// Liveness: a parameter that nothing reads, passed on only to such parameters, is
+    /// dead and read as zero (a loop-carried one included); one passed on to a parameter
+    /// that is read is live; the entry's parameters and parameters of other than scalar
+    /// type never are dead.
+    #[test]
+    fn parameters_nothing_reads_are_dead() {
+        let mut t = Tape::default();
+        let slice = Type::Slice {
+            elem: Scalar::I64,
+            mutable: false,
+        };
+        t.create_block(&[Type::I64, Type::I64]);
+        t.create_block(&[Type::I64, Type::I64, Type::I64, slice]);
+        t.create_block(&[Type::I64]);
+        let x = params(&mut t, 0);
+        let s = t.static_slice(0, slice);
+        t.jump(1, &[x[0], x[1], x[0], s]);
+        // head(a, b, c, s): reads a; passes b around the loop, c to the exit, which reads
+        // it; s is never read.
+        let h = params(&mut t, 1);
+        read(&mut t, &[h[0]]);
+        t.brif(h[0], (1, &[h[0], h[1], h[2], h[3]]), (2, &[h[2]]));
+        let e = params(&mut t, 2);
+        t.ret(Some(e[0]));
+        let k = solve(&t);
+        assert_eq!(k.block(0), Some(&[None, None][..]));
+        assert!(
+            matches!(k.block(1).unwrap(), [None, Some(z), None, None] if same(*z, int(0))),
+            "{:?}",
+            k.block(1)
+        );
+        assert_eq!(k.block(2), Some(&[None][..]));
+        assert_eq!((k.count(), k.dead()), (0, 1));
+        assert!(k.any());
     }
 }

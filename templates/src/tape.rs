@@ -131,10 +131,16 @@ impl Tape {
         let tag = |tags: &[Tag], v: u32| tags.get(v as usize).copied().unwrap_or(Tag::OTHER);
         let edge = |shape: &mut Shape, tags: &[Tag], b: u32, args: Run| {
             let first = shape.first_param(b);
-            if first != u32::MAX {
-                for (j, &a) in nums(args).iter().enumerate() {
-                    shape.input(first + j as u32, tag(tags, a));
+            for (j, &a) in nums(args).iter().enumerate() {
+                match first {
+                    u32::MAX => shape.read(tag(tags, a)),
+                    f => shape.input(f + j as u32, tag(tags, a)),
                 }
+            }
+        };
+        let read_all = |shape: &mut Shape, tags: &[Tag], vs: &[u32]| {
+            for &v in vs {
+                shape.read(tag(tags, v));
             }
         };
         let index = |shape: &Shape, tags: &[Tag], v: u32, len: usize| {
@@ -144,8 +150,8 @@ impl Tape {
         };
         for call in &self.calls {
             match call {
-                Call::CreateBlock((_, n)) => {
-                    shape.block(*n);
+                Call::CreateBlock((s, n)) => {
+                    shape.block(&self.types[*s as usize..(s + n) as usize]);
                 }
                 Call::BlockParams(b) => {
                     let first = shape.first_param(*b);
@@ -158,7 +164,8 @@ impl Tape {
                 Call::SwitchTo(_) => {}
                 Call::Constant(c) => tags.push(shape.constant(*c)),
                 Call::StaticSlice(..) => tags.push(Tag::OTHER),
-                Call::Op { result, .. } => {
+                Call::Op { args, result, .. } => {
+                    read_all(shape, &tags, nums(*args));
                     if *result {
                         tags.push(Tag::OTHER);
                     }
@@ -167,9 +174,13 @@ impl Tape {
                     elems, index: i, ..
                 } => {
                     let es = nums(*elems);
+                    shape.read(tag(&tags, *i));
                     let t = match index(shape, &tags, *i, es.len()) {
                         Some(k) => tag(&tags, es[k]),
-                        None => Tag::OTHER,
+                        None => {
+                            read_all(shape, &tags, es);
+                            Tag::OTHER
+                        }
                     };
                     tags.push(t);
                 }
@@ -180,6 +191,7 @@ impl Tape {
                     ..
                 } => {
                     let es = nums(*elems);
+                    shape.read(tag(&tags, *i));
                     match index(shape, &tags, *i, es.len()) {
                         Some(k) => {
                             let v = tag(&tags, *value);
@@ -188,21 +200,37 @@ impl Tape {
                                 tags.push(t);
                             }
                         }
-                        None => tags.extend(es.iter().map(|_| Tag::OTHER)),
+                        None => {
+                            shape.read(tag(&tags, *value));
+                            read_all(shape, &tags, es);
+                            tags.extend(es.iter().map(|_| Tag::OTHER));
+                        }
                     }
                 }
                 Call::Jump(b, args) => edge(shape, &tags, *b, *args),
-                Call::Brif(_, (t, ta), (e, ea)) => {
+                Call::Brif(c, (t, ta), (e, ea)) => {
+                    shape.read(tag(&tags, *c));
                     edge(shape, &tags, *t, *ta);
                     edge(shape, &tags, *e, *ea);
                 }
-                Call::Switch(_, (s, n), (d, da)) => {
+                Call::Switch(a, (s, n), (d, da)) => {
+                    shape.read(tag(&tags, *a));
                     for &(_, b, args) in &self.cases[*s as usize..(s + n) as usize] {
                         edge(shape, &tags, b, args);
                     }
                     edge(shape, &tags, *d, *da);
                 }
-                Call::Ret(_) | Call::Trap(_) | Call::Promote(..) | Call::PromoteMiss(..) => {}
+                Call::Ret(v) => {
+                    if let Some(v) = v {
+                        shape.read(tag(&tags, *v));
+                    }
+                }
+                Call::Trap(_) => {}
+                Call::Promote(_, p, l) => {
+                    read_all(shape, &tags, nums(*p));
+                    read_all(shape, &tags, nums(*l));
+                }
+                Call::PromoteMiss(_, p) => read_all(shape, &tags, nums(*p)),
             }
         }
         shape.tags = tags;

@@ -108,8 +108,9 @@ pub struct RuntimeOptions {
     /// The stitch tier records each specialized unit's executor run on a tape, finds on it
     /// the block parameters that hold one constant on every path
     /// ([`dyc_templates::params`]: a register an interpreted program loads before a
-    /// loop), and replays it into the stencil emitter, which reads them as constants
-    /// (default `true`).
+    /// loop) and those nothing reads (a register the code after a loop head sets before
+    /// it reads it), and replays it into the stencil emitter, which reads the first as
+    /// constants and leaves both out of blocks and jumps (default `true`).
     pub constant_params: bool,
 }
 
@@ -259,6 +260,9 @@ pub struct UnitStats {
     /// Block parameters read as constants ([`Tier::Stitch`], see
     /// [`RuntimeOptions::constant_params`]).
     pub constant_params: usize,
+    /// Block parameters left out because nothing reads them ([`Tier::Stitch`], see
+    /// [`RuntimeOptions::constant_params`]).
+    pub dead_params: usize,
     /// Time specializing and building Cranelift IR (the stitcher's own work).
     pub stitch_ns: u64,
     /// Time in Cranelift compiling the IR to machine code.
@@ -273,6 +277,7 @@ impl UnitStats {
         self.insts += other.insts;
         self.stencils += other.stencils;
         self.constant_params += other.constant_params;
+        self.dead_params += other.dead_params;
         self.stitch_ns += other.stitch_ns;
         self.compile_ns += other.compile_ns;
     }
@@ -438,8 +443,8 @@ struct Stitched {
     /// Stencils copied, and their machine instructions.
     stencils: usize,
     insts: usize,
-    /// Block parameters read as constants.
-    consts: usize,
+    /// Block parameters read as constants, and left out as dead.
+    consts: (usize, usize),
     unit: Unit<u32>,
 }
 
@@ -615,6 +620,7 @@ impl Shared {
                 .sum(),
             stencils: 0,
             constant_params: 0,
+            dead_params: 0,
             stitch_ns: t0.elapsed().as_nanos() as u64,
             compile_ns: 0,
         };
@@ -738,7 +744,7 @@ impl Shared {
                 let unit = self.run_executor(input, &mut tape)?;
                 tape.shape(&mut shape);
                 let known = shape.solve();
-                let consts = known.count();
+                let consts = (known.count(), known.dead());
                 em = em.with_constant_params(known);
                 let Ok(blocks) = tape.replay(&mut em) else {
                     // The stencil emitter failed and made no value (a refused stencil).
@@ -753,7 +759,7 @@ impl Shared {
                 })?;
                 (Unit { entry, ..unit }, consts)
             }
-            _ => (self.run_executor(input, &mut em)?, 0),
+            _ => (self.run_executor(input, &mut em)?, (0, 0)),
         };
         Ok(em
             .backend
@@ -794,7 +800,8 @@ impl Shared {
                 ops: made.unit.ops,
                 insts: made.insts,
                 stencils: made.stencils,
-                constant_params: made.consts,
+                constant_params: made.consts.0,
+                dead_params: made.consts.1,
                 stitch_ns,
                 compile_ns: t1.elapsed().as_nanos() as u64,
             },
