@@ -122,7 +122,12 @@ impl Tape {
     /// constant in bounds (as the fold layer keeps it), or anything else. Everything else
     /// the fold layer might make constant (a product by 0) counts as anything else, which
     /// can only make fewer parameters constant; every branch's edges count, also those
-    /// the fold layer drops, which can only do the same.
+    /// the fold layer drops, which can only do the same. It also records the parameters
+    /// whose values an operation or a terminator reads (an operand, an index, the elements
+    /// of an array accessed where the index is not a constant in bounds, a stored value
+    /// that does not stay an element, a condition, a returned or promoted value, an
+    /// argument into a block it does not know): more than the fold layer may read, which
+    /// can only make fewer parameters dead.
     pub fn shape(&self, shape: &mut Shape) {
         shape.clear();
         let mut tags = std::mem::take(&mut shape.tags);

@@ -128,9 +128,9 @@ pub(super) struct Spec<'a, E: Emitter> {
     /// Dispatch blocks for promotion edges of dynamic branches, filled after the current
     /// block: (block, promotion block, static parameters, static live-ins).
     stubs: Vec<Stub<E::Block>>,
-    /// Planned stitcher: the step after the one stitching the current block, and the copy
-    /// an edge of the current block fused into it (see [`Spec::fuses`]) with the values of
-    /// its dynamic inputs.
+    /// Planned stitcher: the step after the one stitching the current block, and the block
+    /// whose copy an edge of the current block fused into it (see [`Spec::fuses`]), to be
+    /// stitched next with its inputs already bound.
     pub(super) next_step: u32,
     pub(super) fused: Option<Block>,
     /// The emitter's block the current copy is being stitched into.
