@@ -233,12 +233,13 @@ impl Shape {
         let fill = &mut self.work;
         fill.clear();
         fill.extend_from_slice(&offsets[..nparams]);
+        // (Through slices: the vectors' lengths are not reloaded at every store.)
+        let (users_s, fill_s) = (&mut users[..], &mut fill[..]);
         for &(p, t) in &self.inputs {
-            if let Some(q) = t.as_param() {
-                if q != p {
-                    users[fill[q as usize] as usize] = p;
-                    fill[q as usize] += 1;
-                }
+            if let Some(q) = t.as_param().filter(|&q| q != p) {
+                let at = &mut fill_s[q as usize];
+                users_s[*at as usize] = p;
+                *at += 1;
             }
         }
         let work = &mut self.work;
@@ -278,10 +279,12 @@ impl Shape {
         let fill = &mut self.work;
         fill.clear();
         fill.extend_from_slice(&offsets[..nparams]);
+        let (sources_s, fill_s) = (&mut sources[..], &mut fill[..]);
         for &(p, t) in &self.inputs {
             if let Some(q) = t.as_param().filter(|&q| q != p) {
-                sources[fill[p as usize] as usize] = q;
-                fill[p as usize] += 1;
+                let at = &mut fill_s[p as usize];
+                sources_s[*at as usize] = q;
+                *at += 1;
             }
         }
         let work = &mut self.work;
