@@ -256,9 +256,11 @@ impl Tape {
         }
         fn fill<T: Copy>(out: &mut Vec<T>, xs: &[T], ks: &[u32]) -> Result<(), ReplayError> {
             out.clear();
-            for &k in ks {
-                out.push(get(xs, k)?);
+            // (The numbers checked first, so that the copies build no `Result` each.)
+            if let Some(&k) = ks.iter().find(|&&k| k as usize >= xs.len()) {
+                return Err(ReplayError(format!("number {k} made by no call")));
             }
+            out.extend(ks.iter().map(|&k| xs[k as usize]));
             Ok(())
         }
         for call in &self.calls {
