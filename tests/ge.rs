@@ -205,21 +205,8 @@ fn merged_near_identical_tails_stitch_what_the_work_list_stitches() {
             let want = Interpreter::new(&m)
                 .call(id, &args, &mut Memory::default())
                 .expect("runs");
-            let run = |executor| {
-                dyc::residual::run_with(
-                    &m,
-                    id,
-                    &args,
-                    &mut Memory::default(),
-                    &mut Default::default(),
-                    10_000,
-                    Budget::default(),
-                    executor,
-                )
-                .expect("specializes")
-            };
-            let planned = run(ExecutorKind::Planned);
-            let reference = run(ExecutorKind::WorkList);
+            let planned = residual(&m, id, &args, ExecutorKind::Planned);
+            let reference = residual(&m, id, &args, ExecutorKind::WorkList);
             assert_eq!(planned.result, want, "s = {s}, d = {d}");
             let set = |r: &dyc::residual::ResidualRun| {
                 let mut v = r.stitched.clone();
@@ -237,27 +224,15 @@ fn merged_near_identical_tails_stitch_what_the_work_list_stitches() {
 /// copies and the same result.
 #[test]
 fn the_planned_stitcher_fuses_what_static_branches_select() {
-    use dyc::interp::{Memory, Val};
+    use dyc::interp::Val;
     let (m, _) = power();
     let id = m.func_by_name("power").expect("power");
     let args = [
         Val::Scalar(Const::Int(Scalar::I64, 5)),
         Val::Scalar(Const::Int(Scalar::I64, 3)),
     ];
-    let run = |executor| {
-        dyc::residual::run_with(
-            &m,
-            id,
-            &args,
-            &mut Memory::default(),
-            &mut Default::default(),
-            10_000,
-            Budget::default(),
-            executor,
-        )
-        .expect("specializes")
-    };
-    let (planned, reference) = (run(ExecutorKind::Planned), run(ExecutorKind::WorkList));
+    let planned = residual(&m, id, &args, ExecutorKind::Planned);
+    let reference = residual(&m, id, &args, ExecutorKind::WorkList);
     let want = Some(Val::Scalar(Const::Int(Scalar::I64, 125)));
     assert_eq!((&planned.result, &reference.result), (&want, &want));
     assert_eq!(planned.stitched, reference.stitched);
@@ -270,4 +245,24 @@ fn the_planned_stitcher_fuses_what_static_branches_select() {
     // which only the header's static branch enters, are fused into the header's copies.
     assert_eq!(blocks(&reference), planned.stitched.len() + 1);
     assert_eq!(blocks(&planned) + 3, blocks(&reference));
+}
+
+/// Specializes `id` on `args` with `executor` and runs the residual code.
+fn residual(
+    m: &dyc::ir::Module,
+    id: dyc::ir::FuncId,
+    args: &[dyc::interp::Val],
+    executor: ExecutorKind,
+) -> dyc::residual::ResidualRun {
+    dyc::residual::run_with(
+        m,
+        id,
+        args,
+        &mut dyc::interp::Memory::default(),
+        &mut Default::default(),
+        10_000,
+        Budget::default(),
+        executor,
+    )
+    .expect("specializes")
 }

@@ -212,36 +212,20 @@ impl Shape {
         if let Some(&end) = self.start.get(1) {
             level[..end as usize].fill(VARIABLE);
         }
+        for &(p, t) in &self.inputs {
+            if t.as_param().is_none() {
+                meet(level, val, p as usize, t.as_const().unwrap_or(NONE));
+            }
+        }
         // Parameter q is passed on to the parameters users[offsets[q]..offsets[q + 1]].
         let (offsets, users) = (&mut self.offsets, &mut self.users);
-        offsets.clear();
-        offsets.resize(nparams + 1, 0);
-        for &(p, t) in &self.inputs {
-            match t.as_param() {
-                Some(q) if q != p => offsets[q as usize + 1] += 1,
-                Some(_) => {}
-                None => {
-                    meet(level, val, p as usize, t.as_const().unwrap_or(NONE));
-                }
-            }
-        }
-        for q in 0..nparams {
-            offsets[q + 1] += offsets[q];
-        }
-        users.clear();
-        users.resize(offsets[nparams] as usize, 0);
-        let fill = &mut self.work;
-        fill.clear();
-        fill.extend_from_slice(&offsets[..nparams]);
-        // (Through slices: the vectors' lengths are not reloaded at every store.)
-        let (users_s, fill_s) = (&mut users[..], &mut fill[..]);
-        for &(p, t) in &self.inputs {
-            if let Some(q) = t.as_param().filter(|&q| q != p) {
-                let at = &mut fill_s[q as usize];
-                users_s[*at as usize] = p;
-                *at += 1;
-            }
-        }
+        let passes = |flip: bool| {
+            self.inputs.iter().filter_map(move |&(p, t)| {
+                let q = t.as_param().filter(|&q| q != p)?;
+                Some(if flip { (p, q) } else { (q, p) })
+            })
+        };
+        adjacency(nparams, passes(false), offsets, users, &mut self.work);
         let work = &mut self.work;
         work.clear();
         work.extend((0..nparams as u32).filter(|&q| level[q as usize] != UNKNOWN));
@@ -263,30 +247,8 @@ impl Shape {
         let live = &mut self.live;
         live.clear();
         live.resize(nparams, false);
-        offsets.clear();
-        offsets.resize(nparams + 1, 0);
-        for &(p, t) in &self.inputs {
-            if t.as_param().is_some_and(|q| q != p) {
-                offsets[p as usize + 1] += 1;
-            }
-        }
-        for p in 0..nparams {
-            offsets[p + 1] += offsets[p];
-        }
         let sources = users;
-        sources.clear();
-        sources.resize(offsets[nparams] as usize, 0);
-        let fill = &mut self.work;
-        fill.clear();
-        fill.extend_from_slice(&offsets[..nparams]);
-        let (sources_s, fill_s) = (&mut sources[..], &mut fill[..]);
-        for &(p, t) in &self.inputs {
-            if let Some(q) = t.as_param().filter(|&q| q != p) {
-                let at = &mut fill_s[p as usize];
-                sources_s[*at as usize] = q;
-                *at += 1;
-            }
-        }
+        adjacency(nparams, passes(true), offsets, sources, &mut self.work);
         let work = &mut self.work;
         work.clear();
         let entry = self.start.get(1).map_or(0, |&e| e as usize);
@@ -331,6 +293,37 @@ impl Shape {
             constant,
             dead,
         }
+    }
+}
+
+/// Fills `offsets` and `adj` with the adjacency lists of the pairs `(from, to)` over `n`
+/// nodes: the `to`s of `from` are `adj[offsets[from]..offsets[from + 1]]` (`fill` is a
+/// buffer).
+fn adjacency(
+    n: usize,
+    pairs: impl Iterator<Item = (u32, u32)> + Clone,
+    offsets: &mut Vec<u32>,
+    adj: &mut Vec<u32>,
+    fill: &mut Vec<u32>,
+) {
+    offsets.clear();
+    offsets.resize(n + 1, 0);
+    for (from, _) in pairs.clone() {
+        offsets[from as usize + 1] += 1;
+    }
+    for k in 0..n {
+        offsets[k + 1] += offsets[k];
+    }
+    adj.clear();
+    adj.resize(offsets[n] as usize, 0);
+    fill.clear();
+    fill.extend_from_slice(&offsets[..n]);
+    // (Through slices: the vectors' lengths are not reloaded at every store.)
+    let (adj, fill) = (&mut adj[..], &mut fill[..]);
+    for (from, to) in pairs {
+        let at = &mut fill[from as usize];
+        adj[*at as usize] = to;
+        *at += 1;
     }
 }
 

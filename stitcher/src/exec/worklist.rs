@@ -728,35 +728,12 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// so no key is built and nothing is looked up: the edge only sets the block's static
     /// parameters (a non-root block with static parameters has this one in-edge).
     fn tree_edge(&mut self, e: &Edge) -> Result<Target<E>, SpecError> {
-        let prog = self.prog;
-        let tb = &prog.blocks[e.block];
-        if tb.params.len() != e.args.len() {
-            return internal(format!(
-                "edge to {} with {} arguments",
-                tb.name,
-                e.args.len()
-            ));
-        }
         let i = e.block.index();
         let fresh = matches!(self.slots.get(i), Some(None));
+        let mut dyns = Vals::new();
+        self.tree_params(e, fresh, &mut dyns)?;
         let mut args = self.buffer();
-        for (p, &a) in tb.params.iter().zip(&e.args) {
-            match (p, a) {
-                (Param::Static(r), Operand::Static(src)) => {
-                    if fresh {
-                        let v = self.get_s(src)?;
-                        self.set_s(*r, v);
-                    }
-                }
-                (Param::Static(_), Operand::Dyn(_)) => {
-                    return internal(format!(
-                        "dynamic argument for a static parameter of {}",
-                        tb.name
-                    ))
-                }
-                (Param::Dyn(..), a) => args.push(self.operand(a)?),
-            }
-        }
+        args.extend(dyns.iter().map(|&(_, v)| v));
         self.live_args(e.block, &mut args)?;
         if let Some(Some(slot)) = self.slots.get(i) {
             return Ok((slot.block, args));
@@ -769,6 +746,45 @@ impl<'a, E: Emitter> Spec<'a, E> {
         });
         self.filled.push(e.block);
         Ok((block, args))
+    }
+
+    /// Planned stitcher: the parameters edge `e` to a block of the current tree passes.
+    /// Static ones are set in the registers (when `set`: the edge is the first to ask for
+    /// the copy, and a non-root block with static parameters has one in-edge); dynamic
+    /// ones are appended to `dyns` with the values of the edge's arguments.
+    fn tree_params(
+        &mut self,
+        e: &Edge,
+        set: bool,
+        dyns: &mut Vals<(Reg, E::Value)>,
+    ) -> Result<(), SpecError> {
+        let prog = self.prog;
+        let tb = &prog.blocks[e.block];
+        if tb.params.len() != e.args.len() {
+            return internal(format!(
+                "edge to {} with {} arguments",
+                tb.name,
+                e.args.len()
+            ));
+        }
+        for (p, &a) in tb.params.iter().zip(&e.args) {
+            match (p, a) {
+                (Param::Static(r), Operand::Static(src)) => {
+                    if set {
+                        let v = self.get_s(src)?;
+                        self.set_s(*r, v);
+                    }
+                }
+                (Param::Static(_), Operand::Dyn(_)) => {
+                    return internal(format!(
+                        "dynamic argument for a static parameter of {}",
+                        tb.name
+                    ))
+                }
+                (Param::Dyn(r, _), a) => dyns.push((*r, self.operand(a)?)),
+            }
+        }
+        Ok(())
     }
 
     /// Planned stitcher: whether the copy that edge `e` (which ends the current block: a
@@ -818,24 +834,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// the same registers, which already hold their values. So the copy's inputs need no
     /// block parameters, no arguments and no copying.
     fn fuse_edge(&mut self, e: &Edge) -> Result<(), SpecError> {
-        let prog = self.prog;
-        let tb = &prog.blocks[e.block];
-        let mut bind: Vals<(Reg, E::Value)> = Vals::new();
-        for (p, &a) in tb.params.iter().zip(&e.args) {
-            match (p, a) {
-                (Param::Static(r), Operand::Static(src)) => {
-                    let v = self.get_s(src)?;
-                    self.set_s(*r, v);
-                }
-                (Param::Static(_), Operand::Dyn(_)) => {
-                    return internal(format!(
-                        "dynamic argument for a static parameter of {}",
-                        tb.name
-                    ))
-                }
-                (Param::Dyn(r, _), a) => bind.push((*r, self.operand(a)?)),
-            }
-        }
+        let mut bind = Vals::new();
+        self.tree_params(e, true, &mut bind)?;
         for (r, v) in bind {
             self.set_d(r, v);
         }
