@@ -14,7 +14,8 @@
 //! planned stitcher (or the work list) on one region for ten seconds, for a profiler;
 //! `--specialize PROGRAM` makes stitch-tier specializations of the interpreter on one
 //! byte-code program, through the whole runtime (fold layer, stencils, code heap), for ten
-//! seconds, and prints the median time of one; `--code` runs each byte-code program's
+//! seconds, and prints the median time of one (`--specialize PROGRAM work`: with the
+//! work-list executor); `--code` runs each byte-code program's
 //! stitch-tier code (without and with constant block parameters) and optimizing-tier
 //! code, alternating, and prints the ratios of their median times; `--scale` makes
 //! stitch-tier specializations of the interpreter on generated programs of 17 to 1,025
@@ -234,14 +235,15 @@ fn regions() -> Vec<Region> {
     regions
 }
 
-/// Stitch-tier specializations of the interpreter on byte-code program `name` for ten
-/// seconds; prints the median time of one.
-fn specialize(name: &str) {
+/// Stitch-tier specializations of the interpreter on byte-code program `name` with
+/// `executor` for ten seconds; prints the median time of one.
+fn specialize(name: &str, executor: ExecutorKind) {
     use dyc::{Arg, Program, RuntimeOptions, Tier};
     let src = include_str!("../examples/bytecode.dyc");
     let program = Program::compile_with("bytecode.dyc", src, RuntimeOptions::default())
         .expect("the example compiles");
     let region = program.region("run").expect("region `run`");
+    region.set_executor(executor);
     let b = bytecode::benches()
         .into_iter()
         .find(|b| b.name == name)
@@ -259,7 +261,7 @@ fn specialize(name: &str) {
     times.sort();
     let median = times[times.len() / 2];
     println!(
-        "{name}: {} specializations, median {:.1} us ({:.0} ns per byte-code instruction)",
+        "{name} ({executor:?}): {} specializations, median {:.1} us ({:.0} ns per byte-code instruction)",
         times.len(),
         median.as_secs_f64() * 1e6,
         median.as_secs_f64() * 1e9 / (b.code.len() / 4) as f64
@@ -433,7 +435,15 @@ fn main() {
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--specialize") {
-        specialize(args.get(i + 1).expect("--specialize takes a program name"));
+        let e = if args.get(i + 2).is_some_and(|a| a == "work") {
+            ExecutorKind::WorkList
+        } else {
+            ExecutorKind::Planned
+        };
+        specialize(
+            args.get(i + 1).expect("--specialize takes a program name"),
+            e,
+        );
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--profile") {
