@@ -238,7 +238,7 @@ fn regions() -> Vec<Region> {
 /// Stitch-tier specializations of the interpreter on byte-code program `name` with
 /// `executor` for ten seconds; prints the median time of one.
 fn specialize(name: &str, executor: ExecutorKind) {
-    use dyc::{Arg, Program, RuntimeOptions, Tier};
+    use dyc::{Arg, Program, RuntimeOptions};
     let src = include_str!("../examples/bytecode.dyc");
     let program = Program::compile_with("bytecode.dyc", src, RuntimeOptions::default())
         .expect("the example compiles");
@@ -248,17 +248,7 @@ fn specialize(name: &str, executor: ExecutorKind) {
         .into_iter()
         .find(|b| b.name == name)
         .expect("a program of the benchmark");
-    let mut times = Vec::new();
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(10) {
-        let t = Instant::now();
-        let spec = region
-            .specialize_in(&[Arg::from(&b.code[..])], Tier::Stitch)
-            .expect("specializes");
-        times.push(t.elapsed());
-        drop(spec);
-    }
-    times.sort();
+    let times = stitch_times(&region, &[Arg::from(&b.code[..])], Duration::from_secs(10));
     let median = times[times.len() / 2];
     println!(
         "{name} ({executor:?}): {} specializations, median {:.1} us ({:.0} ns per byte-code instruction)",
@@ -266,6 +256,23 @@ fn specialize(name: &str, executor: ExecutorKind) {
         median.as_secs_f64() * 1e6,
         median.as_secs_f64() * 1e9 / (b.code.len() / 4) as f64
     );
+}
+
+/// The times of stitch-tier specializations of `region` on `key`, made one after another
+/// for `span`, sorted.
+fn stitch_times(region: &dyc::Region, key: &[dyc::Arg], span: Duration) -> Vec<Duration> {
+    let mut times = Vec::new();
+    let t = Instant::now();
+    while t.elapsed() < span {
+        let t = Instant::now();
+        let spec = region
+            .specialize_in(key, dyc::Tier::Stitch)
+            .expect("specializes");
+        times.push(t.elapsed());
+        drop(spec);
+    }
+    times.sort();
+    times
 }
 
 /// A byte-code program of `k` counted loops, eight instructions each (two loads of
@@ -305,7 +312,7 @@ fn scale() {
         "{:>10} {:>8} {:>12} {:>14} {:>14} {:>12}",
         "byte-codes", "m-insts", "median", "per byte-code", "per m-inst", "fastest"
     );
-    let mut last = None;
+    let mut rows = Vec::new();
     let ks: Vec<usize> = match std::env::var("DYC_SCALE_K") {
         Ok(k) => vec![k.parse().expect("DYC_SCALE_K is a number")],
         Err(_) => vec![2, 8, 32, 128],
@@ -323,37 +330,27 @@ fn scale() {
         assert_eq!(r.expect("runs").and_then(|c| c.as_i64()), Some(want));
         let insts = spec.stats().insts;
         drop(spec);
-        let mut times = Vec::new();
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(2) {
-            let t = Instant::now();
-            let spec = region
-                .specialize_in(&key, Tier::Stitch)
-                .expect("specializes");
-            times.push(t.elapsed());
-            drop(spec);
-        }
-        times.sort();
+        let times = stitch_times(&region, &key, Duration::from_secs(2));
         let median = times[times.len() / 2].as_secs_f64();
+        let fastest = times[0].as_secs_f64();
         println!(
             "{n:>10} {insts:>8} {:>9.1} us {:>11.0} ns {:>11.1} ns {:>9.1} us",
             median * 1e6,
             median * 1e9 / n as f64,
             median * 1e9 / insts as f64,
-            times[0].as_secs_f64() * 1e6
+            fastest * 1e6
         );
-        let fastest = times[0].as_secs_f64();
-        if let (Some((n0, i0, t0, f0)), 128) = (last, k) {
-            let (dn, di) = ((n - n0) as f64, (insts - i0) as f64);
-            println!(
-                "marginal, {n0} to {n} byte-codes: {:.0} ns per byte-code, {:.1} ns per machine instruction (medians); {:.0} ns and {:.1} ns (fastest)",
-                (median - t0) * 1e9 / dn,
-                (median - t0) * 1e9 / di,
-                (fastest - f0) * 1e9 / dn,
-                (fastest - f0) * 1e9 / di
-            );
-        }
-        last = Some((n, insts, median, fastest));
+        rows.push((n, insts, median, fastest));
+    }
+    if let [.., (n0, i0, t0, f0), (n, i, t, f)] = rows[..] {
+        let (dn, di) = ((n - n0) as f64, (i - i0) as f64);
+        println!(
+            "marginal, {n0} to {n} byte-codes: {:.0} ns per byte-code, {:.1} ns per machine instruction (medians); {:.0} ns and {:.1} ns (fastest)",
+            (t - t0) * 1e9 / dn,
+            (t - t0) * 1e9 / di,
+            (f - f0) * 1e9 / dn,
+            (f - f0) * 1e9 / di
+        );
     }
 }
 

@@ -738,13 +738,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
         if let Some(Some(slot)) = self.slots.get(i) {
             return Ok((slot.block, args));
         }
-        self.count_block()?;
         let block = self.create_block(e.block);
-        self.slots[i] = Some(Slot {
-            block,
-            stitched: false,
-        });
-        self.filled.push(e.block);
+        self.fill_slot(e.block, block)?;
         Ok((block, args))
     }
 
@@ -804,7 +799,6 @@ impl<'a, E: Emitter> Spec<'a, E> {
             || self.prog.in_edges(e.block) != 1
             || !matches!(self.slots.get(e.block.index()), Some(None))
             || self.cur.is_none()
-            || tb.params.len() != e.args.len()
             || tb
                 .params
                 .iter()
@@ -839,16 +833,23 @@ impl<'a, E: Emitter> Spec<'a, E> {
         for (r, v) in bind {
             self.set_d(r, v);
         }
-        self.count_block()?;
         let Some(cur) = self.cur else {
             return internal("a fused copy with no block open");
         };
-        self.slots[e.block.index()] = Some(Slot {
-            block: cur,
+        self.fill_slot(e.block, cur)?;
+        self.fused = Some(e.block);
+        Ok(())
+    }
+
+    /// Planned stitcher: a new copy of `b` in this run of the tree, in the emitter's block
+    /// `block`, to be stitched when the tree's step reaches it.
+    fn fill_slot(&mut self, b: Block, block: E::Block) -> Result<(), SpecError> {
+        self.count_block()?;
+        self.slots[b.index()] = Some(Slot {
+            block,
             stitched: false,
         });
-        self.filled.push(e.block);
-        self.fused = Some(e.block);
+        self.filled.push(b);
         Ok(())
     }
 

@@ -746,13 +746,14 @@ impl Shared {
                 let known = shape.solve();
                 let consts = (known.count(), known.dead());
                 em = em.with_constant_params(known);
-                let Ok(blocks) = tape.replay(&mut em) else {
-                    // The stencil emitter failed and made no value (a refused stencil).
-                    return Ok(None);
-                };
+                let replayed = tape.replay(&mut em);
                 if tape.len() <= SCRATCH_CALLS {
                     SCRATCH.with(|s| *s.borrow_mut() = (tape, shape));
                 }
+                let Ok(blocks) = replayed else {
+                    // The stencil emitter failed and made no value (a refused stencil).
+                    return Ok(None);
+                };
                 let entry = blocks.get(unit.entry as usize).copied();
                 let entry = entry.ok_or_else(|| {
                     RuntimeError::Spec(SpecError::Internal("the tape has no entry".into()))
