@@ -404,6 +404,14 @@ mod tests {
         out
     }
 
+    /// Block `b`'s parameters, the block stitched apart from the jump into it (as if other
+    /// code came between), so that it stays a block of its own even when that jump is its
+    /// only edge ([`Tape::replay`] merges such a block into the jumping one).
+    fn apart(t: &mut Tape, b: u32) -> Vec<u32> {
+        t.switch_to_block(b);
+        params(t, b)
+    }
+
     /// Reads each of `vs` (an operation on it), so that parameters among them are live.
     fn read(t: &mut Tape, vs: &[u32]) {
         for &v in vs {
@@ -427,7 +435,7 @@ mod tests {
         t.jump(1, &[three, zero, x]);
         let h = params(&mut t, 1);
         t.jump(2, &h);
-        let b = params(&mut t, 2);
+        let b = apart(&mut t, 2);
         read(&mut t, &[b[2]]);
         let one = t.constant(int(1));
         let add = TOp::Binary(BinaryOp::Add);
@@ -478,9 +486,9 @@ mod tests {
         t.jump(1, &[seven]);
         let p1 = params(&mut t, 1);
         t.jump(2, &p1);
-        let p2 = params(&mut t, 2);
+        let p2 = apart(&mut t, 2);
         t.jump(3, &p2);
-        let p3 = params(&mut t, 3);
+        let p3 = apart(&mut t, 3);
         t.jump(1, &p3);
         let p4 = params(&mut t, 4);
         read(&mut t, &p4);
@@ -493,6 +501,37 @@ mod tests {
             );
         }
         assert_eq!(k.block(4), Some(&[None][..]));
+    }
+
+    /// A block merged into the one jumping to it has no parameters of its own: its values
+    /// are the jump's arguments, so a constant passed in flows on through them, and a
+    /// read of them is a read of what was passed.
+    #[test]
+    fn a_merged_block_passes_on_what_it_was_given() {
+        let mut t = unit(&[0, 2, 2, 1]);
+        params(&mut t, 0);
+        let seven = t.constant(int(7));
+        t.jump(1, &[seven, seven]);
+        t.jump(1, &[seven, seven]);
+        let p1 = params(&mut t, 1);
+        // Block 2: one jump, and stitched right after it.
+        t.jump(2, &p1);
+        let p2 = params(&mut t, 2);
+        read(&mut t, &p2[1..]);
+        t.jump(3, &p2[..1]);
+        t.jump(3, &p2[..1]);
+        let p3 = params(&mut t, 3);
+        read(&mut t, &p3);
+        let k = solve(&t);
+        assert_eq!(k.block(2), Some(&[][..]));
+        for b in [1, 3] {
+            assert!(
+                matches!(k.block(b).unwrap(), [Some(c), ..] if same(*c, int(7))),
+                "{b}"
+            );
+        }
+        // Block 1's second parameter is read through block 2's value: live.
+        assert_eq!(k.dead(), 0);
     }
 
     /// Something other than a constant or a parameter on one edge makes the parameter

@@ -70,8 +70,12 @@ pub struct Tape {
     nums: Vec<u32>,
     types: Vec<Type>,
     cases: Vec<(u64, u32, Run)>,
-    /// Per block, its number of parameters.
+    /// Per block, its number of parameters, the number of edges recorded into it, and
+    /// whether the recording stitched it right after a jump to it with as many arguments
+    /// (the calls `Jump(b)`, `SwitchTo(b)`, `BlockParams(b)` in a row).
     params: Vec<u32>,
+    ins: Vec<u32>,
+    follows: Vec<bool>,
     values: u32,
     /// The run of `types` last recorded for a parameter list at an address (executors pass
     /// a program's own lists): copies of one block share their list, so a replay passes
@@ -91,6 +95,8 @@ impl Tape {
         self.types.clear();
         self.cases.clear();
         self.params.clear();
+        self.ins.clear();
+        self.follows.clear();
         self.values = 0;
         self.lists.clear();
     }
@@ -108,6 +114,22 @@ impl Tape {
     fn value(&mut self) -> u32 {
         self.values += 1;
         self.values - 1
+    }
+
+    /// Whether block `b` merges into the block that jumps to it ([`Tape::replay`]): one
+    /// recorded edge enters it, a jump the recording followed at once by stitching it,
+    /// and it is not the entry (block 0, the first block created: executors make their
+    /// start block's copy first), which the function's caller enters too.
+    fn merges(&self, b: u32) -> bool {
+        let b = b as usize;
+        b != 0 && self.ins.get(b) == Some(&1) && self.follows.get(b) == Some(&true)
+    }
+
+    /// Counts an edge into block `b`.
+    fn enter(&mut self, b: u32) {
+        if let Some(n) = self.ins.get_mut(b as usize) {
+            *n += 1;
+        }
     }
 
     fn run(&mut self, xs: impl IntoIterator<Item = u32>) -> Run {
@@ -153,10 +175,15 @@ impl Tape {
                 .constant_of(tag(tags, v))
                 .and_then(|c| index_in(c, len))
         };
-        for call in &self.calls {
+        // A merged block has no parameters: its values are the jump's arguments.
+        let mut made = 0;
+        let mut calls = self.calls.iter();
+        while let Some(call) = calls.next() {
             match call {
                 Call::CreateBlock((s, n)) => {
-                    shape.block(&self.types[*s as usize..(s + n) as usize]);
+                    let types = &self.types[*s as usize..(s + n) as usize];
+                    shape.block(if self.merges(made) { &[] } else { types });
+                    made += 1;
                 }
                 Call::BlockParams(b) => {
                     let first = shape.first_param(*b);
@@ -212,6 +239,14 @@ impl Tape {
                         }
                     }
                 }
+                Call::Jump(b, args) if self.merges(*b) => {
+                    // Its `SwitchTo` and `BlockParams`, the next two calls.
+                    for &a in nums(*args) {
+                        tags.push(tag(&tags, a));
+                    }
+                    calls.next();
+                    calls.next();
+                }
                 Call::Jump(b, args) => edge(shape, &tags, *b, *args),
                 Call::Brif(c, (t, ta), (e, ea)) => {
                     shape.read(tag(&tags, *c));
@@ -241,9 +276,18 @@ impl Tape {
         shape.tags = tags;
     }
 
-    /// Replays the recording into `em`; returns what block number `b` of the recording
-    /// became, for each `b`.
-    pub fn replay<E: Emitter>(&self, em: &mut E) -> Result<Vec<E::Block>, ReplayError> {
+    /// Replays the recording into `em`; returns the block the entry (block 0) became.
+    ///
+    /// **Straight-line chains merge.** A block that one recorded edge enters, a jump that
+    /// the recording followed at once by stitching that block ([`Tape::merges`]), is not
+    /// a block of its own in the replay: the jump is left out, and the block's code goes
+    /// on in the jumping block with its parameters bound to the jump's arguments. (So an
+    /// unrolled interpreter's handlers, each a root copy the jump ending the last one
+    /// asked for, become one block per straight run of the interpreted program; every
+    /// later layer sees fewer blocks and edges, and keeps what it knows, a value in a
+    /// register or a bounds check made, across them.) The merged block is still created,
+    /// so that emitters number blocks as the recording did; nothing enters it.
+    pub fn replay<E: Emitter>(&self, em: &mut E) -> Result<E::Block, ReplayError> {
         let mut vals: Vec<E::Value> = Vec::with_capacity(self.values as usize);
         let mut blocks: Vec<E::Block> = Vec::with_capacity(self.params.len());
         let mut buf: Vec<E::Value> = Vec::new();
@@ -263,7 +307,8 @@ impl Tape {
             out.extend(ks.iter().map(|&k| xs[k as usize]));
             Ok(())
         }
-        for call in &self.calls {
+        let mut calls = self.calls.iter();
+        while let Some(call) = calls.next() {
             match call {
                 Call::CreateBlock((s, n)) => {
                     let b = em.create_block(&self.types[*s as usize..(s + n) as usize]);
@@ -308,6 +353,14 @@ impl Tape {
                     em.array_store(*elem, &mut buf, i, v, *loc);
                     vals.extend_from_slice(&buf);
                 }
+                Call::Jump(b, args) if self.merges(*b) => {
+                    // The block's parameters are the arguments; its `SwitchTo` and
+                    // `BlockParams`, the next two calls, are left out.
+                    fill(&mut buf, &vals, nums(*args))?;
+                    vals.extend_from_slice(&buf);
+                    calls.next();
+                    calls.next();
+                }
                 Call::Jump(b, args) => {
                     fill(&mut buf, &vals, nums(*args))?;
                     em.jump(get(&blocks, *b)?, &buf);
@@ -344,7 +397,7 @@ impl Tape {
                 }
             }
         }
-        Ok(blocks)
+        get(&blocks, 0)
     }
 }
 
@@ -374,10 +427,17 @@ impl Emitter for Tape {
         };
         self.calls.push(Call::CreateBlock(run));
         self.params.push(params.len() as u32);
+        self.ins.push(0);
+        self.follows.push(false);
         self.params.len() as u32 - 1
     }
 
     fn block_params(&mut self, b: u32, out: &mut Vec<u32>) {
+        if let [.., Call::Jump(j, (_, n)), Call::SwitchTo(s)] = self.calls[..] {
+            if j == b && s == b && self.params.get(b as usize) == Some(&n) {
+                self.follows[b as usize] = true;
+            }
+        }
         self.calls.push(Call::BlockParams(b));
         let n = self.params.get(b as usize).copied().unwrap_or(0);
         for _ in 0..n {
@@ -447,11 +507,14 @@ impl Emitter for Tape {
     }
 
     fn jump(&mut self, dest: u32, args: &[u32]) {
+        self.enter(dest);
         let args = self.run(args.iter().copied());
         self.calls.push(Call::Jump(dest, args));
     }
 
     fn brif(&mut self, cond: u32, then_dest: (u32, &[u32]), else_dest: (u32, &[u32])) {
+        self.enter(then_dest.0);
+        self.enter(else_dest.0);
         let t = self.run(then_dest.1.iter().copied());
         let e = self.run(else_dest.1.iter().copied());
         self.calls
@@ -461,9 +524,11 @@ impl Emitter for Tape {
     fn switch(&mut self, arg: u32, cases: &[Case<Self>], default: (u32, &[u32])) {
         let start = self.cases.len() as u32;
         for (k, b, args) in cases {
+            self.enter(*b);
             let r = self.run(args.iter().copied());
             self.cases.push((*k, *b, r));
         }
+        self.enter(default.0);
         let d = self.run(default.1.iter().copied());
         self.calls.push(Call::Switch(
             arg,
@@ -628,14 +693,89 @@ mod tests {
         let mut direct = Log::default();
         let entry = script(&mut direct);
         let mut tape = Tape::default();
-        let recorded = script(&mut tape);
+        script(&mut tape);
         let mut replayed = Log::default();
-        let blocks = tape.replay(&mut replayed).expect("replays");
-        assert_eq!(blocks[recorded as usize], entry);
+        let block = tape.replay(&mut replayed).expect("replays");
+        assert_eq!(block, entry);
         assert_eq!(direct.lines, replayed.lines);
         // Twice, into a fresh emitter each time.
         let mut again = Log::default();
         tape.replay(&mut again).expect("replays");
         assert_eq!(direct.lines, again.lines);
+    }
+
+    /// entry -> a (stitched right after the jump, entered once) -> b (stitched right after,
+    /// but entered twice) -> a loop back into b; c is entered once but stitched after
+    /// another block, and d once but by a branch.
+    fn chain<E: Emitter>(em: &mut E) -> E::Block {
+        let i = Type::I64;
+        let entry = em.create_block(&[i]);
+        em.switch_to_block(entry);
+        let mut p = Vec::new();
+        em.block_params(entry, &mut p);
+        let a = em.create_block(&[i, i]);
+        let one = em.constant(Const::Int(Scalar::I64, 1));
+        em.jump(a, &[p[0], one]);
+        em.switch_to_block(a);
+        let mut q = Vec::new();
+        em.block_params(a, &mut q);
+        let sum = em
+            .op(&TOp::Binary(BinaryOp::Add), &q, SrcLoc::default())
+            .unwrap();
+        let b = em.create_block(&[i]);
+        em.jump(b, &[sum]);
+        em.switch_to_block(b);
+        let mut r = Vec::new();
+        em.block_params(b, &mut r);
+        let (c, d) = (em.create_block(&[i]), em.create_block(&[]));
+        em.brif(r[0], (c, &[r[0]]), (d, &[]));
+        em.switch_to_block(d);
+        em.block_params(d, &mut Vec::new());
+        em.jump(b, &[one]);
+        em.switch_to_block(c);
+        let mut s = Vec::new();
+        em.block_params(c, &mut s);
+        em.ret(Some(s[0]));
+        entry
+    }
+
+    #[test]
+    fn a_replay_merges_a_block_one_jump_enters_right_before_it() {
+        let mut tape = Tape::default();
+        chain(&mut tape);
+        let mut replayed = Log::default();
+        tape.replay(&mut replayed).expect("replays");
+        let expected = [
+            "block [Scalar(I64)]",
+            "at 0",
+            "params 0 [1]",
+            "block [Scalar(I64), Scalar(I64)]",
+            // No jump to block 1, no block 1: its parameters are 1 and the constant 2.
+            "Some(3) = Binary(Add) [1, 2]",
+            "block [Scalar(I64)]",
+            "jump 2 [3]",
+            "at 2",
+            "params 2 [4]",
+            "block [Scalar(I64)]",
+            "block []",
+            "brif 4 (3, [4]) (4, [])",
+            "at 4",
+            "params 4 []",
+            "jump 2 [2]",
+            "at 3",
+            "params 3 [5]",
+            "ret Some(5)",
+        ];
+        assert_eq!(replayed.lines, expected);
+        // The entry is never merged, even when one jump enters it right before it.
+        let mut direct = Log::default();
+        let mut tape = Tape::default();
+        let e = tape.create_block(&[]);
+        tape.jump(e, &[]);
+        tape.switch_to_block(e);
+        tape.block_params(e, &mut Vec::new());
+        tape.ret(None);
+        tape.replay(&mut direct).expect("replays");
+        assert!(direct.lines.contains(&"jump 0 []".to_string()));
     }
 }

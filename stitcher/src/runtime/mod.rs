@@ -746,18 +746,18 @@ impl Shared {
                 let known = shape.solve();
                 let consts = (known.count(), known.dead());
                 em = em.with_constant_params(known);
+                if unit.entry != 0 {
+                    let m = "the tape's entry is not its first block";
+                    return Err(RuntimeError::Spec(SpecError::Internal(m.into())));
+                }
                 let replayed = tape.replay(&mut em);
                 if tape.len() <= SCRATCH_CALLS {
                     SCRATCH.with(|s| *s.borrow_mut() = (tape, shape));
                 }
-                let Ok(blocks) = replayed else {
+                let Ok(entry) = replayed else {
                     // The stencil emitter failed and made no value (a refused stencil).
                     return Ok(None);
                 };
-                let entry = blocks.get(unit.entry as usize).copied();
-                let entry = entry.ok_or_else(|| {
-                    RuntimeError::Spec(SpecError::Internal("the tape has no entry".into()))
-                })?;
                 (Unit { entry, ..unit }, consts)
             }
             _ => (self.run_executor(input, &mut em)?, (0, 0)),
