@@ -125,6 +125,13 @@ impl Tape {
         b != 0 && self.ins.get(b) == Some(&1) && self.follows.get(b) == Some(&true)
     }
 
+    /// The number of blocks [`Tape::replay`] merges into the block jumping to them.
+    pub fn merged(&self) -> usize {
+        (0..self.params.len() as u32)
+            .filter(|&b| self.merges(b))
+            .count()
+    }
+
     /// Counts an edge into block `b`.
     fn enter(&mut self, b: u32) {
         if let Some(n) = self.ins.get_mut(b as usize) {

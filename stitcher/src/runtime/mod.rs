@@ -110,7 +110,9 @@ pub struct RuntimeOptions {
     /// ([`dyc_templates::params`]: a register an interpreted program loads before a
     /// loop) and those nothing reads (a register the code after a loop head sets before
     /// it reads it), and replays it into the stencil emitter, which reads the first as
-    /// constants and leaves both out of blocks and jumps (default `true`).
+    /// constants and leaves both out of blocks and jumps; the replay also merges each
+    /// block that one jump enters, stitched right after it, into the jumping block
+    /// ([`dyc_templates::tape::Tape::replay`]) (default `true`).
     pub constant_params: bool,
 }
 
@@ -263,6 +265,9 @@ pub struct UnitStats {
     /// Block parameters left out because nothing reads them ([`Tier::Stitch`], see
     /// [`RuntimeOptions::constant_params`]).
     pub dead_params: usize,
+    /// Block copies merged into the block that jumps to them, the one edge into them
+    /// ([`Tier::Stitch`]; [`dyc_templates::tape::Tape::replay`]).
+    pub merged_blocks: usize,
     /// Time specializing and building Cranelift IR (the stitcher's own work).
     pub stitch_ns: u64,
     /// Time in Cranelift compiling the IR to machine code.
@@ -278,6 +283,7 @@ impl UnitStats {
         self.stencils += other.stencils;
         self.constant_params += other.constant_params;
         self.dead_params += other.dead_params;
+        self.merged_blocks += other.merged_blocks;
         self.stitch_ns += other.stitch_ns;
         self.compile_ns += other.compile_ns;
     }
@@ -443,8 +449,9 @@ struct Stitched {
     /// Stencils copied, and their machine instructions.
     stencils: usize,
     insts: usize,
-    /// Block parameters read as constants, and left out as dead.
+    /// Block parameters read as constants, and left out as dead; blocks merged.
     consts: (usize, usize),
+    merged: usize,
     unit: Unit<u32>,
 }
 
@@ -621,6 +628,7 @@ impl Shared {
             stencils: 0,
             constant_params: 0,
             dead_params: 0,
+            merged_blocks: 0,
             stitch_ns: t0.elapsed().as_nanos() as u64,
             compile_ns: 0,
         };
@@ -744,7 +752,7 @@ impl Shared {
                 let unit = self.run_executor(input, &mut tape)?;
                 tape.shape(&mut shape);
                 let known = shape.solve();
-                let consts = (known.count(), known.dead());
+                let consts = (known.count(), known.dead(), tape.merged());
                 em = em.with_constant_params(known);
                 if unit.entry != 0 {
                     let m = "the tape's entry is not its first block";
@@ -760,7 +768,7 @@ impl Shared {
                 };
                 (Unit { entry, ..unit }, consts)
             }
-            _ => (self.run_executor(input, &mut em)?, (0, 0)),
+            _ => (self.run_executor(input, &mut em)?, (0, 0, 0)),
         };
         Ok(em
             .backend
@@ -770,7 +778,8 @@ impl Shared {
                 code,
                 stencils,
                 insts,
-                consts,
+                consts: (consts.0, consts.1),
+                merged: consts.2,
                 unit,
             }))
     }
@@ -803,6 +812,7 @@ impl Shared {
                 stencils: made.stencils,
                 constant_params: made.consts.0,
                 dead_params: made.consts.1,
+                merged_blocks: made.merged,
                 stitch_ns,
                 compile_ns: t1.elapsed().as_nanos() as u64,
             },
