@@ -93,6 +93,9 @@ pub struct Shape {
     /// Per block, the number of its first parameter (and one past the last block: the
     /// number of parameters).
     start: Vec<u32>,
+    /// The blocks the replay merges into the block jumping to them, in order (they have
+    /// no parameters, and the replay creates no block for them).
+    merged: Vec<u32>,
     /// Per edge and parameter of its target: (parameter, what the edge passes).
     inputs: Vec<(u32, Tag)>,
     /// The constants tags refer to, by number.
@@ -125,6 +128,14 @@ impl Shape {
             _ => None,
         }));
         first
+    }
+
+    /// A block the replay merges into the one jumping to it: no parameters (its values are
+    /// the jump's arguments), and no block of [`Known`].
+    pub(crate) fn merged_block(&mut self) {
+        let b = self.start.len().saturating_sub(1) as u32;
+        self.merged.push(b);
+        self.block(&[]);
     }
 
     /// An operation or a terminator reads the value tagged `t`.
@@ -165,6 +176,7 @@ impl Shape {
     /// Forgets the unit recorded (keeping the buffers for the next).
     pub fn clear(&mut self) {
         self.start.clear();
+        self.merged.clear();
         self.inputs.clear();
         self.consts.clear();
         self.tags.clear();
@@ -287,8 +299,15 @@ impl Shape {
                 },
             )
             .collect();
+        // The blocks the replay creates: merged ones left out (each is empty, so the
+        // others' ranges stay as they are).
+        let mut merged = self.merged.iter().peekable();
+        let start = (self.start.iter().enumerate())
+            .filter(|&(b, _)| merged.next_if_eq(&&(b as u32)).is_none())
+            .map(|(_, &s)| s)
+            .collect();
         Known {
-            start: self.start.clone(),
+            start,
             consts,
             constant,
             dead,
@@ -336,7 +355,8 @@ fn same(a: Const, b: Const) -> bool {
     }
 }
 
-/// The constant parameters of a unit's blocks, by block in the order of their creation.
+/// The constant parameters of a unit's blocks, by block in the order of their creation
+/// (of the blocks the replay creates: those it merges are left out).
 #[derive(Clone, Debug, Default)]
 pub struct Known {
     start: Vec<u32>,
@@ -523,8 +543,9 @@ mod tests {
         let p3 = params(&mut t, 3);
         read(&mut t, &p3);
         let k = solve(&t);
-        assert_eq!(k.block(2), Some(&[][..]));
-        for b in [1, 3] {
+        // Block 2 is left out: the replay creates blocks 0, 1 and 3.
+        assert_eq!(k.blocks(), 3);
+        for b in [1, 2] {
             assert!(
                 matches!(k.block(b).unwrap(), [Some(c), ..] if same(*c, int(7))),
                 "{b}"

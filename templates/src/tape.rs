@@ -189,7 +189,11 @@ impl Tape {
             match call {
                 Call::CreateBlock((s, n)) => {
                     let types = &self.types[*s as usize..(s + n) as usize];
-                    shape.block(if self.merges(made) { &[] } else { types });
+                    if self.merges(made) {
+                        shape.merged_block();
+                    } else {
+                        shape.block(types);
+                    }
                     made += 1;
                 }
                 Call::BlockParams(b) => {
@@ -292,11 +296,13 @@ impl Tape {
     /// unrolled interpreter's handlers, each a root copy the jump ending the last one
     /// asked for, become one block per straight run of the interpreted program; every
     /// later layer sees fewer blocks and edges, and keeps what it knows, a value in a
-    /// register or a bounds check made, across them.) The merged block is still created,
-    /// so that emitters number blocks as the recording did; nothing enters it.
+    /// register or a bounds check made, across them.) No block is created for the merged
+    /// block, so an emitter's `n`th block is the `n`th the recording made that did not
+    /// merge (as [`crate::params::Known`] numbers them).
     pub fn replay<E: Emitter>(&self, em: &mut E) -> Result<E::Block, ReplayError> {
         let mut vals: Vec<E::Value> = Vec::with_capacity(self.values as usize);
-        let mut blocks: Vec<E::Block> = Vec::with_capacity(self.params.len());
+        // Per recorded block, the emitter's (`None` for a merged block).
+        let mut blocks: Vec<Option<E::Block>> = Vec::with_capacity(self.params.len());
         let mut buf: Vec<E::Value> = Vec::new();
         let mut buf2: Vec<E::Value> = Vec::new();
         let nums = |r: Run| &self.nums[r.0 as usize..(r.0 + r.1) as usize];
@@ -305,6 +311,9 @@ impl Tape {
                 .copied()
                 .ok_or_else(|| ReplayError(format!("number {k} made by no call")))
         }
+        let block = |blocks: &[Option<E::Block>], b: u32| {
+            get(blocks, b)?.ok_or_else(|| ReplayError(format!("block {b} was merged")))
+        };
         fn fill<T: Copy>(out: &mut Vec<T>, xs: &[T], ks: &[u32]) -> Result<(), ReplayError> {
             out.clear();
             // (The numbers checked first, so that the copies build no `Result` each.)
@@ -318,11 +327,12 @@ impl Tape {
         while let Some(call) = calls.next() {
             match call {
                 Call::CreateBlock((s, n)) => {
-                    let b = em.create_block(&self.types[*s as usize..(s + n) as usize]);
-                    blocks.push(b);
+                    let merged = self.merges(blocks.len() as u32);
+                    let types = &self.types[*s as usize..(s + n) as usize];
+                    blocks.push((!merged).then(|| em.create_block(types)));
                 }
-                Call::BlockParams(b) => em.block_params(get(&blocks, *b)?, &mut vals),
-                Call::SwitchTo(b) => em.switch_to_block(get(&blocks, *b)?),
+                Call::BlockParams(b) => em.block_params(block(&blocks, *b)?, &mut vals),
+                Call::SwitchTo(b) => em.switch_to_block(block(&blocks, *b)?),
                 Call::Constant(c) => vals.push(em.constant(*c)),
                 Call::StaticSlice(id, ty) => vals.push(em.static_slice(*id, *ty)),
                 Call::Op {
@@ -370,12 +380,12 @@ impl Tape {
                 }
                 Call::Jump(b, args) => {
                     fill(&mut buf, &vals, nums(*args))?;
-                    em.jump(get(&blocks, *b)?, &buf);
+                    em.jump(block(&blocks, *b)?, &buf);
                 }
                 Call::Brif(c, (t, ta), (e, ea)) => {
                     fill(&mut buf, &vals, nums(*ta))?;
                     fill(&mut buf2, &vals, nums(*ea))?;
-                    let (t, e) = (get(&blocks, *t)?, get(&blocks, *e)?);
+                    let (t, e) = (block(&blocks, *t)?, block(&blocks, *e)?);
                     em.brif(get(&vals, *c)?, (t, &buf), (e, &buf2));
                 }
                 Call::Switch(a, (s, n), (d, da)) => {
@@ -383,10 +393,10 @@ impl Tape {
                     for &(k, b, args) in &self.cases[*s as usize..(s + n) as usize] {
                         let mut xs = Vec::new();
                         fill(&mut xs, &vals, nums(args))?;
-                        cases.push((k, get(&blocks, b)?, xs));
+                        cases.push((k, block(&blocks, b)?, xs));
                     }
                     fill(&mut buf, &vals, nums(*da))?;
-                    em.switch(get(&vals, *a)?, &cases, (get(&blocks, *d)?, &buf));
+                    em.switch(get(&vals, *a)?, &cases, (block(&blocks, *d)?, &buf));
                 }
                 Call::Ret(v) => {
                     let v = v.map(|v| get(&vals, v)).transpose()?;
@@ -404,7 +414,7 @@ impl Tape {
                 }
             }
         }
-        get(&blocks, 0)
+        block(&blocks, 0)
     }
 }
 
@@ -756,21 +766,20 @@ mod tests {
             "block [Scalar(I64)]",
             "at 0",
             "params 0 [1]",
-            "block [Scalar(I64), Scalar(I64)]",
-            // No jump to block 1, no block 1: its parameters are 1 and the constant 2.
+            // No block 1, no jump to it: its parameters are 1 and the constant 2.
             "Some(3) = Binary(Add) [1, 2]",
             "block [Scalar(I64)]",
-            "jump 2 [3]",
-            "at 2",
-            "params 2 [4]",
+            "jump 1 [3]",
+            "at 1",
+            "params 1 [4]",
             "block [Scalar(I64)]",
             "block []",
-            "brif 4 (3, [4]) (4, [])",
-            "at 4",
-            "params 4 []",
-            "jump 2 [2]",
+            "brif 4 (2, [4]) (3, [])",
             "at 3",
-            "params 3 [5]",
+            "params 3 []",
+            "jump 1 [2]",
+            "at 2",
+            "params 2 [5]",
             "ret Some(5)",
         ];
         assert_eq!(replayed.lines, expected);
