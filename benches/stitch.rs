@@ -14,13 +14,14 @@
 //! planned stitcher (or the work list) on one region for ten seconds, for a profiler;
 //! `--specialize PROGRAM` makes stitch-tier specializations of the interpreter on one
 //! byte-code program, through the whole runtime (fold layer, stencils, code heap), for ten
-//! seconds, and prints the median time of one (`--specialize PROGRAM work`: with the
-//! work-list executor); `--code` runs each byte-code program's
+//! seconds, and prints the median time of one and of the part that installs the code
+//! (`--specialize PROGRAM work`: with the work-list executor); `--code` runs each
+//! byte-code program's
 //! stitch-tier code (without and with constant block parameters) and optimizing-tier
 //! code, alternating, and prints the ratios of their median times; `--scale` makes
 //! stitch-tier specializations of the interpreter on generated programs of 17 to 1,025
-//! byte-codes and prints the cost per byte-code and per machine instruction, and the
-//! marginal cost of one more byte-code (`DYC_SCALE_K=k` runs only the program of `k`
+//! byte-codes and prints the cost per byte-code and per machine instruction, the median
+//! time of installing the code, and the marginal cost of one more byte-code (`DYC_SCALE_K=k` runs only the program of `k`
 //! loops, for a profiler).
 
 use std::time::{Duration, Instant};
@@ -248,20 +249,27 @@ fn specialize(name: &str, executor: ExecutorKind) {
         .into_iter()
         .find(|b| b.name == name)
         .expect("a program of the benchmark");
-    let times = stitch_times(&region, &[Arg::from(&b.code[..])], Duration::from_secs(10));
+    let key = [Arg::from(&b.code[..])];
+    let (times, install) = stitch_times(&region, &key, Duration::from_secs(10));
     let median = times[times.len() / 2];
     println!(
-        "{name} ({executor:?}): {} specializations, median {:.1} us ({:.0} ns per byte-code instruction)",
+        "{name} ({executor:?}): {} specializations, median {:.1} us ({:.0} ns per byte-code instruction), of which installing the code {:.1} us",
         times.len(),
         median.as_secs_f64() * 1e6,
-        median.as_secs_f64() * 1e9 / (b.code.len() / 4) as f64
+        median.as_secs_f64() * 1e9 / (b.code.len() / 4) as f64,
+        install.as_secs_f64() * 1e6
     );
 }
 
 /// The times of stitch-tier specializations of `region` on `key`, made one after another
-/// for `span`, sorted.
-fn stitch_times(region: &dyc::Region, key: &[dyc::Arg], span: Duration) -> Vec<Duration> {
-    let mut times = Vec::new();
+/// for `span`, sorted; and the median time of installing the code (copying it to code
+/// pages and making them read+execute), which is part of each.
+fn stitch_times(
+    region: &dyc::Region,
+    key: &[dyc::Arg],
+    span: Duration,
+) -> (Vec<Duration>, Duration) {
+    let (mut times, mut installs) = (Vec::new(), Vec::new());
     let t = Instant::now();
     while t.elapsed() < span {
         let t = Instant::now();
@@ -269,10 +277,13 @@ fn stitch_times(region: &dyc::Region, key: &[dyc::Arg], span: Duration) -> Vec<D
             .specialize_in(key, dyc::Tier::Stitch)
             .expect("specializes");
         times.push(t.elapsed());
+        installs.push(spec.stats().compile_ns);
         drop(spec);
     }
     times.sort();
-    times
+    installs.sort();
+    let install = Duration::from_nanos(installs[installs.len() / 2]);
+    (times, install)
 }
 
 /// A byte-code program of `k` counted loops, eight instructions each (two loads of
@@ -309,8 +320,8 @@ fn scale() {
         .expect("the example compiles");
     let region = program.region("run").expect("region `run`");
     println!(
-        "{:>10} {:>8} {:>12} {:>14} {:>14} {:>12}",
-        "byte-codes", "m-insts", "median", "per byte-code", "per m-inst", "fastest"
+        "{:>10} {:>8} {:>12} {:>14} {:>14} {:>12} {:>10}",
+        "byte-codes", "m-insts", "median", "per byte-code", "per m-inst", "fastest", "install"
     );
     let mut rows = Vec::new();
     let ks: Vec<usize> = match std::env::var("DYC_SCALE_K") {
@@ -330,15 +341,16 @@ fn scale() {
         assert_eq!(r.expect("runs").and_then(|c| c.as_i64()), Some(want));
         let insts = spec.stats().insts;
         drop(spec);
-        let times = stitch_times(&region, &key, Duration::from_secs(2));
+        let (times, install) = stitch_times(&region, &key, Duration::from_secs(2));
         let median = times[times.len() / 2].as_secs_f64();
         let fastest = times[0].as_secs_f64();
         println!(
-            "{n:>10} {insts:>8} {:>9.1} us {:>11.0} ns {:>11.1} ns {:>9.1} us",
+            "{n:>10} {insts:>8} {:>9.1} us {:>11.0} ns {:>11.1} ns {:>9.1} us {:>7.1} us",
             median * 1e6,
             median * 1e9 / n as f64,
             median * 1e9 / insts as f64,
-            fastest * 1e6
+            fastest * 1e6,
+            install.as_secs_f64() * 1e6
         );
         rows.push((n, insts, median, fastest));
     }
