@@ -25,7 +25,8 @@
 //! unknown and is treated as variable. The tape is then replayed into the fold layer over
 //! the real backend with the result ([`crate::fold::Fold::with_constant_params`]).
 //!
-//! **Why it is sound.** The replay makes the calls the executor made, so its blocks and
+//! **Why it is sound.** The replay makes the calls the executor made (but for the jumps
+//! into merged blocks, which the shape leaves out too), so its blocks and
 //! edges are those the shape was read from. What the shape calls a constant is one the
 //! fold layer also has (a constant the executor asked for, or an array element the fold
 //! layer keeps as a value, for the same constant index); what it calls a parameter is that
@@ -47,6 +48,12 @@
 //! parameter of scalar type is read as zero and left out like a constant: whatever reads
 //! it would have made it live, so no code sees the zero; only jumps to dead parameters
 //! pass it on, and those arguments are left out too.
+//!
+//! **Merged blocks.** A block the replay merges into the block that jumps to it
+//! ([`crate::tape::Tape::replay`]) has no parameters in the shape: its values take the
+//! tags of the jump's arguments, so what flows through it is what was passed in, and a
+//! read of one of them is a read of what was passed. [`Known`] numbers only the blocks
+//! the replay creates.
 
 use crate::ops::Const;
 use crate::types::{Scalar, Type};

@@ -8,7 +8,9 @@
 //! `k` stands for the `k`th value the emitter made, block `k` for the `k`th block. The
 //! stitch tier records a unit once, reads its constant block parameters off the recording
 //! ([`Tape::shape`], [`crate::params`]), then replays it into the fold layer over the
-//! stencil emitter with them.
+//! stencil emitter with them. Having the whole unit, the replay also merges each block
+//! that only the jump right before it enters into the jumping block ([`Tape::replay`]),
+//! which a stitcher, seeing a block before the edges that enter it later, cannot do.
 //!
 //! One call needs care: [`Emitter::array_store`] updates the executor's copy of a local
 //! array's elements in place, and which element changes is the replaying emitter's
