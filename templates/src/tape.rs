@@ -292,7 +292,7 @@ impl Tape {
     /// Replays the recording into `em`; returns the block the entry (block 0) became.
     ///
     /// **Straight-line chains merge.** A block that one recorded edge enters, a jump that
-    /// the recording followed at once by stitching that block ([`Tape::merges`]), is not
+    /// the recording followed at once by stitching that block, and not the entry, is not
     /// a block of its own in the replay: the jump is left out, and the block's code goes
     /// on in the jumping block with its parameters bound to the jump's arguments. (So an
     /// unrolled interpreter's handlers, each a root copy the jump ending the last one
