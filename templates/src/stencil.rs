@@ -1364,6 +1364,8 @@ struct Scratch {
     run: Vec<u32>,
     passes: Vec<(u32, u32)>,
     also: Vec<u32>,
+    loaded: Vec<bool>,
+    stores: Vec<u32>,
 }
 
 thread_local! {
@@ -1444,6 +1446,13 @@ pub struct StencilEmitter<'a> {
     /// written to (`u32::MAX`: none): a later jump that writes `s` as a parameter writes
     /// `d` too (see `retarget`).
     also: Vec<u32>,
+    /// Per frame word, whether a copied stencil may load it: it is an operand word of the
+    /// copy (a constant operand equal to a word's offset counts too, which can only keep
+    /// more stores), or a word of an array in the frame (read through its address).
+    loaded: Vec<bool>,
+    /// Where the result store of each operation copied stands (the offset in `code` of
+    /// its displacement), for `drop_dead_stores`.
+    stores: Vec<u32>,
     /// Also make each stencil's common variants ([`StencilLib::make_variants`]).
     variants: bool,
     /// Stencils copied and their machine instructions.
@@ -1486,7 +1495,9 @@ impl Drop for StencilEmitter<'_> {
             defs,
             run,
             passes,
-            also
+            also,
+            loaded,
+            stores
         );
         SCRATCH.with(|c| c.set(Some(sc)));
     }
@@ -1542,6 +1553,8 @@ impl<'a> StencilEmitter<'a> {
             run: std::mem::take(&mut sc.run),
             passes: std::mem::take(&mut sc.passes),
             also: std::mem::take(&mut sc.also),
+            loaded: std::mem::take(&mut sc.loaded),
+            stores: std::mem::take(&mut sc.stores),
             variants: false,
             copies: 0,
             insts: 0,
@@ -1581,6 +1594,7 @@ impl<'a> StencilEmitter<'a> {
             return Err(e);
         }
         self.invert_cuts();
+        self.drop_dead_stores();
         let cold_at = self.code.len() as i64;
         self.code.extend_from_slice(&self.cold);
         for &(at, off) in &self.cold_fixups {
@@ -1840,6 +1854,59 @@ impl<'a> StencilEmitter<'a> {
         self.acc_inherited = false;
     }
 
+    /// Frame words `w..w + n` may be loaded (see `loaded`).
+    fn mark_loaded(&mut self, w: u64, n: u32) {
+        let (w, end) = (w as usize, w as usize + n as usize);
+        if end > self.loaded.len() {
+            self.loaded.resize(end, false);
+        }
+        self.loaded[w..end].fill(true);
+    }
+
+    /// **Dead stores.** An operation's stencil leaves its result in the accumulator and
+    /// stores it into its frame word; when no stencil copied into the unit loads that
+    /// word (the result was used only from the accumulator, or not at all), the store is
+    /// dead, and becomes a `nop` of the same length (so no offset moves). Only the two
+    /// forms a result store takes are rewritten, recognized by their bytes: `mov r64,
+    /// disp32(%rsi)` and `movsd xmm, disp32(%rsi)` (the frame is `%rsi`); anything else
+    /// stays. Sound because every load of a frame word is a copy's operand word (`loaded`),
+    /// or a word of an array in the frame, which all count as loaded; the final
+    /// displacement is read from the code, after any retargeting.
+    fn drop_dead_stores(&mut self) {
+        const NOPS: [&[u8]; 3] = [
+            &[0x0f, 0x1f, 0x80, 0, 0, 0, 0],
+            &[0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0],
+            &[0x66, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0],
+        ];
+        let code = &mut self.code;
+        for &at in &self.stores {
+            let at = at as usize;
+            let Some(&[d0, d1, d2, d3]) = code.get(at..at + 4) else {
+                continue;
+            };
+            let disp = u32::from_le_bytes([d0, d1, d2, d3]);
+            let word = (disp / 8) as usize;
+            if disp % 8 != 0 || self.loaded.get(word).copied().unwrap_or(false) {
+                continue;
+            }
+            let byte = |k: usize| at.checked_sub(k).map(|i| code[i]);
+            // The ModRM byte: mod 10 (disp32), r/m 110 (`%rsi`, with no REX.B).
+            if byte(1).is_none_or(|m| m & 0xc7 != 0x86) {
+                continue;
+            }
+            let start = match (byte(2), byte(3), byte(4), byte(5)) {
+                // REX.W (no REX.X, REX.B), `89`: mov r64 to memory.
+                (Some(0x89), Some(rex), ..) if rex & 0xfb == 0x48 => at - 3,
+                // `f2 0f 11`: movsd to memory, without and with a REX prefix (no W, X, B).
+                (Some(0x11), Some(0x0f), Some(0xf2), _) => at - 4,
+                (Some(0x11), Some(0x0f), Some(rex), Some(0xf2)) if rex & 0xfb == 0x40 => at - 5,
+                _ => continue,
+            };
+            let nop = NOPS[at + 4 - start - 7];
+            code[start..at + 4].copy_from_slice(nop);
+        }
+    }
+
     /// Stamps frame word `w` read by the next copy.
     fn note_read(&mut self, w: u32) {
         Self::stamp(&mut self.read_at, w, self.seq);
@@ -2048,6 +2115,11 @@ impl<'a> StencilEmitter<'a> {
             }
         }
         self.hole_values = values;
+        for &a in args {
+            if a % 8 == 0 && a / 8 < u64::from(self.slots) {
+                self.mark_loaded(a / 8, 1);
+            }
+        }
         for &r in res {
             if r % 8 == 0 {
                 Self::stamp(&mut self.written_at, (r / 8) as u32, self.seq);
@@ -2061,6 +2133,9 @@ impl<'a> StencilEmitter<'a> {
                 .map(|h| (!h.wide).then_some(base as u32 + h.at))
                 .collect::<Option<_>>()
                 .unwrap_or_default();
+            if let ([at], 0, None) = (&sites[..], r % 8, cold) {
+                self.stores.push(*at);
+            }
             if !sites.is_empty() && r % 8 == 0 && cold.is_none() {
                 self.defs.push(Def {
                     word: (r / 8) as u32,
@@ -2410,6 +2485,7 @@ impl<'a> StencilEmitter<'a> {
         self.code.truncate(lc.start);
         self.defs
             .retain(|d| d.sites.iter().all(|&at| (at as usize) < lc.start));
+        self.stores.retain(|&at| (at as usize) < lc.start);
         self.fixups.truncate(lc.fixups);
         self.frame_holes.truncate(lc.frame_holes);
         self.copies = lc.copies;
@@ -2623,6 +2699,7 @@ impl Backend for StencilEmitter<'_> {
         let words = (size * elems.len() as u64).div_ceil(8).max(1) as u32;
         let base = self.slots;
         self.slots += words;
+        self.mark_loaded(u64::from(base), words);
         let (ptr, len) = (self.slot(), self.slot());
         self.emit(
             Key::FrameAddr,
@@ -2914,6 +2991,58 @@ mod tests {
             }
         }
         em.finish(blocks[0]).expect("stitched").0
+    }
+
+    /// Whether `code` stores a 64-bit register into frame word `w` (`mov r64,
+    /// disp32(%rsi)`).
+    fn stores_to(code: &[u8], w: u32) -> bool {
+        let disp = (8 * w).to_le_bytes();
+        code.windows(7)
+            .any(|c| c[0] & 0xfb == 0x48 && c[1] == 0x89 && c[2] & 0xc7 == 0x86 && c[3..] == disp)
+    }
+
+    /// A unit of `x`: `y = x + 1`, `z = y + 5`, then `ret z`, or (`reuse`) `ret z + y`;
+    /// its code and `y`'s frame word.
+    fn sums(lib: &StencilLib, reuse: bool) -> (Vec<u8>, u32) {
+        let mut services = NoServices;
+        let i = Type::I64;
+        let mut em = StencilEmitter::new(lib, &mut services, false, Vec::new(), &[i]);
+        let b = em.create_block(&[i]);
+        em.switch_to_block(b);
+        let x = params(&mut em, b, &[i])[0];
+        let add = TOp::Binary(BinaryOp::Add);
+        let (one, five) = (
+            em.constant(Const::Int(Scalar::I64, 1)),
+            em.constant(Const::Int(Scalar::I64, 5)),
+        );
+        let loc = SrcLoc::default();
+        let y = em.op(&add, &[x, one], &[i, i], loc).expect("a result");
+        let z = em.op(&add, &[y, five], &[i, i], loc).expect("a result");
+        let r = match reuse {
+            true => em.op(&add, &[z, y], &[i, i], loc).expect("a result"),
+            false => z,
+        };
+        em.ret(Some(r));
+        let SVal::Slot(w, _) = y else {
+            panic!("{y:?} is not in a frame word")
+        };
+        (em.finish(b).expect("stitched").0, w)
+    }
+
+    /// A result that only the next operation reads, from the accumulator, is not stored:
+    /// its store became a `nop` of the same length. One read from its frame word keeps
+    /// the store.
+    #[test]
+    fn results_read_only_from_the_accumulator_are_not_stored() {
+        const NOP7: [u8; 7] = [0x0f, 0x1f, 0x80, 0, 0, 0, 0];
+        let lib = StencilLib::new(test_isa());
+        let nops = |code: &[u8]| code.windows(7).filter(|c| *c == NOP7).count();
+        let (code, y) = sums(&lib, false);
+        assert!(!stores_to(&code, y), "{code:x?}");
+        assert_eq!(nops(&code), 2, "y and z are not stored: {code:x?}");
+        let (code, y) = sums(&lib, true);
+        assert!(stores_to(&code, y), "{code:x?}");
+        assert_eq!(nops(&code), 2, "z and z + y are not stored: {code:x?}");
     }
 
     /// Blocks that only jump on get no code: jumps to them go where they lead (jump
