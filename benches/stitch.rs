@@ -16,9 +16,10 @@
 //! byte-code program, through the whole runtime (fold layer, stencils, code heap), for ten
 //! seconds, and prints the median time of one and of the part that installs the code
 //! (`--specialize PROGRAM work`: with the work-list executor); `--code` runs each
-//! byte-code program's
-//! stitch-tier code (without and with constant block parameters) and optimizing-tier
-//! code, alternating, and prints the ratios of their median times; `--scale` makes
+//! byte-code program's stitch-tier code (without and with
+//! `RuntimeOptions::constant_params`: constant and dead block parameters, merged blocks)
+//! and optimizing-tier code, alternating, and prints the ratios of their median times;
+//! `--scale` makes
 //! stitch-tier specializations of the interpreter on generated programs of 17 to 1,025
 //! byte-codes and prints the cost per byte-code and per machine instruction, the median
 //! time of installing the code, and the marginal cost of one more byte-code (`DYC_SCALE_K=k` runs only the program of `k`
@@ -367,7 +368,8 @@ fn scale() {
 }
 
 /// The code of both tiers on every byte-code program: specializations in the stitch tier
-/// (without and with constant block parameters) and in the optimizing tier, none moving
+/// (without and with the tape's uses: constant and dead block parameters, merged blocks)
+/// and in the optimizing tier, none moving
 /// up, 9 runs each, alternating; prints each one's median time, the stitch tier's over
 /// the optimizing tier's, and their geometric means.
 fn code() {
