@@ -19,11 +19,10 @@
 //! byte-code program's stitch-tier code (without and with
 //! `RuntimeOptions::constant_params`: constant and dead block parameters, merged blocks)
 //! and optimizing-tier code, alternating, and prints the ratios of their median times;
-//! `--scale` makes
-//! stitch-tier specializations of the interpreter on generated programs of 17 to 1,025
-//! byte-codes and prints the cost per byte-code and per machine instruction, the median
-//! time of installing the code, and the marginal cost of one more byte-code (`DYC_SCALE_K=k` runs only the program of `k`
-//! loops, for a profiler).
+//! `--scale` makes stitch-tier specializations of the interpreter on generated programs
+//! of 17 to 1,025 byte-codes and prints the cost per byte-code and per machine
+//! instruction, the median time of installing the code, and the marginal cost of one
+//! more byte-code (`DYC_SCALE_K=k` runs only the program of `k` loops, for a profiler).
 
 use std::time::{Duration, Instant};
 
@@ -238,7 +237,7 @@ fn regions() -> Vec<Region> {
 }
 
 /// Stitch-tier specializations of the interpreter on byte-code program `name` with
-/// `executor` for ten seconds; prints the median time of one.
+/// `executor` for ten seconds; prints the median time of one and of installing its code.
 fn specialize(name: &str, executor: ExecutorKind) {
     use dyc::{Arg, Program, RuntimeOptions};
     let src = include_str!("../examples/bytecode.dyc");

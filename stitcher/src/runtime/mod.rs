@@ -449,9 +449,9 @@ struct Stitched {
     /// Stencils copied, and their machine instructions.
     stencils: usize,
     insts: usize,
-    /// Block parameters read as constants, and left out as dead; blocks merged.
-    consts: (usize, usize),
-    merged: usize,
+    /// What the tape found: block parameters read as constants, parameters left out as
+    /// dead, and blocks merged.
+    tape: (usize, usize, usize),
     unit: Unit<u32>,
 }
 
@@ -741,23 +741,23 @@ impl Shared {
             em = em.with_variants();
         }
         let mut em = Fold::new(em, input.static_lens());
-        // A specialization (generic code has no constants to find) is recorded, replayed
-        // to find its constant block parameters, and replayed with them into the stencil
-        // emitter.
-        let (unit, consts) = match input.spec {
+        // A specialization (generic code has no constants to find) is recorded, its
+        // constant and dead block parameters and its merged blocks read off the recording,
+        // and replayed with them into the stencil emitter.
+        let (unit, found) = match input.spec {
             Some(_) if self.opts.constant_params && !variants => {
                 // The tape and the shape are the thread's, reused from unit to unit.
                 let (mut tape, mut shape) = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
                 tape.clear();
                 let unit = self.run_executor(input, &mut tape)?;
-                tape.shape(&mut shape);
-                let known = shape.solve();
-                let consts = (known.count(), known.dead(), tape.merged());
-                em = em.with_constant_params(known);
                 if unit.entry != 0 {
                     let m = "the tape's entry is not its first block";
                     return Err(RuntimeError::Spec(SpecError::Internal(m.into())));
                 }
+                tape.shape(&mut shape);
+                let known = shape.solve();
+                let counts = (known.count(), known.dead(), tape.merged());
+                em = em.with_constant_params(known);
                 let replayed = tape.replay(&mut em);
                 if tape.len() <= SCRATCH_CALLS {
                     SCRATCH.with(|s| *s.borrow_mut() = (tape, shape));
@@ -766,7 +766,7 @@ impl Shared {
                     // The stencil emitter failed and made no value (a refused stencil).
                     return Ok(None);
                 };
-                (Unit { entry, ..unit }, consts)
+                (Unit { entry, ..unit }, counts)
             }
             _ => (self.run_executor(input, &mut em)?, (0, 0, 0)),
         };
@@ -778,8 +778,7 @@ impl Shared {
                 code,
                 stencils,
                 insts,
-                consts: (consts.0, consts.1),
-                merged: consts.2,
+                tape: found,
                 unit,
             }))
     }
@@ -810,9 +809,9 @@ impl Shared {
                 ops: made.unit.ops,
                 insts: made.insts,
                 stencils: made.stencils,
-                constant_params: made.consts.0,
-                dead_params: made.consts.1,
-                merged_blocks: made.merged,
+                constant_params: made.tape.0,
+                dead_params: made.tape.1,
+                merged_blocks: made.tape.2,
                 stitch_ns,
                 compile_ns: t1.elapsed().as_nanos() as u64,
             },
