@@ -474,9 +474,22 @@ fn main() {
             mode: PromotionMode::Inline(&|_| Vec::new()),
             budget: Budget::default(),
         };
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(10) {
-            std::hint::black_box(run(&cx, &r.key, e));
+        // `DYC_PROFILE_RUNS=n`: exactly n runs (for counting instructions), else ten seconds.
+        match std::env::var("DYC_PROFILE_RUNS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+        {
+            Some(n) => {
+                for _ in 0..n {
+                    std::hint::black_box(run(&cx, &r.key, e));
+                }
+            }
+            None => {
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_secs(10) {
+                    std::hint::black_box(run(&cx, &r.key, e));
+                }
+            }
         }
         return;
     }

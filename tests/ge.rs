@@ -266,3 +266,36 @@ fn residual(
     )
     .expect("specializes")
 }
+
+/// The constants of setup code, which executors set once per unit, are the registers that
+/// a setup constant and no other static operation defines. (That skipping their operations
+/// changes no result is shown by the random-program properties of `dyc`.)
+#[test]
+fn setup_constants_are_set_once_per_unit() {
+    let (_, p) = power();
+    let mut twice = p.clone();
+    let consts = p.constants().to_vec();
+    assert!(!consts.is_empty());
+    for &(r, c) in &consts {
+        let defs: Vec<&SetupOp> = p
+            .blocks
+            .values()
+            .flat_map(|d| &d.ops)
+            .filter_map(|op| match op {
+                dyc_stitcher::ge::Op::Setup { dst, op, .. } if *dst == r => Some(op),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(defs, [&SetupOp::Const(c)]);
+    }
+    // A second static definition of the first constant's register.
+    let (r, _) = consts[0];
+    let data = twice.blocks.values_mut().last().expect("a block");
+    data.ops.push(dyc_stitcher::ge::Op::Setup {
+        dst: r,
+        op: SetupOp::Copy(r),
+        loc: SrcLoc::default(),
+    });
+    assert!(twice.constants().iter().all(|&(x, _)| x != r));
+    assert!(!twice.is_constant()[r.as_u32() as usize]);
+}

@@ -113,6 +113,9 @@ pub(super) struct Spec<'a, E: Emitter> {
     blocks: usize,
     ops: usize,
     env_s: Vec<Option<SVal>>,
+    /// Per register, whether it holds one of the program's constants (set once in `new`,
+    /// never cleared, their operations skipped).
+    constant: &'a [bool],
     env_d: Vec<Option<E::Value>>,
     /// Local arrays: element type and the values of the elements (`None` once cleared;
     /// the buffers are kept for the next array set in the register).
@@ -166,6 +169,10 @@ impl<'a, E: Emitter> Spec<'a, E> {
             return internal(format!("start block {start} does not exist"));
         }
         let n = prog.header.num_regs as usize;
+        let mut env_s = vec![None; n];
+        for &(r, c) in prog.constants() {
+            env_s[r.index()] = Some(SVal::Scalar(c));
+        }
         Ok(Spec {
             prog,
             plan,
@@ -188,7 +195,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
             site_index: HashMap::new(),
             blocks: 0,
             ops: 0,
-            env_s: vec![None; n],
+            env_s,
+            constant: prog.is_constant(),
             env_d: vec![None; n],
             env_a: (0..n).map(|_| (None, Vec::new())).collect(),
             params: Vec::new(),
@@ -372,8 +380,11 @@ impl<'a, E: Emitter> Spec<'a, E> {
         if let Some(key) = key {
             // Clear what earlier blocks set (not the whole register file: this runs once
             // per copy or run of a tree).
+            // (A constant in a key keeps its value: its operation is skipped.)
             for r in self.touched.drain(..) {
-                self.env_s[r.index()] = None;
+                if self.constant.get(r.index()) != Some(&true) {
+                    self.env_s[r.index()] = None;
+                }
             }
             let nregs = sb.key_regs().count();
             if nregs != key.len() {
@@ -420,6 +431,11 @@ impl<'a, E: Emitter> Spec<'a, E> {
             }
         }
         for op in &sb.ops {
+            if let Op::Setup { dst, .. } = op {
+                if self.constant.get(dst.index()) == Some(&true) {
+                    continue;
+                }
+            }
             self.ops += 1;
             if self.ops > self.budget.max_ops {
                 return Err(self.exceeded(BudgetKind::Ops, self.budget.max_ops));

@@ -373,6 +373,67 @@ impl StitchProgram {
         });
         all.get(b.index()).copied().unwrap_or(0)
     }
+
+    /// The static registers that setup constants define, with their values (made once,
+    /// like [`StitchProgram::input_types`]): those with no other static definition (every
+    /// register of the CFG form is defined once, which this checks). Such a register holds
+    /// its constant wherever it is read, so executors set these registers once per unit,
+    /// before any block, and skip the constants' operations: setup code with no inputs,
+    /// placed as early as it can be, costs nothing per block copy.
+    pub fn constants(&self) -> &[(Reg, Const)] {
+        &self.constant_regs().0
+    }
+
+    /// Per register, whether it is one of [`StitchProgram::constants`].
+    pub fn is_constant(&self) -> &[bool] {
+        &self.constant_regs().1
+    }
+
+    fn constant_regs(&self) -> &Constants {
+        self.derived.constants.get_or_init(|| {
+            // Static definitions per register (checked here rather than assumed, so that
+            // a register defined twice is never taken for a constant).
+            let mut defs = vec![0u32; self.header.num_regs as usize];
+            let mut def = |r: Reg| {
+                if let Some(n) = defs.get_mut(r.index()) {
+                    *n += 1;
+                }
+            };
+            for data in self.blocks.values() {
+                for p in &data.params {
+                    if let Param::Static(r) = p {
+                        def(*r);
+                    }
+                }
+                for &(_, r) in &data.promote {
+                    def(r);
+                }
+                for op in &data.ops {
+                    if let Op::Setup { dst, .. } = op {
+                        def(*dst);
+                    }
+                }
+            }
+            let list = self
+                .blocks
+                .values()
+                .flat_map(|data| &data.ops)
+                .filter_map(|op| match op {
+                    Op::Setup {
+                        dst,
+                        op: SetupOp::Const(c),
+                        ..
+                    } if defs.get(dst.index()) == Some(&1) => Some((*dst, *c)),
+                    _ => None,
+                })
+                .collect::<Vec<_>>();
+            let mut is = vec![false; defs.len()];
+            for &(r, _) in &list {
+                is[r.index()] = true;
+            }
+            (list, is)
+        })
+    }
 }
 
 /// Caches that equal every other (programs compare by what they say).
@@ -380,7 +441,11 @@ impl StitchProgram {
 struct Derived {
     input_types: std::sync::OnceLock<Vec<Vec<Type>>>,
     in_edges: std::sync::OnceLock<Vec<u32>>,
+    constants: std::sync::OnceLock<Constants>,
 }
+
+/// The constant registers and, per register, whether it is one.
+type Constants = (Vec<(Reg, Const)>, Vec<bool>);
 
 impl PartialEq for Derived {
     fn eq(&self, _: &Derived) -> bool {
