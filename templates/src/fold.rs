@@ -50,8 +50,8 @@ pub type BCase<B> = (u64, <B as Backend>::Block, Vec<<B as Backend>::Value>);
 /// [`Emitter`] (blocks created with their parameter types and filled one at a time, one
 /// terminator each), but values are always in code, and loads and stores are unchecked.
 pub trait Backend {
-    type Value: Copy + Eq + Hash + std::fmt::Debug;
-    type Block: Copy + Eq + std::fmt::Debug;
+    type Value: Copy + Eq + Hash + std::fmt::Debug + 'static;
+    type Block: Copy + Eq + std::fmt::Debug + 'static;
 
     fn create_block(&mut self, params: &[Type]) -> Self::Block;
     /// The number of block `b` (blocks are numbered densely from 0).

@@ -78,8 +78,8 @@ pub type Case<E> = (u64, <E as Emitter>::Block, Vec<<E as Emitter>::Value>);
 /// [`Emitter::switch_to_block`]; every block ends with exactly one terminator (`jump`,
 /// `brif`, `switch`, `ret`, `trap`, `promote`).
 pub trait Emitter {
-    type Value: Copy + std::fmt::Debug;
-    type Block: Copy + Eq + std::fmt::Debug;
+    type Value: Copy + std::fmt::Debug + 'static;
+    type Block: Copy + Eq + std::fmt::Debug + 'static;
 
     fn create_block(&mut self, params: &[Type]) -> Self::Block;
     /// Told by the executor, before it fills block `b`, that `b` is the copy of template

@@ -45,6 +45,27 @@ impl<B: Copy> Memo<B> {
         }
     }
 
+    /// A memo that holds no memory yet.
+    pub(super) fn empty() -> Memo<B> {
+        Memo {
+            heads: FxHashMap::default(),
+            entries: Vec::new(),
+            vals: Vec::new(),
+        }
+    }
+
+    /// Forgets every copy, keeping the memory.
+    pub(super) fn clear(&mut self) {
+        self.heads.clear();
+        self.entries.clear();
+        self.vals.clear();
+    }
+
+    /// The number of copies and static values stored.
+    pub(super) fn len(&self) -> usize {
+        self.entries.len() + self.vals.len()
+    }
+
     fn hash(b: Block, key: &[SVal]) -> u64 {
         let mut h = FxHasher::default();
         h.write_u32(b.as_u32());

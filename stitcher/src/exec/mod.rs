@@ -11,6 +11,7 @@
 mod memo;
 pub mod planned;
 pub mod record;
+mod scratch;
 pub mod worklist;
 
 use dyc_templates::ops::Const;

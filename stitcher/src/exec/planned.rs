@@ -91,18 +91,18 @@ impl Executor for Planned {
         let mut queue = Queue {
             heap: BinaryHeap::new(),
         };
-        queue.add(plan, &s.memo, &mut s.work);
+        queue.add(plan, &s.sc.memo, &mut s.sc.work);
         while let Some(k) = queue.pop() {
-            let (root, key, res) = s.memo.copy(k);
+            let (root, key, res) = s.sc.memo.copy(k);
             let key = Key::from_slice(key);
             let Some(mut pc) = plan.root(root) else {
                 return Err(SpecError::Internal(format!("{root} is not a root")));
             };
-            s.slots[root.index()] = Some(super::worklist::Slot {
+            s.sc.slots[root.index()] = Some(super::worklist::Slot {
                 block: res,
                 stitched: false,
             });
-            s.filled.push(root);
+            s.sc.filled.push(root);
             // The root starts the run from its key; the other blocks of the tree read the
             // registers the run sets.
             let mut key = Some(key);
@@ -111,7 +111,7 @@ impl Executor for Planned {
                     Some(Step::Stitch { block, test }) => {
                         s.tests += usize::from(*test);
                         s.taken = None;
-                        let copy = match s.slots.get_mut(block.index()) {
+                        let copy = match s.sc.slots.get_mut(block.index()) {
                             Some(Some(slot)) if !slot.stitched => {
                                 slot.stitched = true;
                                 Some(slot.block)
@@ -152,8 +152,8 @@ impl Executor for Planned {
                     None => return Err(SpecError::Internal(format!("no step {pc}"))),
                 }
             }
-            for b in s.filled.drain(..) {
-                match s.slots[b.index()].take() {
+            for b in s.sc.filled.drain(..) {
+                match s.sc.slots[b.index()].take() {
                     Some(slot) if slot.stitched => {}
                     _ => {
                         return Err(SpecError::Internal(format!(
@@ -162,7 +162,7 @@ impl Executor for Planned {
                     }
                 }
             }
-            queue.add(plan, &s.memo, &mut s.work);
+            queue.add(plan, &s.sc.memo, &mut s.sc.work);
         }
         Ok(s.unit(entry))
     }

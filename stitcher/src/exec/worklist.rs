@@ -35,7 +35,7 @@ use dyc_templates::semantics::{self, Fault};
 use dyc_templates::template::{Emitter, TOp};
 use dyc_templates::types::{Scalar, SrcLoc, Type};
 
-use super::memo::Memo;
+use super::scratch::Scratch;
 use super::{Context, Executor, PromotionMode, Unit};
 use crate::ge::{
     Block, Budget, BudgetKind, CalleeDecl, Edge, Op, Operand, Param, Plan, PureHosts, Reg, SVal,
@@ -56,8 +56,8 @@ impl Executor for WorkList {
     ) -> Result<Unit<E::Block>, SpecError> {
         let mut s = Spec::new(cx, start, emitter, None)?;
         let entry = s.copy_of(start, key)?;
-        while let Some(k) = s.work.pop() {
-            let (b, key, res) = s.memo.copy(k);
+        while let Some(k) = s.sc.work.pop() {
+            let (b, key, res) = s.sc.memo.copy(k);
             let key = Key::from_slice(key);
             s.current = b;
             s.stitch(b, Some(&key), res)?;
@@ -93,14 +93,8 @@ pub(super) struct Spec<'a, E: Emitter> {
     em: &'a mut E,
     mode: &'a PromotionMode<'a>,
     budget: Budget,
-    /// Copies by (block, static values), numbered in the order they were made.
-    pub(super) memo: Memo<E::Block>,
-    /// Copies made and not yet stitched, by number in `memo`.
-    pub(super) work: Vec<u32>,
-    /// Planned stitcher: per block, its copy in the current run of a tree, with its static
-    /// key and whether it was stitched; `filled` lists the blocks with a slot.
-    pub(super) slots: Vec<Option<Slot<E::Block>>>,
-    pub(super) filled: Vec<Block>,
+    /// The memo, work list, slots, register files and buffers ([`Scratch`]).
+    pub(super) sc: Scratch<E::Value, E::Block>,
     /// The edge the last stitched block's static branch took (its index in
     /// [`Term::edges`] order), `None` if it did not end in one or did not reach it.
     pub(super) taken: Option<usize>,
@@ -112,22 +106,9 @@ pub(super) struct Spec<'a, E: Emitter> {
     site_index: HashMap<(Block, Vec<(u8, u64)>), u32>,
     blocks: usize,
     ops: usize,
-    env_s: Vec<Option<SVal>>,
     /// Per register, whether it holds one of the program's constants (set once in `new`,
     /// never cleared, their operations skipped).
     constant: &'a [bool],
-    env_d: Vec<Option<E::Value>>,
-    /// Local arrays: element type and the values of the elements (`None` once cleared;
-    /// the buffers are kept for the next array set in the register).
-    env_a: Vec<(Option<Scalar>, Vec<E::Value>)>,
-    /// The parameters of the block being stitched (a buffer reused by every copy).
-    params: Vec<E::Value>,
-    /// Empty buffers for the arguments of edges (so that edges allocate nothing).
-    buffers: Vec<Vec<E::Value>>,
-    /// Static registers set since the last start from a key. (Dynamic registers and
-    /// arrays need no clearing: a checked program defines them in every block that reads
-    /// them, from its parameters or its own operations, so a stale one is never read.)
-    touched: Vec<Reg>,
     /// Dispatch blocks for promotion edges of dynamic branches, filled after the current
     /// block: (block, promotion block, static parameters, static live-ins).
     stubs: Vec<Stub<E::Block>>,
@@ -138,13 +119,20 @@ pub(super) struct Spec<'a, E: Emitter> {
     pub(super) fused: Option<Block>,
     /// The emitter's block the current copy is being stitched into.
     cur: Option<E::Block>,
-    /// The template block being stitched and the last source position met (for budget
-    /// errors).
+    /// The template block being stitched and the first source position of the last block
+    /// stitched that has one (for budget errors).
     pub(super) current: Block,
     last_loc: SrcLoc,
 }
 
 type Stub<B> = (B, Block, Key, Key);
+
+impl<E: Emitter> Drop for Spec<'_, E> {
+    /// Leaves the working state to the next specialization on this thread.
+    fn drop(&mut self) {
+        std::mem::replace(&mut self.sc, Scratch::empty()).give_back();
+    }
+}
 
 /// A copy of a block in one run of a tree (planned stitcher).
 pub(super) struct Slot<B> {
@@ -168,10 +156,15 @@ impl<'a, E: Emitter> Spec<'a, E> {
         if prog.blocks.get(start).is_none() {
             return internal(format!("start block {start} does not exist"));
         }
-        let n = prog.header.num_regs as usize;
-        let mut env_s = vec![None; n];
+        let mut sc = Scratch::take(
+            prog.header.num_regs as usize,
+            prog.blocks.len(),
+            plan.is_some(),
+        );
         for &(r, c) in prog.constants() {
-            env_s[r.index()] = Some(SVal::Scalar(c));
+            if let Some(v) = sc.env_s.get_mut(r.index()) {
+                *v = Some(SVal::Scalar(c));
+            }
         }
         Ok(Spec {
             prog,
@@ -181,13 +174,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             em,
             mode: &cx.mode,
             budget: cx.budget,
-            memo: Memo::new(),
-            work: Vec::new(),
-            slots: match plan {
-                Some(_) => (0..prog.blocks.len()).map(|_| None).collect(),
-                None => Vec::new(),
-            },
-            filled: Vec::new(),
+            sc,
             taken: None,
             lookups: 0,
             tests: 0,
@@ -195,13 +182,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             site_index: HashMap::new(),
             blocks: 0,
             ops: 0,
-            env_s,
             constant: prog.is_constant(),
-            env_d: vec![None; n],
-            env_a: (0..n).map(|_| (None, Vec::new())).collect(),
-            params: Vec::new(),
-            buffers: Vec::new(),
-            touched: Vec::new(),
             stubs: Vec::new(),
             next_step: 0,
             fused: None,
@@ -212,10 +193,10 @@ impl<'a, E: Emitter> Spec<'a, E> {
     }
 
     /// What the unit produced.
-    pub(super) fn unit(self, entry: E::Block) -> Unit<E::Block> {
+    pub(super) fn unit(mut self, entry: E::Block) -> Unit<E::Block> {
         Unit {
             entry,
-            sites: self.sites,
+            sites: std::mem::take(&mut self.sites),
             blocks: self.blocks,
             ops: self.ops,
             lookups: self.lookups,
@@ -225,13 +206,13 @@ impl<'a, E: Emitter> Spec<'a, E> {
 
     /// An empty buffer for values.
     fn buffer(&mut self) -> Vec<E::Value> {
-        self.buffers.pop().unwrap_or_default()
+        self.sc.buffers.pop().unwrap_or_default()
     }
 
     /// Gives back a buffer [`Spec::buffer`] gave.
     fn give_back(&mut self, mut buf: Vec<E::Value>) {
         buf.clear();
-        self.buffers.push(buf);
+        self.sc.buffers.push(buf);
     }
 
     /// Counts one more block copy against the budget.
@@ -250,14 +231,14 @@ impl<'a, E: Emitter> Spec<'a, E> {
             return internal(format!("a lookup of {b}, which is not a root of the plan"));
         }
         self.lookups += 1;
-        let at = match self.memo.get(b, key) {
+        let at = match self.sc.memo.get(b, key) {
             Ok(res) => return Ok(res),
             Err(at) => at,
         };
         self.count_block()?;
         let res = self.create_block(b);
-        let k = self.memo.insert(at, b, key, res);
-        self.work.push(k);
+        let k = self.sc.memo.insert(at, b, key, res);
+        self.sc.work.push(k);
         Ok(res)
     }
 
@@ -265,7 +246,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// creates nothing).
     fn made(&mut self, b: Block, key: &[SVal]) -> Option<E::Block> {
         self.lookups += 1;
-        self.memo.get(b, key).ok()
+        self.sc.memo.get(b, key).ok()
     }
 
     /// A new emitter block with the inputs of a copy of `b` (parameter types computed
@@ -290,18 +271,18 @@ impl<'a, E: Emitter> Spec<'a, E> {
     }
 
     fn set_s(&mut self, r: Reg, v: SVal) {
-        self.env_s[r.index()] = Some(v);
-        self.touched.push(r);
+        self.sc.env_s[r.index()] = Some(v);
+        self.sc.touched.push(r);
     }
 
     fn set_d(&mut self, r: Reg, v: E::Value) {
-        self.env_d[r.index()] = Some(v);
+        self.sc.env_d[r.index()] = Some(v);
     }
 
     /// Makes local array `r` hold `elems` (of type `elem`), in the buffer the register
     /// already has.
     fn set_a(&mut self, r: Reg, elem: Scalar, elems: impl IntoIterator<Item = E::Value>) {
-        let slot = &mut self.env_a[r.index()];
+        let slot = &mut self.sc.env_a[r.index()];
         slot.0 = Some(elem);
         slot.1.clear();
         slot.1.extend(elems);
@@ -309,7 +290,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
 
     /// The elements of local array `r`.
     fn array(&self, r: Reg) -> Result<&[E::Value], SpecError> {
-        match self.env_a.get(r.index()) {
+        match self.sc.env_a.get(r.index()) {
             Some((Some(_), elems)) => Ok(elems),
             _ => internal(format!("array {r} read before it was made")),
         }
@@ -325,7 +306,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
     // every read of a static register.)
     #[inline]
     fn get_s(&self, r: Reg) -> Result<SVal, SpecError> {
-        match self.env_s.get(r.index()) {
+        match self.sc.env_s.get(r.index()) {
             Some(Some(v)) => Ok(*v),
             _ => Self::unset(r),
         }
@@ -333,7 +314,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
 
     #[inline]
     fn get_c(&self, r: Reg) -> Result<Const, SpecError> {
-        match self.env_s.get(r.index()) {
+        match self.sc.env_s.get(r.index()) {
             Some(Some(SVal::Scalar(c))) => Ok(*c),
             Some(Some(SVal::Slice(_))) => internal(format!("register {r} holds a slice")),
             _ => Self::unset(r),
@@ -347,7 +328,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
 
     fn operand(&mut self, o: Operand) -> Result<E::Value, SpecError> {
         match o {
-            Operand::Dyn(r) => match self.env_d.get(r.index()).copied().flatten() {
+            Operand::Dyn(r) => match self.sc.env_d.get(r.index()).copied().flatten() {
                 Some(v) => Ok(v),
                 None => internal(format!("dynamic variable {r} read before it was set")),
             },
@@ -381,9 +362,9 @@ impl<'a, E: Emitter> Spec<'a, E> {
             // Clear what earlier blocks set (not the whole register file: this runs once
             // per copy or run of a tree).
             // (A constant in a key keeps its value: its operation is skipped.)
-            for r in self.touched.drain(..) {
+            for r in self.sc.touched.drain(..) {
                 if self.constant.get(r.index()) != Some(&true) {
-                    self.env_s[r.index()] = None;
+                    self.sc.env_s[r.index()] = None;
                 }
             }
             let nregs = sb.key_regs().count();
@@ -412,7 +393,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             Some(f) => return internal(format!("{f} was fused, and {b} stitched next")),
             None => {
                 self.switch_to(res);
-                let mut params = std::mem::take(&mut self.params);
+                let mut params = std::mem::take(&mut self.sc.params);
                 params.clear();
                 self.em.block_params(res, &mut params);
                 let mut next = 0;
@@ -427,8 +408,17 @@ impl<'a, E: Emitter> Spec<'a, E> {
                         _ => self.set_d(r, vals[0]),
                     }
                 }
-                self.params = params;
+                self.sc.params = params;
             }
+        }
+        // The budget of operations is checked once per block, before any of them runs;
+        // a block with no source position of its own has the last one met.
+        if self.ops + sb.ops.len() > self.budget.max_ops {
+            return Err(self.exceeded(BudgetKind::Ops, self.budget.max_ops));
+        }
+        let first = sb.first_loc();
+        if first.is_known() {
+            self.last_loc = first;
         }
         for op in &sb.ops {
             if let Op::Setup { dst, .. } = op {
@@ -437,14 +427,6 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 }
             }
             self.ops += 1;
-            if self.ops > self.budget.max_ops {
-                return Err(self.exceeded(BudgetKind::Ops, self.budget.max_ops));
-            }
-            if let Op::Setup { loc, .. } | Op::Emit { loc, .. } = op {
-                if loc.is_known() {
-                    self.last_loc = *loc;
-                }
-            }
             match op {
                 Op::Setup { dst, op, loc } => {
                     if !self.setup(*dst, op)? {
@@ -477,7 +459,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     loc,
                 } => {
                     let i = self.operand(*index)?;
-                    let (elem, elems) = match self.env_a.get(arr.index()) {
+                    let (elem, elems) = match self.sc.env_a.get(arr.index()) {
                         Some((Some(elem), elems)) => (*elem, elems),
                         _ => return internal(format!("array {arr} read before it was made")),
                     };
@@ -492,7 +474,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 } => {
                     let i = self.operand(*index)?;
                     let v = self.operand(*value)?;
-                    let (elem, elems) = match self.env_a.get_mut(arr.index()) {
+                    let (elem, elems) = match self.sc.env_a.get_mut(arr.index()) {
                         Some((Some(elem), elems)) => (*elem, elems),
                         _ => return internal(format!("array {arr} read before it was made")),
                     };
@@ -745,13 +727,13 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// parameters (a non-root block with static parameters has this one in-edge).
     fn tree_edge(&mut self, e: &Edge) -> Result<Target<E>, SpecError> {
         let i = e.block.index();
-        let fresh = matches!(self.slots.get(i), Some(None));
+        let fresh = matches!(self.sc.slots.get(i), Some(None));
         let mut dyns = Vals::new();
         self.tree_params(e, fresh, &mut dyns)?;
         let mut args = self.buffer();
         args.extend(dyns.iter().map(|&(_, v)| v));
         self.live_args(e.block, &mut args)?;
-        if let Some(Some(slot)) = self.slots.get(i) {
+        if let Some(Some(slot)) = self.sc.slots.get(i) {
             return Ok((slot.block, args));
         }
         let block = self.create_block(e.block);
@@ -813,7 +795,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
         let tb = &self.prog.blocks[e.block];
         if plan.is_root(e.block)
             || self.prog.in_edges(e.block) != 1
-            || !matches!(self.slots.get(e.block.index()), Some(None))
+            || !matches!(self.sc.slots.get(e.block.index()), Some(None))
             || self.cur.is_none()
             || tb
                 .params
@@ -861,11 +843,11 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// `block`, to be stitched when the tree's step reaches it.
     fn fill_slot(&mut self, b: Block, block: E::Block) -> Result<(), SpecError> {
         self.count_block()?;
-        self.slots[b.index()] = Some(Slot {
+        self.sc.slots[b.index()] = Some(Slot {
             block,
             stitched: false,
         });
-        self.filled.push(b);
+        self.sc.filled.push(b);
         Ok(())
     }
 
