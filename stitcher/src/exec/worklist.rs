@@ -76,11 +76,20 @@ type Vals<V> = SmallVec<[V; 4]>;
 /// [`Spec::give_back`]).
 type Target<E> = (<E as Emitter>::Block, Vec<<E as Emitter>::Value>);
 
-/// What an edge gives its target: static parameters, static live-ins, dynamic inputs.
+/// What an edge gives its target: its static key (the static parameters, then the static
+/// live-ins: `params` values, then the rest) and its dynamic inputs.
 struct Inputs<V> {
-    params: Key,
-    live: Key,
+    key: Key,
+    params: usize,
     args: Vec<V>,
+}
+
+impl<V> Inputs<V> {
+    /// The static parameters and the static live-ins apart (for promotions).
+    fn split(&self) -> (Key, Key) {
+        let (p, l) = self.key.split_at(self.params);
+        (Key::from_slice(p), Key::from_slice(l))
+    }
 }
 
 pub(super) struct Spec<'a, E: Emitter> {
@@ -684,13 +693,13 @@ impl<'a, E: Emitter> Spec<'a, E> {
             ));
         }
         let mut inputs = Inputs {
-            params: Key::new(),
-            live: Key::new(),
+            key: Key::new(),
+            params: 0,
             args: self.buffer(),
         };
         for (p, &a) in tb.params.iter().zip(&e.args) {
             match (p, a) {
-                (Param::Static(_), Operand::Static(r)) => inputs.params.push(self.get_s(r)?),
+                (Param::Static(_), Operand::Static(r)) => inputs.key.push(self.get_s(r)?),
                 (Param::Static(_), Operand::Dyn(_)) => {
                     return internal(format!(
                         "dynamic argument for a static parameter of {}",
@@ -700,8 +709,9 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 (Param::Dyn(..), a) => inputs.args.push(self.operand(a)?),
             }
         }
+        inputs.params = inputs.key.len();
         for &r in &tb.static_live_in {
-            inputs.live.push(self.get_s(r)?);
+            inputs.key.push(self.get_s(r)?);
         }
         self.live_args(e.block, &mut inputs.args)?;
         Ok(inputs)
@@ -863,8 +873,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
         let inputs = self.target_inputs(e)?;
         let tb = &self.prog.blocks[e.block];
         if tb.promote.is_empty() {
-            let mut key = inputs.params;
-            key.extend(inputs.live);
+            let key = inputs.key;
             let lazy =
                 tb.lazy.enters_lazily(dynamic) && matches!(self.mode, PromotionMode::Units { .. });
             if !lazy {
@@ -880,7 +889,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
         // A dispatch block with the promotion block's inputs, filled once the current
         // block is finished (emitters fill one block at a time).
         let stub = self.create_block(e.block);
-        self.stubs.push((stub, e.block, inputs.params, inputs.live));
+        let (params, live) = inputs.split();
+        self.stubs.push((stub, e.block, params, live));
         Ok((stub, inputs.args))
     }
 
@@ -895,8 +905,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             // A lazy block entered by a jump: its copy in this unit, or a promotion of no
             // values emitted here.
             let inputs = self.target_inputs(e)?;
-            let mut key = inputs.params;
-            key.extend(inputs.live);
+            let key = inputs.key;
             if let Some(copy) = self.made(e.block, &key) {
                 return Ok(Some((copy, inputs.args)));
             }
@@ -912,7 +921,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
             return Ok(Some(self.edge_block(e, false)?));
         }
         let inputs = self.target_inputs(e)?;
-        self.promotion(e.block, inputs.params, inputs.live, &inputs.args)?;
+        let (params, live) = inputs.split();
+        self.promotion(e.block, params, live, &inputs.args)?;
         self.give_back(inputs.args);
         Ok(None)
     }
