@@ -61,9 +61,9 @@ impl<B: Copy> Memo<B> {
         self.vals.clear();
     }
 
-    /// The number of copies and static values stored.
-    pub(super) fn len(&self) -> usize {
-        self.entries.len() + self.vals.len()
+    /// The room its tables have, in entries (copies, chain heads and static values).
+    pub(super) fn room(&self) -> usize {
+        self.heads.capacity() + self.entries.capacity() + self.vals.capacity()
     }
 
     fn hash(b: Block, key: &[SVal]) -> u64 {

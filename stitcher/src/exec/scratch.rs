@@ -2,12 +2,12 @@
 //!
 //! An executor's working state (register files, the memo of copies, the slots of a tree's
 //! run, the work list, buffers for edge arguments) is a dozen vectors and a hash table
-//! sized by the program. Allocating them afresh made a small unit's specialization spend a
-//! tenth of its time in the allocator, so a finished specialization leaves them, emptied
-//! but with their capacity, in a per-thread pool for the next one with the same emitter
-//! types. The pool holds a few sets per thread, and a set that grew past
-//! [`KEEP_LIMIT`] values is dropped rather than kept, so a thread holds at most a few
-//! small sets however large a unit it once specialized.
+//! sized by the program. Allocating them afresh cost a small unit's specialization about
+//! a twelfth of the executor's instructions, so a finished specialization leaves them,
+//! emptied but with their capacity, in a per-thread pool for the next one with the same
+//! emitter types. The pool holds [`POOL`] sets per thread at most, and a set with room
+//! for more than [`KEEP_LIMIT`] elements is dropped rather than kept, so a thread holds a
+//! few small sets however large a unit it once specialized.
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -21,8 +21,9 @@ use crate::ge::{Block, Reg, SVal};
 /// The most sets a thread keeps (one per emitter type in use, in practice).
 const POOL: usize = 4;
 
-/// A set whose vectors hold more elements than this in all is not kept.
-pub(super) const KEEP_LIMIT: usize = 1 << 16;
+/// A set whose vectors have room for more elements than this in all is not kept (a few
+/// hundred KiB at most: a thread keeps at most [`POOL`] sets).
+pub(super) const KEEP_LIMIT: usize = 1 << 13;
 
 thread_local! {
     static SETS: RefCell<Vec<Box<dyn Any>>> = const { RefCell::new(Vec::new()) };
@@ -118,11 +119,17 @@ impl<V: Copy + 'static, B: Copy + 'static> Scratch<V, B> {
     /// Gives the set back to this thread's pool, unless it grew too large or the pool is
     /// full.
     pub(super) fn give_back(self) {
-        let size = self.memo.len()
-            + self.slots.len()
-            + self.env_s.len()
+        let size = self.memo.room()
+            + self.work.capacity()
+            + self.slots.capacity()
+            + self.filled.capacity()
+            + self.env_s.capacity()
+            + self.env_d.capacity()
+            + self.env_a.capacity()
             + self.env_a.iter().map(|a| a.1.capacity()).sum::<usize>()
-            + self.buffers.iter().map(Vec::capacity).sum::<usize>();
+            + self.params.capacity()
+            + self.buffers.iter().map(Vec::capacity).sum::<usize>()
+            + self.touched.capacity();
         if size > KEEP_LIMIT {
             return;
         }
@@ -157,7 +164,7 @@ mod tests {
         s.buffers.push(vec![9]);
         s.give_back();
         let s = Scratch::<u32, u32>::take(16, 2, false);
-        assert_eq!(s.memo.len(), 0);
+        assert!(s.memo.get(Block::new(1), &[]).is_err(), "the memo is empty");
         assert!(s.work.is_empty() && s.touched.is_empty() && s.slots.is_empty());
         assert_eq!(s.env_s.len(), 16);
         assert!(s.env_s.iter().all(Option::is_none));
