@@ -23,6 +23,10 @@
 //! of 17 to 1,025 byte-codes and prints the cost per byte-code and per machine
 //! instruction, the median time of installing the code, and the marginal cost of one
 //! more byte-code (`DYC_SCALE_K=k` runs only the program of `k` loops, for a profiler).
+//! `DYC_PROFILE_RUNS=n` makes `--profile`, `--specialize` and `--scale` do exactly `n`
+//! runs (specializations per program) instead of running for a time: with two values of
+//! `n` under `valgrind --tool=lackey --basic-counts=yes`, the difference of the counts is
+//! the instructions of that many runs, a measure the machine's noise does not touch.
 
 use std::time::{Duration, Instant};
 
