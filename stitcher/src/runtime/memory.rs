@@ -79,9 +79,14 @@ unsafe impl Send for Module {}
 /// freed with the region. One per region, moved once: the variants' sizes do not matter.
 #[allow(clippy::large_enum_variant)]
 enum ModuleState {
-    Pending(JITBuilder),
+    /// No Cranelift unit yet: what making the module takes (a stitch-tier specialization
+    /// never makes one).
+    Pending(OwnedTargetIsa, Box<Lookup>),
     Ready(Module),
 }
+
+/// Resolves the symbols a module's code imports.
+type Lookup = dyn Fn(&str) -> Option<*const u8> + Send;
 
 /// One module of code with the fault sites its code refers to.
 pub struct CodeRegion {
@@ -104,11 +109,9 @@ impl CodeRegion {
         func: Arc<str>,
         lookup: impl Fn(&str) -> Option<*const u8> + Send + 'static,
     ) -> CodeRegion {
-        let mut builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
-        builder.symbol_lookup_fn(Box::new(lookup));
         REGIONS.fetch_add(1, Ordering::Relaxed);
         CodeRegion {
-            module: Mutex::new(Some(ModuleState::Pending(builder))),
+            module: Mutex::new(Some(ModuleState::Pending(isa, Box::new(lookup)))),
             pages: Mutex::new(Vec::new()),
             bytes: AtomicUsize::new(0),
             faults: Mutex::new(Vec::new()),
@@ -119,8 +122,11 @@ impl CodeRegion {
     /// Runs `f` on the module, under the region's lock.
     pub(crate) fn with_module<T>(&self, f: impl FnOnce(&mut JITModule) -> T) -> T {
         let mut state = self.module.lock();
-        if let Some(ModuleState::Pending(_)) = &*state {
-            if let Some(ModuleState::Pending(builder)) = state.take() {
+        if let Some(ModuleState::Pending(..)) = &*state {
+            if let Some(ModuleState::Pending(isa, lookup)) = state.take() {
+                let mut builder =
+                    JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+                builder.symbol_lookup_fn(lookup);
                 *state = Some(ModuleState::Ready(Module(JITModule::new(builder))));
             }
         }
