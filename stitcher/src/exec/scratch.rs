@@ -77,11 +77,16 @@ impl<V: Copy + 'static, B: Copy + 'static> Scratch<V, B> {
     /// A set from this thread's pool, or a new one, ready for a program of `regs` registers
     /// and `blocks` blocks (`slots`: with a slot per block, for the planned stitcher).
     pub(super) fn take(regs: usize, blocks: usize, slots: bool) -> Scratch<V, B> {
-        let found = SETS.with(|sets| {
-            let mut sets = sets.try_borrow_mut().ok()?;
-            let k = sets.iter().position(|s| s.is::<Scratch<V, B>>())?;
-            sets.swap_remove(k).downcast::<Scratch<V, B>>().ok()
-        });
+        // (`try_with` and `try_borrow_mut`: a thread being torn down, or a specialization
+        // inside another, just gets a new set.)
+        let found = SETS
+            .try_with(|sets| {
+                let mut sets = sets.try_borrow_mut().ok()?;
+                let k = sets.iter().position(|s| s.is::<Scratch<V, B>>())?;
+                sets.swap_remove(k).downcast::<Scratch<V, B>>().ok()
+            })
+            .ok()
+            .flatten();
         let mut s = match found {
             Some(s) => *s,
             None => Scratch {
@@ -133,7 +138,7 @@ impl<V: Copy + 'static, B: Copy + 'static> Scratch<V, B> {
         if size > KEEP_LIMIT {
             return;
         }
-        SETS.with(|sets| {
+        let _ = SETS.try_with(|sets| {
             if let Ok(mut sets) = sets.try_borrow_mut() {
                 if sets.len() < POOL {
                     sets.push(Box::new(self));
