@@ -82,6 +82,12 @@ pub trait Backend {
         types: &[Type],
         loc: SrcLoc,
     ) -> Option<Self::Value>;
+    /// Whether [`Backend::op`] takes a signed division or remainder by a constant power of
+    /// two from 2 to 128 as it is (and makes it without a division instruction); otherwise
+    /// the fold layer rewrites it into shifts and adds.
+    fn divides_by_powers_of_two(&self) -> bool {
+        false
+    }
     /// A fresh local array in memory holding `elems` (of type `elem`), as a mutable slice
     /// of their number: where an array whose elements the executor keeps as values is
     /// accessed at an index known only at run time.
@@ -362,6 +368,11 @@ impl<B: Backend> Fold<B> {
                 self.dynamic(&TOp::Binary(BinaryOp::And), &[x, mask], ty, loc)
             }
             (BinaryOp::Rem, 1, _) => int(0),
+            (BinaryOp::Div | BinaryOp::Rem, 2..=128, Some(s))
+                if t.is_signed() && s < w - 1 && self.backend.divides_by_powers_of_two() =>
+            {
+                self.dynamic(&TOp::Binary(op), &[x, FVal::Const(k)], ty, loc)
+            }
             (BinaryOp::Div | BinaryOp::Rem, _, Some(s)) if t.is_signed() && s < w - 1 => {
                 // Round toward zero: add 2^s - 1 to negative dividends before shifting.
                 // sign = x >> (w-1) is 0 or -1; as unsigned, shifted right by w - s, it is

@@ -432,10 +432,44 @@ fn imm_ok(op: &TOp, k: usize) -> bool {
     }
 }
 
-/// Whether operand `k` of `op`, a constant, is compiled into the stencil
-/// ([`Form::Baked`]): a shift's amount.
-fn bakes(op: &TOp, k: usize) -> bool {
-    matches!(op, TOp::Binary(BinaryOp::Shl | BinaryOp::Shr)) && k == 1
+/// The value compiled into the stencil ([`Form::Baked`]) when operand `k` of `op` is the
+/// constant `bits` of type `t`: a shift's amount, and the divisor of a signed division or
+/// remainder by a power of two from 2 to 128 (made with shifts, see [`pow2_divide`]).
+fn baked(op: &TOp, k: usize, bits: u64, t: Scalar) -> Option<u8> {
+    match op {
+        TOp::Binary(BinaryOp::Shl | BinaryOp::Shr) if k == 1 && bits < 64 => Some(bits as u8),
+        TOp::Binary(BinaryOp::Div | BinaryOp::Rem)
+            if k == 1 && pow2_divisor(t, bits as u8).is_some() && bits <= 128 =>
+        {
+            Some(bits as u8)
+        }
+        _ => None,
+    }
+}
+
+/// The exponent `s` of a divisor `2^s` of signed integer type `t` that [`pow2_divide`]
+/// makes (`1 <= s < bits of t - 1`).
+fn pow2_divisor(t: Scalar, v: u8) -> Option<u32> {
+    let w = t.int_bits()?;
+    let s = v.trailing_zeros();
+    (t.is_signed() && v.is_power_of_two() && s >= 1 && s + 1 < w).then_some(s)
+}
+
+/// `x / 2^s` (`rem`: `x % 2^s`) for signed `x` of type `t`, rounding toward zero like
+/// the interpreter: `2^s - 1` added to a negative dividend before the arithmetic shift, and
+/// the remainder the dividend minus the quotient shifted back.
+fn pow2_divide(b: &mut FunctionBuilder, x: ir::Value, t: Scalar, s: u32, rem: bool) -> ir::Value {
+    let w = i64::from(t.int_bits().unwrap_or(64));
+    let s = i64::from(s);
+    let sign = b.ins().sshr_imm_u(x, w - 1);
+    let bias = b.ins().ushr_imm_u(sign, w - s);
+    let sum = b.ins().iadd(x, bias);
+    let q = b.ins().sshr_imm_u(sum, s);
+    if !rem {
+        return q;
+    }
+    let multiple = b.ins().ishl_imm_u(q, s);
+    b.ins().isub(x, multiple)
 }
 
 /// `x + c` (or `c + x`) as `x - (-c)`, and `x - c` as `x + (-c)`, when the integer
@@ -734,9 +768,21 @@ fn build(
             };
             let args = operands(&mut em, forms, &halves);
             let tys: Vec<Type> = forms.iter().map(|&f| form_type(f)).collect();
+            let made = match (op, &forms[..], &args[..]) {
+                (
+                    TOp::Binary(o @ (BinaryOp::Div | BinaryOp::Rem)),
+                    [_, Form::Baked(t, v)],
+                    [CVal::Val(x, _), _],
+                ) if pow2_divisor(*t, *v).is_some() => {
+                    let s = pow2_divisor(*t, *v).unwrap_or(1);
+                    let q = pow2_divide(&mut em.b, *x, *t, s, *o == BinaryOp::Rem);
+                    Some(CVal::Val(q, *t))
+                }
+                _ => em.op(op, &args, &tys, SrcLoc::default()),
+            };
             // A scalar result goes to its frame word and to the accumulator; otherwise
             // the accumulator is passed on.
-            let out = match em.op(op, &args, &tys, SrcLoc::default()) {
+            let out = match made {
                 Some(CVal::Val(v, Scalar::F64)) => {
                     store(&mut em, v, Role::Res(0));
                     (acc, v)
@@ -2564,6 +2610,10 @@ impl<'a> StencilEmitter<'a> {
 }
 
 impl Backend for StencilEmitter<'_> {
+    fn divides_by_powers_of_two(&self) -> bool {
+        true
+    }
+
     type Value = SVal;
     type Block = u32;
 
@@ -2638,7 +2688,7 @@ impl Backend for StencilEmitter<'_> {
             .iter()
             .enumerate()
             .map(|(k, &a)| match a {
-                SVal::Imm(bits, s) if bakes(op, k) && bits < 64 => Form::Baked(s, bits as u8),
+                SVal::Imm(bits, s) if baked(op, k, bits, s).is_some() => Form::Baked(s, bits as u8),
                 a => self.form(a, imm_ok(op, k), &mut used, &mut words),
             })
             .collect();
