@@ -432,18 +432,16 @@ fn imm_ok(op: &TOp, k: usize) -> bool {
     }
 }
 
-/// The value compiled into the stencil ([`Form::Baked`]) when operand `k` of `op` is the
-/// constant `bits` of type `t`: a shift's amount, and the divisor of a signed division or
+/// Whether operand `k` of `op`, the constant `bits` of type `t`, is compiled into the
+/// stencil ([`Form::Baked`]): a shift's amount, and the divisor of a signed division or
 /// remainder by a power of two from 2 to 128 (made with shifts, see [`pow2_divide`]).
-fn baked(op: &TOp, k: usize, bits: u64, t: Scalar) -> Option<u8> {
+fn bakes(op: &TOp, k: usize, bits: u64, t: Scalar) -> bool {
     match op {
-        TOp::Binary(BinaryOp::Shl | BinaryOp::Shr) if k == 1 && bits < 64 => Some(bits as u8),
-        TOp::Binary(BinaryOp::Div | BinaryOp::Rem)
-            if k == 1 && pow2_divisor(t, bits as u8).is_some() && bits <= 128 =>
-        {
-            Some(bits as u8)
+        TOp::Binary(BinaryOp::Shl | BinaryOp::Shr) => k == 1 && bits < 64,
+        TOp::Binary(BinaryOp::Div | BinaryOp::Rem) => {
+            k == 1 && bits <= 128 && pow2_divisor(t, bits as u8).is_some()
         }
-        _ => None,
+        _ => false,
     }
 }
 
@@ -2688,7 +2686,7 @@ impl Backend for StencilEmitter<'_> {
             .iter()
             .enumerate()
             .map(|(k, &a)| match a {
-                SVal::Imm(bits, s) if baked(op, k, bits, s).is_some() => Form::Baked(s, bits as u8),
+                SVal::Imm(bits, s) if bakes(op, k, bits, s) => Form::Baked(s, bits as u8),
                 a => self.form(a, imm_ok(op, k), &mut used, &mut words),
             })
             .collect();
