@@ -2608,12 +2608,12 @@ impl<'a> StencilEmitter<'a> {
 }
 
 impl Backend for StencilEmitter<'_> {
+    type Value = SVal;
+    type Block = u32;
+
     fn divides_by_powers_of_two(&self) -> bool {
         true
     }
-
-    type Value = SVal;
-    type Block = u32;
 
     fn block_index(b: u32) -> usize {
         b as usize
