@@ -259,17 +259,10 @@ impl Defs {
     fn new(p: &StitchProgram, s: &Shape) -> Defs {
         let mut from = HashMap::new();
         let consts: std::collections::HashSet<u32> = p
-            .blocks
-            .values()
-            .flat_map(|d| &d.ops)
-            .filter_map(|op| match op {
-                Op::Setup {
-                    dst,
-                    op: SetupOp::Const(Const::Int(..)),
-                    ..
-                } => Some(dst.as_u32()),
-                _ => None,
-            })
+            .constants()
+            .iter()
+            .filter(|(_, c)| matches!(c, Const::Int(..)))
+            .map(|(r, _)| r.as_u32())
             .collect();
         for (b, d) in p.blocks.iter() {
             let x = b.as_u32() as usize;

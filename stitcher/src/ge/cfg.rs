@@ -348,7 +348,8 @@ impl StitchProgram {
     }
 
     /// The types of the values a copy of block `b` receives ([`BlockData::input_types`]).
-    /// (Made once for all blocks: the blocks must not change after this is first asked.)
+    /// (Made once for all blocks: the blocks must not change after this is first asked;
+    /// a clone asks anew.)
     pub fn input_types(&self, b: Block) -> &[Type] {
         let all = self
             .derived
@@ -436,8 +437,9 @@ impl StitchProgram {
     }
 }
 
-/// Caches that equal every other (programs compare by what they say).
-#[derive(Clone, Debug, Default)]
+/// Caches that equal every other (programs compare by what they say), and that a clone
+/// starts without (a cloned program may be changed before it is first asked).
+#[derive(Debug, Default)]
 struct Derived {
     input_types: std::sync::OnceLock<Vec<Vec<Type>>>,
     in_edges: std::sync::OnceLock<Vec<u32>>,
@@ -446,6 +448,12 @@ struct Derived {
 
 /// The constant registers and, per register, whether it is one.
 type Constants = (Vec<(Reg, Const)>, Vec<bool>);
+
+impl Clone for Derived {
+    fn clone(&self) -> Derived {
+        Derived::default()
+    }
+}
 
 impl PartialEq for Derived {
     fn eq(&self, _: &Derived) -> bool {
