@@ -766,17 +766,18 @@ fn build(
             };
             let args = operands(&mut em, forms, &halves);
             let tys: Vec<Type> = forms.iter().map(|&f| form_type(f)).collect();
-            let made = match (op, &forms[..], &args[..]) {
+            // A signed division by a baked power of two is made with shifts here.
+            let pow2 = match (op, &forms[..], &args[..]) {
                 (
                     TOp::Binary(o @ (BinaryOp::Div | BinaryOp::Rem)),
                     [_, Form::Baked(t, v)],
                     [CVal::Val(x, _), _],
-                ) if pow2_divisor(*t, *v).is_some() => {
-                    let s = pow2_divisor(*t, *v).unwrap_or(1);
-                    let q = pow2_divide(&mut em.b, *x, *t, s, *o == BinaryOp::Rem);
-                    Some(CVal::Val(q, *t))
-                }
-                _ => em.op(op, &args, &tys, SrcLoc::default()),
+                ) => pow2_divisor(*t, *v).map(|s| (*o == BinaryOp::Rem, *x, *t, s)),
+                _ => None,
+            };
+            let made = match pow2 {
+                Some((rem, x, t, s)) => Some(CVal::Val(pow2_divide(&mut em.b, x, t, s, rem), t)),
+                None => em.op(op, &args, &tys, SrcLoc::default()),
             };
             // A scalar result goes to its frame word and to the accumulator; otherwise
             // the accumulator is passed on.
