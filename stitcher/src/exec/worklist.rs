@@ -267,7 +267,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// The error for budget `budget` running out while stitching the current block.
     fn exceeded(&self, budget: BudgetKind, limit: usize) -> SpecError {
         let b = &self.prog.blocks[self.current];
-        let loc = match b.first_loc() {
+        let loc = match self.prog.layout(self.current).first_loc {
             l if l.is_known() => l,
             _ => self.last_loc,
         };
@@ -367,6 +367,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
         self.taken = None;
         let prog = self.prog;
         let sb = &prog.blocks[b];
+        let lay = prog.layout(b);
         if let Some(key) = key {
             // Clear what earlier blocks set (not the whole register file: this runs once
             // per copy or run of a tree).
@@ -376,7 +377,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     self.sc.env_s[r.index()] = None;
                 }
             }
-            let nregs = sb.key_regs().count();
+            let nregs = lay.key_regs.len();
             if nregs != key.len() {
                 return internal(format!(
                     "{}: key of {} values for {nregs} registers",
@@ -384,14 +385,15 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     key.len(),
                 ));
             }
-            for (r, &v) in sb.key_regs().zip(key) {
+            for (&r, &v) in lay.key_regs.iter().zip(key) {
                 self.set_s(r, v);
             }
         }
         if self.em.notes_copies() {
-            let context = sb
-                .key_regs()
-                .map(|r| Ok(self.get_s(r)?.key_bits()))
+            let context = lay
+                .key_regs
+                .iter()
+                .map(|&r| Ok(self.get_s(r)?.key_bits()))
                 .collect::<Result<Vec<_>, SpecError>>()?;
             self.em.note_copy(res, b.as_u32(), &context);
         }
@@ -406,7 +408,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 params.clear();
                 self.em.block_params(res, &mut params);
                 let mut next = 0;
-                for (r, ty) in sb.dyn_inputs() {
+                for &(r, ty) in &lay.dyn_inputs {
                     let n = ty.flat_len();
                     let Some(vals) = params.get(next..next + n) else {
                         return internal(format!("{}: too few block parameters", sb.name));
@@ -422,19 +424,17 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
         // The budget of operations is checked once per block, before any of them runs;
         // a block with no source position of its own has the last one met.
-        if self.ops + sb.ops.len() > self.budget.max_ops {
+        if self.ops + lay.run.len() > self.budget.max_ops {
             return Err(self.exceeded(BudgetKind::Ops, self.budget.max_ops));
         }
-        let first = sb.first_loc();
-        if first.is_known() {
-            self.last_loc = first;
+        if lay.first_loc.is_known() {
+            self.last_loc = lay.first_loc;
         }
-        for op in &sb.ops {
-            if let Op::Setup { dst, .. } = op {
-                if self.constant.get(dst.index()) == Some(&true) {
-                    continue;
-                }
-            }
+        // (The program's constants are not among the operations a copy runs.)
+        for &i in &lay.run {
+            let Some(op) = sb.ops.get(i as usize) else {
+                return internal(format!("{}: no operation {i}", sb.name));
+            };
             self.ops += 1;
             match op {
                 Op::Setup { dst, op, loc } => {

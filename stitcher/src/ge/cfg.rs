@@ -351,11 +351,38 @@ impl StitchProgram {
     /// (Made once for all blocks: the blocks must not change after this is first asked;
     /// a clone asks anew.)
     pub fn input_types(&self, b: Block) -> &[Type] {
-        let all = self
-            .derived
-            .input_types
-            .get_or_init(|| self.blocks.values().map(BlockData::input_types).collect());
-        all.get(b.index()).map_or(&[], Vec::as_slice)
+        &self.layout(b).input_types
+    }
+
+    /// What executors read of block `b` on every copy ([`Layout`]), made once for all
+    /// blocks like [`StitchProgram::input_types`] (an unknown block has an empty one).
+    pub fn layout(&self, b: Block) -> &Layout {
+        static EMPTY: Layout = Layout {
+            input_types: Vec::new(),
+            key_regs: Vec::new(),
+            dyn_inputs: Vec::new(),
+            first_loc: SrcLoc { line: 0, col: 0 },
+            run: Vec::new(),
+        };
+        let all = self.derived.layouts.get_or_init(|| {
+            let constant = self.is_constant();
+            self.blocks
+                .values()
+                .map(|data| Layout {
+                    input_types: data.input_types(),
+                    key_regs: data.key_regs().collect(),
+                    dyn_inputs: data.dyn_inputs().collect(),
+                    first_loc: data.first_loc(),
+                    run: (0..data.ops.len() as u32)
+                        .filter(|&i| match &data.ops[i as usize] {
+                            Op::Setup { dst, .. } => constant.get(dst.index()) != Some(&true),
+                            _ => true,
+                        })
+                        .collect(),
+                })
+                .collect()
+        });
+        all.get(b.index()).unwrap_or(&EMPTY)
     }
 
     /// The number of edges into block `b` from the terminators of all blocks (made once
@@ -437,11 +464,27 @@ impl StitchProgram {
     }
 }
 
+/// What executors read of a block on every copy, computed once per program.
+#[derive(Debug)]
+pub struct Layout {
+    /// [`BlockData::input_types`].
+    pub input_types: Vec<Type>,
+    /// [`BlockData::key_regs`].
+    pub key_regs: Vec<Reg>,
+    /// [`BlockData::dyn_inputs`].
+    pub dyn_inputs: Vec<(Reg, Type)>,
+    /// [`BlockData::first_loc`].
+    pub first_loc: SrcLoc,
+    /// The indices of the operations a copy runs: all but those of the program's
+    /// constants ([`StitchProgram::constants`]), which are set once per unit.
+    pub run: Vec<u32>,
+}
+
 /// Caches that equal every other (programs compare by what they say), and that a clone
 /// starts without (a cloned program may be changed before it is first asked).
 #[derive(Debug, Default)]
 struct Derived {
-    input_types: std::sync::OnceLock<Vec<Vec<Type>>>,
+    layouts: std::sync::OnceLock<Vec<Layout>>,
     in_edges: std::sync::OnceLock<Vec<u32>>,
     constants: std::sync::OnceLock<Constants>,
 }
