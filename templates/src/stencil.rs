@@ -2548,7 +2548,7 @@ impl<'a> StencilEmitter<'a> {
             op: lc.op,
             forms: lc.forms,
         };
-        self.lib.get(&key).ok()?;
+        self.stencil(&key).ok()?;
         self.code.truncate(lc.start);
         self.defs
             .retain(|d| d.sites.iter().all(|&at| (at as usize) < lc.start));
@@ -2842,7 +2842,7 @@ impl Backend for StencilEmitter<'_> {
         // last jump (to continuation 1, as Cranelift lays out a two-way branch) is
         // dropped, so the true path takes one jump, not two; its own jump goes when the
         // then block is placed next.
-        let cut = self.lib.get(&key).is_ok_and(|st| st.cut.is_some());
+        let cut = self.stencil(&key).is_ok_and(|st| st.cut.is_some());
         let ((near, near_args), far) = if cut { (e, t) } else { (t, e) };
         let target = self.edge(far.0, far.1, &mut pending);
         let conts = if cut {

@@ -459,10 +459,8 @@ impl Emitter for Tape {
         }
         self.calls.push(Call::BlockParams(b));
         let n = self.params.get(b as usize).copied().unwrap_or(0);
-        for _ in 0..n {
-            let v = self.value();
-            out.push(v);
-        }
+        out.extend(self.values..self.values + n);
+        self.values += n;
     }
 
     fn switch_to_block(&mut self, b: u32) {
