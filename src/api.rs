@@ -226,15 +226,25 @@ impl SliceArg<'_> {
 
     /// The elements, read as constants.
     fn contents(&self) -> Vec<Const> {
-        let size = dyc_templates::clif::elem_size(self.elem) as usize;
-        self.bytes()
-            .chunks(size)
-            .map(|c| {
-                let mut w = [0u8; 8];
-                w[..size].copy_from_slice(c);
-                runtime::word_to_const(u64::from_le_bytes(w), self.elem)
-            })
-            .collect()
+        fn read<const N: usize>(bytes: &[u8], elem: Scalar) -> Vec<Const> {
+            bytes
+                .chunks_exact(N)
+                .map(|c| {
+                    let mut w = [0u8; 8];
+                    w[..N].copy_from_slice(c);
+                    runtime::word_to_const(u64::from_le_bytes(w), elem)
+                })
+                .collect()
+        }
+        // (One loop per element size, so that each copies a fixed number of bytes: a
+        // program handed in as a key is read once per specialization.)
+        let bytes = self.bytes();
+        match dyc_templates::clif::elem_size(self.elem) {
+            1 => read::<1>(bytes, self.elem),
+            2 => read::<2>(bytes, self.elem),
+            4 => read::<4>(bytes, self.elem),
+            _ => read::<8>(bytes, self.elem),
+        }
     }
 }
 

@@ -1211,12 +1211,20 @@ impl SpecState {
             .iter()
             .map(|s| {
                 s.as_ref().map(|d| {
+                    fn write<const N: usize>(data: &[Const], bytes: &mut [u8]) {
+                        for (c, to) in data.iter().zip(bytes.chunks_exact_mut(N)) {
+                            to.copy_from_slice(&const_to_word(*c).to_le_bytes()[..N]);
+                        }
+                    }
                     let size = clif::elem_size(d.elem) as usize;
                     let mut buf = vec![0u64; (d.data.len() * size).div_ceil(8).max(1)];
                     let bytes = bytes_of(&mut buf);
-                    for (k, &c) in d.data.iter().enumerate() {
-                        let w = const_to_word(c).to_le_bytes();
-                        bytes[k * size..(k + 1) * size].copy_from_slice(&w[..size]);
+                    // (One loop per element size, each copying a fixed number of bytes.)
+                    match size {
+                        1 => write::<1>(&d.data, bytes),
+                        2 => write::<2>(&d.data, bytes),
+                        4 => write::<4>(&d.data, bytes),
+                        _ => write::<8>(&d.data, bytes),
                     }
                     buf.into_boxed_slice()
                 })
