@@ -326,8 +326,8 @@ pub struct StitchProgram {
     pub entry: Block,
     /// The linearized form laid over the blocks, if the static transform made one.
     pub plan: Option<super::linear::Plan>,
-    /// Per block, [`BlockData::input_types`] and the number of edges into it, made on
-    /// first use (the executors ask for them once per unit per block).
+    /// Per block, its [`Layout`] and the number of edges into it, and the program's
+    /// constants, made on first use (executors read them on every copy).
     derived: Derived,
 }
 
@@ -373,11 +373,13 @@ impl StitchProgram {
                     key_regs: data.key_regs().collect(),
                     dyn_inputs: data.dyn_inputs().collect(),
                     first_loc: data.first_loc(),
-                    run: (0..data.ops.len() as u32)
-                        .filter(|&i| match &data.ops[i as usize] {
+                    run: (0u32..)
+                        .zip(&data.ops)
+                        .filter(|(_, op)| match op {
                             Op::Setup { dst, .. } => constant.get(dst.index()) != Some(&true),
                             _ => true,
                         })
+                        .map(|(i, _)| i)
                         .collect(),
                 })
                 .collect()
