@@ -135,24 +135,33 @@ fn the_recording_emitter_sees_every_copy_once() {
     assert_eq!(sets[0], sets[1]);
 }
 
-fn record_power(executor: ExecutorKind) -> std::collections::BTreeSet<(Block, Vec<(u8, u64)>)> {
-    let (m, p) = power();
+/// `power`'s program `p` (of module `m`) specialized on `n = 3` by `executor` into a
+/// recording emitter: the recording, and the number of operations the executor processed.
+fn run_power<'m>(
+    m: &'m dyc::ir::Module,
+    p: &StitchProgram,
+    executor: ExecutorKind,
+) -> (Record<Fold<ResidualEmitter<'m>>>, usize) {
     let id = m.func_by_name("power").expect("power");
-    let f = &m.funcs[id];
-    let callees = vec![];
-    let backend = ResidualEmitter::new(&m, "spec", f.sig.clone(), callees);
+    let backend = ResidualEmitter::new(m, "spec", m.funcs[id].sig.clone(), vec![]);
     let mut em = Record::new(Fold::new(backend, vec![]));
     let cx = Context {
-        prog: &p,
+        prog: p,
         slices: &[],
         hosts: &NoHosts,
         mode: PromotionMode::Inline(&|_| Vec::new()),
         budget: Budget::default(),
     };
     let key = [SVal::Scalar(Const::Int(Scalar::I64, 3))];
-    executor
+    let unit = executor
         .run(&cx, p.entry, &key, &mut em)
         .expect("specializes");
+    (em, unit.ops)
+}
+
+fn record_power(executor: ExecutorKind) -> std::collections::BTreeSet<(Block, Vec<(u8, u64)>)> {
+    let (m, p) = power();
+    let (em, _) = run_power(&m, &p, executor);
     let mut seen = std::collections::HashSet::new();
     for s in &em.stitched {
         assert!(seen.insert(s.clone()), "{s:?} stitched twice");
@@ -273,7 +282,7 @@ fn residual(
 /// properties of `dyc`.)
 #[test]
 fn setup_constants_are_set_once_per_unit() {
-    let (_, p) = power();
+    let (m, p) = power();
     let mut twice = p.clone();
     let consts = p.constants().to_vec();
     assert!(!consts.is_empty());
@@ -301,9 +310,6 @@ fn setup_constants_are_set_once_per_unit() {
     assert!(!twice.is_constant()[r.as_u32() as usize]);
     // Each executor processes every operation of every copy it stitches but the
     // constants', whose registers it set once.
-    let (m, p) = power();
-    let id = m.func_by_name("power").expect("power");
-    let f = &m.funcs[id];
     let per_copy = |b: Block| {
         p.blocks[b]
             .ops
@@ -312,24 +318,12 @@ fn setup_constants_are_set_once_per_unit() {
             .count()
     };
     for executor in [ExecutorKind::WorkList, ExecutorKind::Planned] {
-        let backend = ResidualEmitter::new(&m, "spec", f.sig.clone(), vec![]);
-        let mut em = Record::new(Fold::new(backend, vec![]));
-        let cx = Context {
-            prog: &p,
-            slices: &[],
-            hosts: &NoHosts,
-            mode: PromotionMode::Inline(&|_| Vec::new()),
-            budget: Budget::default(),
-        };
-        let key = [SVal::Scalar(Const::Int(Scalar::I64, 3))];
-        let unit = executor
-            .run(&cx, p.entry, &key, &mut em)
-            .expect("specializes");
+        let (em, ops) = run_power(&m, &p, executor);
         let expected: usize = em.blocks().into_iter().map(per_copy).sum();
-        assert_eq!(unit.ops, expected, "{executor:?}");
+        assert_eq!(ops, expected, "{executor:?}");
         let all: usize = em.blocks().into_iter().map(|b| p.blocks[b].ops.len()).sum();
         assert!(
-            unit.ops < all,
+            ops < all,
             "{executor:?}: the constants' operations were skipped"
         );
     }
