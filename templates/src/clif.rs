@@ -1125,11 +1125,35 @@ fn thread_jumps(func: &mut ir::Function) {
     let Some(entry) = func.layout.entry_block() else {
         return;
     };
+    // Blocks whose parameters some other block reads (a unit invariant: the executor's
+    // unit's first copy receives it, and later copies read it there) stay: only their
+    // own jump may stand for them.
+    let mut read_elsewhere: EntitySet<ir::Block> = EntitySet::new();
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            let dfg = &func.dfg;
+            let passed = dfg.insts[inst]
+                .branch_destination(&dfg.jump_tables, &dfg.exception_tables)
+                .iter()
+                .flat_map(|dest| dest.args(&dfg.value_lists))
+                .filter_map(|a| a.as_value());
+            for v in dfg.inst_args(inst).iter().copied().chain(passed) {
+                if let ir::ValueDef::Param(b, _) = dfg.value_def(dfg.resolve_aliases(v)) {
+                    if b != block {
+                        read_elsewhere.insert(b);
+                    }
+                }
+            }
+        }
+    }
     // Blocks that are a lone jump: the target and the jump's arguments (values only).
     let mut lone: SecondaryMap<ir::Block, Option<(ir::Block, Vec<ir::Value>)>> =
         SecondaryMap::new();
     let mut any = false;
     for block in func.layout.blocks() {
+        if read_elsewhere.contains(block) {
+            continue;
+        }
         let Some(term) = func.layout.first_inst(block) else {
             continue;
         };

@@ -87,7 +87,7 @@ impl Executor for Planned {
             )));
         }
         let mut s = Spec::new(cx, start, emitter, Some(plan))?;
-        let entry = s.copy_of(start, key)?;
+        let entry = s.entry_copy(start, key)?;
         let mut queue = Queue {
             heap: BinaryHeap::new(),
         };

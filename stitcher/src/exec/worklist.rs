@@ -55,7 +55,7 @@ impl Executor for WorkList {
         emitter: &mut E,
     ) -> Result<Unit<E::Block>, SpecError> {
         let mut s = Spec::new(cx, start, emitter, None)?;
-        let entry = s.copy_of(start, key)?;
+        let entry = s.entry_copy(start, key)?;
         while let Some(k) = s.sc.work.pop() {
             let (b, key, res) = s.sc.memo.copy(k);
             let key = Key::from_slice(key);
@@ -118,6 +118,13 @@ pub(super) struct Spec<'a, E: Emitter> {
     /// Per register, whether it holds one of the program's constants (set once in `new`,
     /// never cleared, their operations skipped).
     constant: &'a [bool],
+    /// Per register, whether it is a unit invariant ([`StitchProgram::is_invariant`]):
+    /// set by the unit's first copy, never cleared, and not passed to other copies.
+    invariant: &'a [bool],
+    /// The unit's first copy (the only one whose parameters and key hold the unit
+    /// invariants), and its whole key.
+    entry: Option<E::Block>,
+    entry_key: Key,
     /// Dispatch blocks for promotion edges of dynamic branches, filled after the current
     /// block: (block, promotion block, static parameters, static live-ins).
     stubs: Vec<Stub<E::Block>>,
@@ -192,6 +199,9 @@ impl<'a, E: Emitter> Spec<'a, E> {
             blocks: 0,
             ops: 0,
             constant: prog.is_constant(),
+            invariant: prog.is_invariant(),
+            entry: None,
+            entry_key: Key::new(),
             stubs: Vec::new(),
             next_step: 0,
             fused: None,
@@ -233,8 +243,20 @@ impl<'a, E: Emitter> Spec<'a, E> {
         Ok(())
     }
 
-    /// The specialized copy of `b` for static values `key`, created (and queued) if new.
-    /// Under a plan, only roots are looked up (see [`Spec::tree_edge`]).
+    /// The unit's first copy: of `b` for static values `key` (all of `b`'s key,
+    /// [`crate::ge::Layout::key_regs`]).
+    pub(super) fn entry_copy(&mut self, b: Block, key: &[SVal]) -> Result<E::Block, SpecError> {
+        if self.entry.is_some() {
+            return internal("a second first copy of the unit");
+        }
+        self.entry_key = Key::from_slice(key);
+        let key = self.narrow_key(b, key);
+        self.copy_of(b, &key)
+    }
+
+    /// The specialized copy of `b` for static values `key` (its memo key, without the
+    /// unit invariants: [`crate::ge::Layout::copy_key_regs`]), created (and queued) if
+    /// new. Under a plan, only roots are looked up (see [`Spec::tree_edge`]).
     pub(super) fn copy_of(&mut self, b: Block, key: &[SVal]) -> Result<E::Block, SpecError> {
         if self.plan.is_some_and(|plan| !plan.is_root(b)) {
             return internal(format!("a lookup of {b}, which is not a root of the plan"));
@@ -245,7 +267,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             Err(at) => at,
         };
         self.count_block()?;
-        let res = self.create_block(b);
+        let res = self.create_copy(b);
         let k = self.sc.memo.insert(at, b, key, res);
         self.sc.work.push(k);
         Ok(res)
@@ -258,10 +280,66 @@ impl<'a, E: Emitter> Spec<'a, E> {
         self.sc.memo.get(b, key).ok()
     }
 
-    /// A new emitter block with the inputs of a copy of `b` (parameter types computed
-    /// once per block).
+    /// A new emitter block with all the inputs of `b` (parameter types computed once per
+    /// block): a dispatch block.
     fn create_block(&mut self, b: Block) -> E::Block {
         self.em.create_block(self.prog.input_types(b))
+    }
+
+    /// A new emitter block for a copy of `b`: with all its inputs if it is the unit's
+    /// first copy, else without the unit invariants.
+    fn create_copy(&mut self, b: Block) -> E::Block {
+        let lay = self.prog.layout(b);
+        match self.entry {
+            Some(_) => self.em.create_block(&lay.copy_types),
+            None => {
+                let res = self.em.create_block(&lay.input_types);
+                self.entry = Some(res);
+                res
+            }
+        }
+    }
+
+    /// `key`, all of `b`'s key, without the unit invariants.
+    fn narrow_key(&self, b: Block, key: &[SVal]) -> Key {
+        let drop = &self.prog.layout(b).invariant_keys;
+        if drop.is_empty() {
+            return Key::from_slice(key);
+        }
+        (0u32..)
+            .zip(key)
+            .filter(|(k, _)| drop.binary_search(k).is_err())
+            .map(|(_, &v)| v)
+            .collect()
+    }
+
+    /// `args`, all of `b`'s inputs, made the arguments of `b`'s copy `copy`: without the
+    /// unit invariants unless `copy` is the unit's first.
+    fn narrow_args(&self, b: Block, copy: E::Block, args: &mut Vec<E::Value>) {
+        if self.entry == Some(copy) {
+            return;
+        }
+        for &(at, _) in self.prog.layout(b).invariant_inputs.iter().rev() {
+            if (at as usize) < args.len() {
+                args.remove(at as usize);
+            }
+        }
+    }
+
+    /// `args`, the arguments of a copy of `b` other than the unit's first, made all of
+    /// `b`'s inputs (for a dispatch block, or the unit's first copy): the unit
+    /// invariants put back.
+    fn widen_args(&self, b: Block, args: &mut Vec<E::Value>) -> Result<(), SpecError> {
+        for &(at, r) in &self.prog.layout(b).invariant_inputs {
+            let Some(v) = self.sc.env_d.get(r.index()).copied().flatten() else {
+                return internal(format!("unit invariant {r} read before it was set"));
+            };
+            if at as usize > args.len() {
+                return internal(format!("{}: too few arguments", self.prog.blocks[b].name));
+            }
+            args.insert(at as usize, v);
+        }
+        Ok(())
     }
 
     /// The error for budget `budget` running out while stitching the current block.
@@ -368,24 +446,37 @@ impl<'a, E: Emitter> Spec<'a, E> {
         let prog = self.prog;
         let sb = &prog.blocks[b];
         let lay = prog.layout(b);
+        // The unit's first copy receives the unit invariants; other copies read them from
+        // it.
+        let first = self.entry == Some(res) && self.fused.is_none();
         if let Some(key) = key {
             // Clear what earlier blocks set (not the whole register file: this runs once
             // per copy or run of a tree).
-            // (A constant in a key keeps its value: its operation is skipped.)
+            // (A constant in a key keeps its value: its operation is skipped; a unit
+            // invariant keeps the value the unit's first copy gave it.)
             for r in self.sc.touched.drain(..) {
-                if self.constant.get(r.index()) != Some(&true) {
+                if self.constant.get(r.index()) != Some(&true)
+                    && self.invariant.get(r.index()) != Some(&true)
+                {
                     self.sc.env_s[r.index()] = None;
                 }
             }
-            let nregs = lay.key_regs.len();
-            if nregs != key.len() {
+            let entry_key;
+            let (regs, key) = if first {
+                entry_key = std::mem::take(&mut self.entry_key);
+                (&lay.key_regs, &entry_key[..])
+            } else {
+                (&lay.copy_key_regs, key)
+            };
+            if regs.len() != key.len() {
                 return internal(format!(
-                    "{}: key of {} values for {nregs} registers",
+                    "{}: key of {} values for {} registers",
                     sb.name,
                     key.len(),
+                    regs.len(),
                 ));
             }
-            for (&r, &v) in lay.key_regs.iter().zip(key) {
+            for (&r, &v) in regs.iter().zip(key) {
                 self.set_s(r, v);
             }
         }
@@ -408,7 +499,12 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 params.clear();
                 self.em.block_params(res, &mut params);
                 let mut next = 0;
-                for &(r, ty) in &lay.dyn_inputs {
+                let inputs = if first {
+                    &lay.dyn_inputs
+                } else {
+                    &lay.copy_inputs
+                };
+                for &(r, ty) in inputs {
                     let n = ty.flat_len();
                     let Some(vals) = params.get(next..next + n) else {
                         return internal(format!("{}: too few block parameters", sb.name));
@@ -682,8 +778,10 @@ impl<'a, E: Emitter> Spec<'a, E> {
     }
 
     /// The static key and dynamic arguments of an edge's target; static arguments of
-    /// dynamic parameters are emitted as constants in the current block.
-    fn target_inputs(&mut self, e: &Edge) -> Result<Inputs<E::Value>, SpecError> {
+    /// dynamic parameters are emitted as constants in the current block. All of them when
+    /// `all` (for a dispatch block), else without the unit invariants (for a copy of
+    /// the target other than the unit's first: its memo key and parameters).
+    fn target_inputs(&mut self, e: &Edge, all: bool) -> Result<Inputs<E::Value>, SpecError> {
         let tb = &self.prog.blocks[e.block];
         if tb.params.len() != e.args.len() {
             return internal(format!(
@@ -710,17 +808,31 @@ impl<'a, E: Emitter> Spec<'a, E> {
             }
         }
         inputs.params = inputs.key.len();
-        for &r in &tb.static_live_in {
+        let statics = match all {
+            true => &tb.static_live_in,
+            false => &self.prog.layout(e.block).copy_static_live_in,
+        };
+        for &r in statics {
             inputs.key.push(self.get_s(r)?);
         }
-        self.live_args(e.block, &mut inputs.args)?;
+        self.live_args(e.block, &mut inputs.args, all)?;
         Ok(inputs)
     }
 
-    /// Appends the values of `b`'s dynamic live-ins (arrays element by element).
-    fn live_args(&mut self, b: Block, args: &mut Vec<E::Value>) -> Result<(), SpecError> {
+    /// Appends the values of `b`'s dynamic live-ins (arrays element by element), the unit
+    /// invariants only if `all`.
+    fn live_args(
+        &mut self,
+        b: Block,
+        args: &mut Vec<E::Value>,
+        all: bool,
+    ) -> Result<(), SpecError> {
         let prog = self.prog;
-        for &(r, ty) in &prog.blocks[b].dyn_live_in {
+        let live = match all {
+            true => &prog.blocks[b].dyn_live_in,
+            false => &prog.layout(b).copy_dyn_live_in,
+        };
+        for &(r, ty) in live {
             if ty.is_array() {
                 args.extend_from_slice(self.array(r)?);
             } else {
@@ -742,11 +854,11 @@ impl<'a, E: Emitter> Spec<'a, E> {
         self.tree_params(e, fresh, &mut dyns)?;
         let mut args = self.buffer();
         args.extend(dyns.iter().map(|&(_, v)| v));
-        self.live_args(e.block, &mut args)?;
+        self.live_args(e.block, &mut args, false)?;
         if let Some(Some(slot)) = self.sc.slots.get(i) {
             return Ok((slot.block, args));
         }
-        let block = self.create_block(e.block);
+        let block = self.create_copy(e.block);
         self.fill_slot(e.block, block)?;
         Ok((block, args))
     }
@@ -870,24 +982,31 @@ impl<'a, E: Emitter> Spec<'a, E> {
         if self.plan.is_some_and(|plan| !plan.is_root(e.block)) {
             return self.tree_edge(e);
         }
-        let inputs = self.target_inputs(e)?;
         let tb = &self.prog.blocks[e.block];
         if tb.promote.is_empty() {
-            let key = inputs.key;
             let lazy =
                 tb.lazy.enters_lazily(dynamic) && matches!(self.mode, PromotionMode::Units { .. });
             if !lazy {
-                return Ok((self.copy_of(e.block, &key)?, inputs.args));
+                let mut inputs = self.target_inputs(e, false)?;
+                let copy = self.copy_of(e.block, &inputs.key)?;
+                if self.entry == Some(copy) {
+                    self.widen_args(e.block, &mut inputs.args)?;
+                }
+                return Ok((copy, inputs.args));
             }
+            let mut inputs = self.target_inputs(e, true)?;
+            let key = self.narrow_key(e.block, &inputs.key);
             if let Some(copy) = self.made(e.block, &key) {
+                self.narrow_args(e.block, copy, &mut inputs.args);
                 return Ok((copy, inputs.args));
             }
             let stub = self.create_block(e.block);
-            self.stubs.push((stub, e.block, key, Key::new()));
+            self.stubs.push((stub, e.block, inputs.key, Key::new()));
             return Ok((stub, inputs.args));
         }
         // A dispatch block with the promotion block's inputs, filled once the current
         // block is finished (emitters fill one block at a time).
+        let inputs = self.target_inputs(e, true)?;
         let stub = self.create_block(e.block);
         let (params, live) = inputs.split();
         self.stubs.push((stub, e.block, params, live));
@@ -904,12 +1023,13 @@ impl<'a, E: Emitter> Spec<'a, E> {
         if lazy && self.plan.is_none_or(|plan| plan.is_root(e.block)) {
             // A lazy block entered by a jump: its copy in this unit, or a promotion of no
             // values emitted here.
-            let inputs = self.target_inputs(e)?;
-            let key = inputs.key;
+            let mut inputs = self.target_inputs(e, true)?;
+            let key = self.narrow_key(e.block, &inputs.key);
             if let Some(copy) = self.made(e.block, &key) {
+                self.narrow_args(e.block, copy, &mut inputs.args);
                 return Ok(Some((copy, inputs.args)));
             }
-            self.promotion(e.block, key, Key::new(), &inputs.args)?;
+            self.promotion(e.block, inputs.key, Key::new(), &inputs.args)?;
             self.give_back(inputs.args);
             return Ok(None);
         }
@@ -920,7 +1040,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             }
             return Ok(Some(self.edge_block(e, false)?));
         }
-        let inputs = self.target_inputs(e)?;
+        let inputs = self.target_inputs(e, true)?;
         let (params, live) = inputs.split();
         self.promotion(e.block, params, live, &inputs.args)?;
         self.give_back(inputs.args);
@@ -1010,11 +1130,19 @@ impl<'a, E: Emitter> Spec<'a, E> {
             Const::Int(_, x) => Some(x),
             Const::Bool(_) | Const::F64(_) => None,
         };
+        // The arguments of `b`'s copies.
+        let copy_args = |s: &Self, target: E::Block| {
+            let mut args = inputs.to_vec();
+            s.narrow_args(b, target, &mut args);
+            args
+        };
         if let ([v], true) = (promoted, known.iter().all(|vs| word(&vs[0]).is_some())) {
             let mut cases = Vec::with_capacity(known.len());
             for values in &known {
-                let target = self.copy_of(b, &site.key(values))?;
-                cases.push((word(&values[0]).expect("checked"), target, inputs.to_vec()));
+                let key = self.narrow_key(b, &site.key(values));
+                let target = self.copy_of(b, &key)?;
+                let args = copy_args(self, target);
+                cases.push((word(&values[0]).expect("checked"), target, args));
             }
             let miss = self.em.create_block(&[]);
             self.em.switch(*v, &cases, (miss, &[]));
@@ -1023,7 +1151,9 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
         // A chain of tests, one per known tuple of promoted values.
         for values in known {
-            let target = self.copy_of(b, &site.key(&values))?;
+            let key = self.narrow_key(b, &site.key(&values));
+            let target = self.copy_of(b, &key)?;
+            let args = copy_args(self, target);
             let mut cond = None;
             for (&v, &k) in promoted.iter().zip(&values) {
                 let kv = self.em.constant(k);
@@ -1041,7 +1171,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             }
             let next = self.em.create_block(&[]);
             let cond = cond.expect("at least one promoted value");
-            self.em.brif(cond, (target, inputs), (next, &[]));
+            self.em.brif(cond, (target, &args), (next, &[]));
             self.switch_to(next);
         }
         Ok(())

@@ -363,28 +363,129 @@ impl StitchProgram {
             dyn_inputs: Vec::new(),
             first_loc: SrcLoc { line: 0, col: 0 },
             run: Vec::new(),
+            copy_types: Vec::new(),
+            copy_key_regs: Vec::new(),
+            copy_inputs: Vec::new(),
+            invariant_keys: Vec::new(),
+            invariant_inputs: Vec::new(),
+            copy_static_live_in: Vec::new(),
+            copy_dyn_live_in: Vec::new(),
         };
         let all = self.derived.layouts.get_or_init(|| {
             let constant = self.is_constant();
+            let invariant = self.is_invariant();
+            let inv = |r: Reg| invariant.get(r.index()) == Some(&true);
             self.blocks
                 .values()
-                .map(|data| Layout {
-                    input_types: data.input_types(),
-                    key_regs: data.key_regs().collect(),
-                    dyn_inputs: data.dyn_inputs().collect(),
-                    first_loc: data.first_loc(),
-                    run: (0u32..)
-                        .zip(&data.ops)
-                        .filter(|(_, op)| match op {
-                            Op::Setup { dst, .. } => constant.get(dst.index()) != Some(&true),
-                            _ => true,
-                        })
-                        .map(|(i, _)| i)
-                        .collect(),
+                .map(|data| {
+                    let dyn_inputs: Vec<(Reg, Type)> = data.dyn_inputs().collect();
+                    let key_regs: Vec<Reg> = data.key_regs().collect();
+                    let mut invariant_inputs = Vec::new();
+                    let mut at = 0;
+                    for &(r, t) in &dyn_inputs {
+                        if inv(r) {
+                            invariant_inputs.push((at, r));
+                        }
+                        at += t.flat_len() as u32;
+                    }
+                    let copy_inputs: Vec<(Reg, Type)> = dyn_inputs
+                        .iter()
+                        .copied()
+                        .filter(|&(r, _)| !inv(r))
+                        .collect();
+                    Layout {
+                        input_types: data.input_types(),
+                        copy_types: Type::flatten(copy_inputs.iter().map(|&(_, t)| t)),
+                        copy_key_regs: key_regs.iter().copied().filter(|&r| !inv(r)).collect(),
+                        invariant_keys: (0u32..)
+                            .zip(&key_regs)
+                            .filter(|&(_, &r)| inv(r))
+                            .map(|(k, _)| k)
+                            .collect(),
+                        invariant_inputs,
+                        copy_inputs,
+                        copy_static_live_in: data
+                            .static_live_in
+                            .iter()
+                            .copied()
+                            .filter(|&r| !inv(r))
+                            .collect(),
+                        copy_dyn_live_in: data
+                            .dyn_live_in
+                            .iter()
+                            .copied()
+                            .filter(|&(r, _)| !inv(r))
+                            .collect(),
+                        key_regs,
+                        dyn_inputs,
+                        first_loc: data.first_loc(),
+                        run: (0u32..)
+                            .zip(&data.ops)
+                            .filter(|(_, op)| match op {
+                                Op::Setup { dst, .. } => constant.get(dst.index()) != Some(&true),
+                                _ => true,
+                            })
+                            .map(|(i, _)| i)
+                            .collect(),
+                    }
                 })
                 .collect()
         });
         all.get(b.index()).unwrap_or(&EMPTY)
+    }
+
+    /// Per register, whether it is a **unit invariant**: defined once in the whole
+    /// program, in the entry block (one of its parameters or the result of one of its
+    /// operations), not a local array, and no edge enters the entry block (made once,
+    /// like [`StitchProgram::input_types`]).
+    ///
+    /// Within one unit such a register holds one value throughout: a unit that starts at
+    /// the entry copies it once (nothing else leads there) and sets the register there;
+    /// a unit that starts elsewhere never reaches the entry, so the register is one of
+    /// its inputs, set by its first copy. So executors leave these registers out of the
+    /// keys and block parameters of every copy but a unit's first ([`Layout::copy_types`]):
+    /// a region's read-only inputs (an interpreter's program and memory, a kernel's
+    /// vectors) are not passed from block to block, the values of the unit's first copy
+    /// are used wherever they are read.
+    pub fn is_invariant(&self) -> &[bool] {
+        self.derived.invariant.get_or_init(|| {
+            let n = self.header.num_regs as usize;
+            let mut defs = vec![0u32; n];
+            let mut arrays = vec![false; n];
+            let mut in_entry = vec![false; n];
+            for (b, data) in self.blocks.iter() {
+                let mut def = |r: Reg, array: bool| {
+                    if let Some(k) = defs.get_mut(r.index()) {
+                        *k += 1;
+                        arrays[r.index()] |= array;
+                        in_entry[r.index()] |= b == self.entry;
+                    }
+                };
+                for p in &data.params {
+                    match *p {
+                        Param::Static(r) => def(r, false),
+                        Param::Dyn(r, t) => def(r, t.is_array()),
+                    }
+                }
+                for &(_, r) in &data.promote {
+                    def(r, false);
+                }
+                for op in &data.ops {
+                    match *op {
+                        Op::Setup { dst, .. }
+                        | Op::Lift { dst, .. }
+                        | Op::ArrayLoad { dst, .. }
+                        | Op::Emit { dst: Some(dst), .. } => def(dst, false),
+                        Op::ArrayNew { dst, .. } => def(dst, true),
+                        Op::Emit { dst: None, .. } | Op::ArrayStore { .. } => {}
+                    }
+                }
+            }
+            let entered = self.in_edges(self.entry) > 0;
+            (0..n)
+                .map(|r| !entered && defs[r] == 1 && in_entry[r] && !arrays[r])
+                .collect()
+        })
     }
 
     /// The number of edges into block `b` from the terminators of all blocks (made once
@@ -480,6 +581,23 @@ pub struct Layout {
     /// The indices of the operations a copy runs: all but those of the program's
     /// constants ([`StitchProgram::constants`]), which are set once per unit.
     pub run: Vec<u32>,
+    /// The parameter types of a copy other than its unit's first: [`Layout::input_types`]
+    /// without the unit invariants ([`StitchProgram::is_invariant`]), which such a copy
+    /// reads from the unit's first copy instead.
+    pub copy_types: Vec<Type>,
+    /// [`Layout::key_regs`] without the unit invariants: the memo key of a copy.
+    pub copy_key_regs: Vec<Reg>,
+    /// [`Layout::dyn_inputs`] without the unit invariants.
+    pub copy_inputs: Vec<(Reg, Type)>,
+    /// The positions of the unit invariants in [`Layout::key_regs`], ascending.
+    pub invariant_keys: Vec<u32>,
+    /// The unit invariants among the dynamic inputs: their positions in
+    /// [`Layout::input_types`] (ascending) and registers.
+    pub invariant_inputs: Vec<(u32, Reg)>,
+    /// [`BlockData::static_live_in`] and [`BlockData::dyn_live_in`] without the unit
+    /// invariants.
+    pub copy_static_live_in: Vec<Reg>,
+    pub copy_dyn_live_in: Vec<(Reg, Type)>,
 }
 
 /// Caches that equal every other (programs compare by what they say), and that a clone
@@ -489,6 +607,7 @@ struct Derived {
     layouts: std::sync::OnceLock<Vec<Layout>>,
     in_edges: std::sync::OnceLock<Vec<u32>>,
     constants: std::sync::OnceLock<Constants>,
+    invariant: std::sync::OnceLock<Vec<bool>>,
 }
 
 /// The constant registers and, per register, whether it is one.

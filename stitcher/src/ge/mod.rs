@@ -65,6 +65,15 @@
 //! as a value (the fold layer keeps constants it can see within a block). All elements of
 //! a live array cross, live or not.
 //!
+//! **Unit invariants** ([`StitchProgram::is_invariant`]) do not cross: a register defined
+//! once, in an entry block that no edge enters, and not a local array (a region's
+//! parameters, what its entry block computes from them) holds one value throughout a
+//! unit. The unit's first copy receives it (a parameter of its block, or in its key);
+//! every other copy leaves it out of its key and parameters ([`Layout::copy_key_regs`],
+//! [`Layout::copy_types`]) and reads the first copy's value. So a read-only input of an
+//! unrolled loop (an interpreter's program and memory, a kernel's vectors) is neither
+//! hashed into every memo key nor passed along every edge.
+//!
 //! # Values shared by executors, backends and the API
 //!
 //! [`values`]: static values ([`SVal`]), static slice contents ([`SliceData`]), pure hosts
