@@ -115,12 +115,11 @@ pub(super) struct Spec<'a, E: Emitter> {
     site_index: HashMap<(Block, Vec<(u8, u64)>), u32>,
     blocks: usize,
     ops: usize,
-    /// Per register, whether it holds one of the program's constants (set once in `new`,
-    /// never cleared, their operations skipped).
-    constant: &'a [bool],
-    /// Per register, whether it is a unit invariant ([`StitchProgram::is_invariant`]):
-    /// set by the unit's first copy, never cleared, and not passed to other copies.
-    invariant: &'a [bool],
+    /// Per register, whether it holds one value throughout the unit
+    /// ([`StitchProgram::is_fixed`]: one of the program's constants, set once in `new`,
+    /// or a unit invariant, set by the unit's first copy), so that a copy starting from
+    /// a key leaves it set.
+    fixed: &'a [bool],
     /// The unit's first copy (the only one whose parameters and key hold the unit
     /// invariants), and its whole key.
     entry: Option<E::Block>,
@@ -198,8 +197,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             site_index: HashMap::new(),
             blocks: 0,
             ops: 0,
-            constant: prog.is_constant(),
-            invariant: prog.is_invariant(),
+            fixed: prog.is_fixed(),
             entry: None,
             entry_key: Key::new(),
             stubs: Vec::new(),
@@ -359,7 +357,9 @@ impl<'a, E: Emitter> Spec<'a, E> {
 
     fn set_s(&mut self, r: Reg, v: SVal) {
         self.sc.env_s[r.index()] = Some(v);
-        self.sc.touched.push(r);
+        if self.fixed.get(r.index()) != Some(&true) {
+            self.sc.touched.push(r);
+        }
     }
 
     fn set_d(&mut self, r: Reg, v: E::Value) {
@@ -453,13 +453,10 @@ impl<'a, E: Emitter> Spec<'a, E> {
             // Clear what earlier blocks set (not the whole register file: this runs once
             // per copy or run of a tree).
             // (A constant in a key keeps its value: its operation is skipped; a unit
-            // invariant keeps the value the unit's first copy gave it.)
+            // invariant keeps the value the unit's first copy gave it: `set_s` does not
+            // count either as touched.)
             for r in self.sc.touched.drain(..) {
-                if self.constant.get(r.index()) != Some(&true)
-                    && self.invariant.get(r.index()) != Some(&true)
-                {
-                    self.sc.env_s[r.index()] = None;
-                }
+                self.sc.env_s[r.index()] = None;
             }
             let entry_key;
             let (regs, key) = if first {

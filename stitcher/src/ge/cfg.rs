@@ -488,6 +488,18 @@ impl StitchProgram {
         })
     }
 
+    /// Per register, whether it holds one value throughout a unit: one of the
+    /// [`StitchProgram::constants`] or a unit invariant ([`StitchProgram::is_invariant`])
+    /// (made once, like [`StitchProgram::input_types`]).
+    pub fn is_fixed(&self) -> &[bool] {
+        self.derived.fixed.get_or_init(|| {
+            let (constant, invariant) = (self.is_constant(), self.is_invariant());
+            (0..self.header.num_regs as usize)
+                .map(|r| constant.get(r) == Some(&true) || invariant.get(r) == Some(&true))
+                .collect()
+        })
+    }
+
     /// The number of edges into block `b` from the terminators of all blocks (made once
     /// for all blocks, like [`StitchProgram::input_types`]).
     pub fn in_edges(&self, b: Block) -> u32 {
@@ -608,6 +620,7 @@ struct Derived {
     in_edges: std::sync::OnceLock<Vec<u32>>,
     constants: std::sync::OnceLock<Constants>,
     invariant: std::sync::OnceLock<Vec<bool>>,
+    fixed: std::sync::OnceLock<Vec<bool>>,
 }
 
 /// The constant registers and, per register, whether it is one.
