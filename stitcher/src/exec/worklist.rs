@@ -313,15 +313,22 @@ impl<'a, E: Emitter> Spec<'a, E> {
 
     /// `args`, all of `b`'s inputs, made the arguments of `b`'s copy `copy`: without the
     /// unit invariants unless `copy` is the unit's first.
-    fn narrow_args(&self, b: Block, copy: E::Block, args: &mut Vec<E::Value>) {
+    fn narrow_args(
+        &self,
+        b: Block,
+        copy: E::Block,
+        args: &mut Vec<E::Value>,
+    ) -> Result<(), SpecError> {
         if self.entry == Some(copy) {
-            return;
+            return Ok(());
         }
         for &(at, _) in self.prog.layout(b).invariant_inputs.iter().rev() {
-            if (at as usize) < args.len() {
-                args.remove(at as usize);
+            if at as usize >= args.len() {
+                return internal(format!("{}: too few arguments", self.prog.blocks[b].name));
             }
+            args.remove(at as usize);
         }
+        Ok(())
     }
 
     /// `args`, the arguments of a copy of `b` other than the unit's first, made all of
@@ -994,7 +1001,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             let mut inputs = self.target_inputs(e, true)?;
             let key = self.narrow_key(e.block, &inputs.key);
             if let Some(copy) = self.made(e.block, &key) {
-                self.narrow_args(e.block, copy, &mut inputs.args);
+                self.narrow_args(e.block, copy, &mut inputs.args)?;
                 return Ok((copy, inputs.args));
             }
             let stub = self.create_block(e.block);
@@ -1023,7 +1030,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             let mut inputs = self.target_inputs(e, true)?;
             let key = self.narrow_key(e.block, &inputs.key);
             if let Some(copy) = self.made(e.block, &key) {
-                self.narrow_args(e.block, copy, &mut inputs.args);
+                self.narrow_args(e.block, copy, &mut inputs.args)?;
                 return Ok(Some((copy, inputs.args)));
             }
             self.promotion(e.block, inputs.key, Key::new(), &inputs.args)?;
@@ -1130,15 +1137,14 @@ impl<'a, E: Emitter> Spec<'a, E> {
         // The arguments of `b`'s copies.
         let copy_args = |s: &Self, target: E::Block| {
             let mut args = inputs.to_vec();
-            s.narrow_args(b, target, &mut args);
-            args
+            s.narrow_args(b, target, &mut args).map(|()| args)
         };
         if let ([v], true) = (promoted, known.iter().all(|vs| word(&vs[0]).is_some())) {
             let mut cases = Vec::with_capacity(known.len());
             for values in &known {
                 let key = self.narrow_key(b, &site.key(values));
                 let target = self.copy_of(b, &key)?;
-                let args = copy_args(self, target);
+                let args = copy_args(self, target)?;
                 cases.push((word(&values[0]).expect("checked"), target, args));
             }
             let miss = self.em.create_block(&[]);
@@ -1150,7 +1156,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
         for values in known {
             let key = self.narrow_key(b, &site.key(&values));
             let target = self.copy_of(b, &key)?;
-            let args = copy_args(self, target);
+            let args = copy_args(self, target)?;
             let mut cond = None;
             for (&v, &k) in promoted.iter().zip(&values) {
                 let kv = self.em.constant(k);
