@@ -1393,6 +1393,8 @@ struct Scratch {
     /// The library the stencils are from ([`StencilLib::id`]).
     lib: u64,
     stencils: HashMap<Key, Arc<Stencil>, rustc_hash::FxBuildHasher>,
+    /// The code buffer of the last unit, given back with [`recycle_code`] once installed.
+    code: Vec<u8>,
     blocks: Vec<BlockInfo>,
     params: Vec<SVal>,
     taken: Vec<u32>,
@@ -1415,6 +1417,24 @@ struct Scratch {
 
 thread_local! {
     static SCRATCH: std::cell::Cell<Option<Box<Scratch>>> = const { std::cell::Cell::new(None) };
+}
+
+/// Gives the code [`StencilEmitter::finish`] returned back to this thread's scratch once
+/// it is installed, so that the next unit copies into the same buffer (one kept, of at
+/// most 64 KiB).
+pub fn recycle_code(code: Vec<u8>) {
+    if code.capacity() > 1 << 16 {
+        return;
+    }
+    // (`try_with`: a thread being torn down just frees it.)
+    let _ = SCRATCH.try_with(|c| {
+        if let Some(mut sc) = c.take() {
+            if sc.code.capacity() < code.capacity() {
+                sc.code = code;
+            }
+            c.set(Some(sc));
+        }
+    });
 }
 
 /// The stitch-tier backend: builds one unit by copying stencils (see the module doc).
@@ -1568,7 +1588,12 @@ impl<'a> StencilEmitter<'a> {
             services,
             fuel,
             static_slices,
-            code: Vec::with_capacity(4096),
+            code: {
+                let mut code = std::mem::take(&mut sc.code);
+                code.clear();
+                code.reserve(4096);
+                code
+            },
             blocks: std::mem::take(&mut sc.blocks),
             cold: std::mem::take(&mut sc.cold),
             cold_fixups: std::mem::take(&mut sc.cold_fixups),

@@ -802,6 +802,7 @@ impl Shared {
         let stitch_ns = t0.elapsed().as_nanos() as u64;
         let t1 = std::time::Instant::now();
         let addr = region.install(&made.code).map_err(RuntimeError::Jit)?;
+        dyc_templates::stencil::recycle_code(made.code);
         Ok(Some((
             addr,
             UnitStats {
