@@ -1395,6 +1395,7 @@ struct Scratch {
     stencils: HashMap<Key, Arc<Stencil>, rustc_hash::FxBuildHasher>,
     /// The code buffer of the last unit, given back with [`recycle_code`] once installed.
     code: Vec<u8>,
+    inputs: Vec<SVal>,
     blocks: Vec<BlockInfo>,
     params: Vec<SVal>,
     taken: Vec<u32>,
@@ -1546,6 +1547,7 @@ impl Drop for StencilEmitter<'_> {
             )*};
         }
         give!(
+            inputs,
             blocks,
             params,
             taken,
@@ -1603,7 +1605,7 @@ impl<'a> StencilEmitter<'a> {
             fixups: std::mem::take(&mut sc.fixups),
             cuts: std::mem::take(&mut sc.cuts),
             slots: 0,
-            inputs: Vec::new(),
+            inputs: std::mem::take(&mut sc.inputs),
             start: 0,
             frame_holes: std::mem::take(&mut sc.frame_holes),
             acc: None,
@@ -1635,7 +1637,9 @@ impl<'a> StencilEmitter<'a> {
         e.scratch = Some(sc);
         // The inputs take the first frame words, in order.
         let (at, n) = e.new_params(inputs);
-        e.inputs = e.params[at as usize..(at + n) as usize].to_vec();
+        e.inputs.clear();
+        let params = &e.params[at as usize..(at + n) as usize];
+        e.inputs.extend_from_slice(params);
         e.start = e.new_block((0, 0));
         e.emit(
             Key::Prologue(inputs.to_vec()),
@@ -1659,8 +1663,9 @@ impl<'a> StencilEmitter<'a> {
     /// the stencils copied and their machine instructions.
     pub fn finish(mut self, entry: u32) -> Result<(Vec<u8>, usize, usize), StencilError> {
         self.place(self.start);
-        let inputs = self.inputs.clone();
+        let inputs = std::mem::take(&mut self.inputs);
         self.jump_with(entry, &inputs, false);
+        self.inputs = inputs;
         if let Some(e) = self.error.take() {
             return Err(e);
         }
