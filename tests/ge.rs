@@ -350,7 +350,10 @@ fn unit_invariants_are_what_an_entry_block_no_edge_enters_defines() {
     let lay = p.layout(head);
     assert_eq!(lay.input_types.len(), 2, "the accumulator and x");
     assert_eq!(lay.copy_types.len(), 1, "the accumulator");
-    assert!(lay.copy_key_regs.len() == lay.key_regs.len());
+    assert_eq!(
+        lay.copy_key_regs, lay.key_regs,
+        "no invariant in the head's key"
+    );
     let x = dyc::interp::Val::Scalar(Const::Int(Scalar::I64, 3));
     let n = dyc::interp::Val::Scalar(Const::Int(Scalar::I64, 4));
     let id = m.func_by_name("power").expect("power");
@@ -359,6 +362,27 @@ fn unit_invariants_are_what_an_entry_block_no_edge_enters_defines() {
         assert_eq!(
             run.result,
             Some(dyc::interp::Val::Scalar(Const::Int(Scalar::I64, 81)))
+        );
+        // The specialization: the function's entry (x and n), the unit's first copy (x),
+        // then the unrolled copies, which take the accumulator alone and read x from the
+        // first copy.
+        let f = run
+            .module
+            .funcs
+            .values()
+            .last()
+            .expect("the specialization");
+        let params: Vec<usize> = f
+            .layout
+            .blocks()
+            .iter()
+            .map(|&b| f.block_params(b).len())
+            .collect();
+        assert!(params.len() > 4, "{executor:?}: {params:?}");
+        assert_eq!(params[..2], [2, 1], "{executor:?}");
+        assert!(
+            params[2..].iter().all(|&k| k <= 1),
+            "{executor:?}: {params:?}"
         );
     }
     let mut entered = p.clone();
