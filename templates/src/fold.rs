@@ -503,7 +503,7 @@ fn const_index<V>(index: FVal<V>, len: usize) -> Option<usize> {
 
 /// Constant `c` as an index below `len`, if it is one: where the layer keeps a local
 /// array's element as a value instead of going through memory.
-pub(crate) fn index_in(c: Const, len: usize) -> Option<usize> {
+pub fn index_in(c: Const, len: usize) -> Option<usize> {
     semantics::int_value(c)
         .and_then(|x| usize::try_from(x).ok())
         .filter(|&k| k < len)

@@ -30,6 +30,7 @@ use std::collections::HashMap;
 use smallvec::SmallVec;
 
 use cranelift_codegen::entity::EntityRef;
+use dyc_templates::fold::index_in;
 use dyc_templates::ops::{BinaryOp, CmpOp, Const};
 use dyc_templates::semantics::{self, Fault};
 use dyc_templates::template::{Emitter, TOp};
@@ -390,6 +391,24 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
     }
 
+    fn array_mut(&mut self, r: Reg) -> Result<&mut [E::Value], SpecError> {
+        match self.sc.env_a.get_mut(r.index()) {
+            Some((Some(_), elems)) => Ok(elems),
+            _ => internal(format!("array {r} read before it was made")),
+        }
+    }
+
+    /// Operand `o` as an index of an array of `len` elements when it is static and in
+    /// bounds: the element is then one of the executor's values, read or replaced with
+    /// nothing emitted (what the fold layer makes of a constant index, done before any
+    /// emitter sees it). Any other index goes to the emitter, which bounds-checks it.
+    fn static_index(&self, o: Operand, len: usize) -> Result<Option<usize>, SpecError> {
+        match o {
+            Operand::Static(r) => Ok(index_in(self.get_c(r)?, len)),
+            Operand::Dyn(_) => Ok(None),
+        }
+    }
+
     fn switch_to(&mut self, b: E::Block) {
         self.em.switch_to_block(b);
         self.cur = Some(b);
@@ -567,12 +586,20 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     index,
                     loc,
                 } => {
-                    let i = self.operand(*index)?;
-                    let (elem, elems) = match self.sc.env_a.get(arr.index()) {
-                        Some((Some(elem), elems)) => (*elem, elems),
-                        _ => return internal(format!("array {arr} read before it was made")),
+                    let len = self.array(*arr)?.len();
+                    let v = match self.static_index(*index, len)? {
+                        Some(k) => self.array(*arr)?[k],
+                        None => {
+                            let i = self.operand(*index)?;
+                            let (elem, elems) = match self.sc.env_a.get(arr.index()) {
+                                Some((Some(elem), elems)) => (*elem, elems),
+                                _ => {
+                                    return internal(format!("array {arr} read before it was made"))
+                                }
+                            };
+                            self.em.array_load(elem, elems, i, *loc)
+                        }
                     };
-                    let v = self.em.array_load(elem, elems, i, *loc);
                     self.set_d(*dst, v);
                 }
                 Op::ArrayStore {
@@ -581,13 +608,19 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     value,
                     loc,
                 } => {
-                    let i = self.operand(*index)?;
-                    let v = self.operand(*value)?;
-                    let (elem, elems) = match self.sc.env_a.get_mut(arr.index()) {
-                        Some((Some(elem), elems)) => (*elem, elems),
-                        _ => return internal(format!("array {arr} read before it was made")),
-                    };
-                    self.em.array_store(elem, elems, i, v, *loc);
+                    let len = self.array(*arr)?.len();
+                    if let Some(k) = self.static_index(*index, len)? {
+                        let v = self.operand(*value)?;
+                        self.array_mut(*arr)?[k] = v;
+                    } else {
+                        let i = self.operand(*index)?;
+                        let v = self.operand(*value)?;
+                        let (elem, elems) = match self.sc.env_a.get_mut(arr.index()) {
+                            Some((Some(elem), elems)) => (*elem, elems),
+                            _ => return internal(format!("array {arr} read before it was made")),
+                        };
+                        self.em.array_store(elem, elems, i, v, *loc);
+                    }
                 }
             }
         }
