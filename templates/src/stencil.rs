@@ -144,6 +144,82 @@ pub enum Key {
     Prologue(Vec<Type>),
 }
 
+impl Form {
+    /// The form in 16 bits, never 0: kind (3 bits, from 1), scalar type (5), and the
+    /// hole's width or the baked amount (8).
+    fn pack(self) -> u128 {
+        let (kind, s, extra) = match self {
+            Form::Slot(s) => (1, s, 0),
+            Form::Imm(s, wide) => (2, s, u8::from(wide)),
+            Form::Slice(s) => (3, s, 0),
+            Form::ConstSlice(s) => (4, s, 0),
+            Form::Acc(s) => (5, s, 0),
+            Form::Baked(s, amount) => (6, s, amount),
+        };
+        kind | u128::from(s as u8) << 3 | u128::from(extra) << 8
+    }
+
+    /// Up to four forms in 64 bits (an absent form is 0).
+    fn pack_all(forms: &[Form]) -> Option<u128> {
+        (forms.len() <= 4).then(|| {
+            forms
+                .iter()
+                .enumerate()
+                .fold(0, |m, (k, f)| m | f.pack() << (16 * k))
+        })
+    }
+}
+
+impl TOp {
+    /// The operation in 12 bits (not calls): kind (4 bits) and operator or type (8).
+    fn pack(&self) -> Option<u128> {
+        let (kind, sub) = match self {
+            TOp::Unary(o) => (1, *o as u8),
+            TOp::Binary(o) => (2, *o as u8),
+            TOp::Cmp(o) => (3, *o as u8),
+            TOp::Select => (4, 0),
+            TOp::Cast(s) => (5, *s as u8),
+            TOp::Len => (6, 0),
+            TOp::Load => (7, 0),
+            TOp::Store => (8, 0),
+            TOp::Call { .. } => return None,
+        };
+        Some(kind | u128::from(sub) << 4)
+    }
+}
+
+impl Key {
+    /// The key in one number, for the keys of the copies a unit makes most (operations
+    /// that call nothing, moves, branches): a thread looks those up by the number, with
+    /// no walk of the key's parts to hash or compare it. Distinct keys pack to distinct
+    /// numbers (the low 5 bits are the variant); `None` for the others.
+    fn pack(&self) -> Option<u128> {
+        let (variant, payload) = match self {
+            Key::Op {
+                op,
+                forms,
+                callee: None,
+            } => (1, op.pack()? | Form::pack_all(forms)? << 12),
+            Key::Set(wide) => (2, u128::from(*wide)),
+            Key::Move => (3, 0),
+            Key::Reload => (4, 0),
+            Key::Spill => (5, 0),
+            Key::MoveTo(s) => (6, u128::from(*s as u8)),
+            Key::FrameAddr => (7, 0),
+            Key::Branch(f) => (8, f.pack()),
+            Key::CmpBranch { op, forms } => (9, op.pack()? | Form::pack_all(forms)? << 12),
+            Key::CaseEq(f, wide) => (10, f.pack() | u128::from(*wide) << 16),
+            Key::Ret(None) => (11, 0),
+            Key::Ret(Some(f)) => (12, f.pack()),
+            Key::Trap => (13, 0),
+            Key::BoundsCheck(a, b) => (14, a.pack() | b.pack() << 16),
+            Key::Fuel => (15, 0),
+            _ => return None,
+        };
+        Some(variant | payload << 5)
+    }
+}
+
 /// What a hole is filled with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -1393,6 +1469,8 @@ struct Scratch {
     /// The library the stencils are from ([`StencilLib::id`]).
     lib: u64,
     stencils: HashMap<Key, Arc<Stencil>, rustc_hash::FxBuildHasher>,
+    /// The same, for the keys that pack into a number ([`Key::pack`]).
+    packed: HashMap<u128, Arc<Stencil>, rustc_hash::FxBuildHasher>,
     /// The code buffer of the last unit, given back with [`recycle_code`] once installed.
     code: Vec<u8>,
     inputs: Vec<SVal>,
@@ -1584,6 +1662,7 @@ impl<'a> StencilEmitter<'a> {
         if sc.lib != lib.id {
             sc.lib = lib.id;
             sc.stencils.clear();
+            sc.packed.clear();
         }
         let mut e = StencilEmitter {
             lib,
@@ -1739,6 +1818,14 @@ impl<'a> StencilEmitter<'a> {
     /// scratch).
     fn stencil(&mut self, key: &Key) -> Result<Arc<Stencil>, StencilError> {
         let sc = self.scratch.as_mut().expect("the emitter has the scratch");
+        if let Some(p) = key.pack() {
+            if let Some(st) = sc.packed.get(&p) {
+                return Ok(st.clone());
+            }
+            let st = self.lib.get(key)?;
+            sc.packed.insert(p, st.clone());
+            return Ok(st);
+        }
         if let Some(st) = sc.stencils.get(key) {
             return Ok(st.clone());
         }
@@ -2970,6 +3057,86 @@ impl Backend for StencilEmitter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Packed keys are equal exactly when the keys are: every operation that packs,
+    /// with no form, every form, and a sample of pairs of forms; every other key variant
+    /// that packs, on every form.
+    #[test]
+    fn packed_keys_are_distinct_for_distinct_keys() {
+        use crate::ops::{CmpOp, UnaryOp};
+        let scalars = Scalar::ALL;
+        let mut forms = Vec::new();
+        for s in scalars {
+            forms.extend([
+                Form::Slot(s),
+                Form::Slice(s),
+                Form::ConstSlice(s),
+                Form::Acc(s),
+            ]);
+            forms.extend([Form::Imm(s, false), Form::Imm(s, true)]);
+            forms.extend([Form::Baked(s, 0), Form::Baked(s, 1), Form::Baked(s, 63)]);
+        }
+        let mut ops: Vec<TOp> = [TOp::Select, TOp::Len, TOp::Load, TOp::Store].into();
+        ops.extend(UnaryOp::ALL.iter().map(|&o| TOp::Unary(o)));
+        ops.extend(BinaryOp::ALL.iter().map(|&o| TOp::Binary(o)));
+        ops.extend(CmpOp::ALL.iter().map(|&o| TOp::Cmp(o)));
+        ops.extend(scalars.map(TOp::Cast));
+        let lists: Vec<Forms> = std::iter::once(Forms::new())
+            .chain(forms.iter().map(|&f| Forms::from_slice(&[f])))
+            .chain(forms.iter().step_by(3).flat_map(|&a| {
+                forms
+                    .iter()
+                    .step_by(2)
+                    .map(move |&b| Forms::from_slice(&[a, b]))
+            }))
+            .chain([Forms::from_slice(&[forms[0], forms[1], forms[2]])])
+            .collect();
+        let mut keys = Vec::new();
+        for op in &ops {
+            for f in &lists {
+                keys.push(Key::Op {
+                    op: op.clone(),
+                    forms: f.clone(),
+                    callee: None,
+                });
+                keys.push(Key::CmpBranch {
+                    op: op.clone(),
+                    forms: f.clone(),
+                });
+            }
+        }
+        keys.extend([
+            Key::Set(false),
+            Key::Set(true),
+            Key::Move,
+            Key::Reload,
+            Key::Spill,
+        ]);
+        keys.extend([Key::FrameAddr, Key::Ret(None), Key::Trap, Key::Fuel]);
+        for (k, &f) in forms.iter().enumerate() {
+            keys.extend([Key::Branch(f), Key::CaseEq(f, false), Key::CaseEq(f, true)]);
+            keys.push(Key::Ret(Some(f)));
+            keys.push(Key::BoundsCheck(f, forms[(k * 7) % forms.len()]));
+        }
+        keys.extend(scalars.map(Key::MoveTo));
+        let mut seen = HashMap::new();
+        for key in &keys {
+            let p = key.pack().expect("the key packs");
+            if let Some(other) = seen.insert(p, key) {
+                assert_eq!(other, key, "two keys pack to {p:#x}");
+            }
+        }
+        let call = Key::Op {
+            op: TOp::Call {
+                callee: 0,
+                ret: None,
+            },
+            forms: Forms::new(),
+            callee: Some(CalleeKey::Host(0)),
+        };
+        assert_eq!(call.pack(), None);
+        assert_eq!(Key::Prologue(vec![]).pack(), None);
+    }
 
     /// The parameters of block `b` (of types `tys`).
     fn params(em: &mut StencilEmitter, b: u32, tys: &[Type]) -> Vec<SVal> {
