@@ -398,13 +398,13 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
     }
 
-    /// Operand `o` as an index of an array of `len` elements when it is static and in
-    /// bounds: the element is then one of the executor's values, read or replaced with
-    /// nothing emitted (what the fold layer makes of a constant index, done before any
-    /// emitter sees it). Any other index goes to the emitter, which bounds-checks it.
-    fn static_index(&self, o: Operand, len: usize) -> Result<Option<usize>, SpecError> {
+    /// Operand `o` as an index of local array `arr` when it is static and in bounds: the
+    /// element is then one of the executor's values, read or replaced with nothing
+    /// emitted (what the fold layer makes of a constant index, done before any emitter
+    /// sees it). Any other index goes to the emitter, which bounds-checks it.
+    fn static_index(&self, arr: Reg, o: Operand) -> Result<Option<usize>, SpecError> {
         match o {
-            Operand::Static(r) => Ok(index_in(self.get_c(r)?, len)),
+            Operand::Static(r) => Ok(index_in(self.get_c(r)?, self.array(arr)?.len())),
             Operand::Dyn(_) => Ok(None),
         }
     }
@@ -586,8 +586,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     index,
                     loc,
                 } => {
-                    let len = self.array(*arr)?.len();
-                    let v = match self.static_index(*index, len)? {
+                    let v = match self.static_index(*arr, *index)? {
                         Some(k) => self.array(*arr)?[k],
                         None => {
                             let i = self.operand(*index)?;
@@ -608,8 +607,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     value,
                     loc,
                 } => {
-                    let len = self.array(*arr)?.len();
-                    if let Some(k) = self.static_index(*index, len)? {
+                    if let Some(k) = self.static_index(*arr, *index)? {
                         let v = self.operand(*value)?;
                         self.array_mut(*arr)?[k] = v;
                     } else {
