@@ -391,13 +391,6 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
     }
 
-    fn array_mut(&mut self, r: Reg) -> Result<&mut [E::Value], SpecError> {
-        match self.sc.env_a.get_mut(r.index()) {
-            Some((Some(_), elems)) => Ok(elems),
-            _ => internal(format!("array {r} read before it was made")),
-        }
-    }
-
     /// Operand `o` as an index of local array `arr` when it is static and in bounds: the
     /// element is then one of the executor's values, read or replaced with nothing
     /// emitted (what the fold layer makes of a constant index, done before any emitter
@@ -587,7 +580,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     loc,
                 } => {
                     let v = match self.static_index(*arr, *index)? {
-                        Some(k) => self.array(*arr)?[k],
+                        // (`static_index` found the array and `k` in its bounds.)
+                        Some(k) => self.sc.env_a[arr.index()].1[k],
                         None => {
                             let i = self.operand(*index)?;
                             let (elem, elems) = match self.sc.env_a.get(arr.index()) {
@@ -609,7 +603,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 } => {
                     if let Some(k) = self.static_index(*arr, *index)? {
                         let v = self.operand(*value)?;
-                        self.array_mut(*arr)?[k] = v;
+                        self.sc.env_a[arr.index()].1[k] = v;
                     } else {
                         let i = self.operand(*index)?;
                         let v = self.operand(*value)?;

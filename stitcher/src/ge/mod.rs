@@ -49,12 +49,14 @@
 //! executor keeps as values** while stitching (they are never memory unless an access
 //! needs it):
 //! - `ArrayNew { dst, elem, len }` binds every element to the constant zero;
-//! - `ArrayLoad` and `ArrayStore` hand the elements, the index and the value to the
-//!   emitter ([`dyc_templates::template::Emitter::array_load`] and `array_store`). Through
-//!   the fold layer, a constant index in bounds (a static index, the common case of an
-//!   interpreter's register file) is no code at all: a read is the element's value, a
-//!   write rebinds the element. A constant index out of bounds faults when the code runs,
-//!   like a static load. An index known only at run time stores the elements to a fresh
+//! - `ArrayLoad` and `ArrayStore` with a static index in bounds (the common case of an
+//!   interpreter's register file) are no code at all, and the executor handles them
+//!   itself: a read is the element's value, a write rebinds the element;
+//! - any other `ArrayLoad` and `ArrayStore` hands the elements, the index and the value
+//!   to the emitter ([`dyc_templates::template::Emitter::array_load`] and `array_store`).
+//!   Through the fold layer, a constant index in bounds (one the emitter folded) is no
+//!   code either. A constant index out of bounds faults when the code runs, like a static
+//!   load. An index known only at run time stores the elements to a fresh
 //!   stack slot, does a bounds-checked load or store there, and (after a store) reloads the
 //!   elements: always correct, and the array is back in values for the accesses after it;
 //! - across block copies and unit boundaries a live array is its elements: a copy's inputs
