@@ -375,8 +375,14 @@ impl Tape {
                 Call::Jump(b, args) if self.merges(*b) => {
                     // The block's parameters are the arguments; its `SwitchTo` and
                     // `BlockParams`, the next two calls, are left out.
-                    fill(&mut buf, &vals, nums(*args))?;
-                    vals.extend_from_slice(&buf);
+                    let ks = nums(*args);
+                    if let Some(&k) = ks.iter().find(|&&k| k as usize >= vals.len()) {
+                        return Err(ReplayError(format!("number {k} made by no call")));
+                    }
+                    vals.reserve(ks.len());
+                    for &k in ks {
+                        vals.push(vals[k as usize]);
+                    }
                     calls.next();
                     calls.next();
                 }
