@@ -142,7 +142,20 @@ fn run_power<'m>(
     p: &StitchProgram,
     executor: ExecutorKind,
 ) -> (Record<Fold<ResidualEmitter<'m>>>, usize) {
-    let id = m.func_by_name("power").expect("power");
+    run_recorded(m, p, "power", 3, executor)
+}
+
+/// Function `func`'s program `p` (of module `m`), whose key is one `i64`, specialized on
+/// `key` by `executor` into a recording emitter: the recording, and the number of
+/// operations the executor processed.
+fn run_recorded<'m>(
+    m: &'m dyc::ir::Module,
+    p: &StitchProgram,
+    func: &str,
+    key: u64,
+    executor: ExecutorKind,
+) -> (Record<Fold<ResidualEmitter<'m>>>, usize) {
+    let id = m.func_by_name(func).expect("the function");
     let backend = ResidualEmitter::new(m, "spec", m.funcs[id].sig.clone(), vec![]);
     let mut em = Record::new(Fold::new(backend, vec![]));
     let cx = Context {
@@ -152,7 +165,7 @@ fn run_power<'m>(
         mode: PromotionMode::Inline(&|_| Vec::new()),
         budget: Budget::default(),
     };
-    let key = [SVal::Scalar(Const::Int(Scalar::I64, 3))];
+    let key = [SVal::Scalar(Const::Int(Scalar::I64, key))];
     let unit = executor
         .run(&cx, p.entry, &key, &mut em)
         .expect("specializes");
@@ -397,93 +410,6 @@ fn unit_invariants_are_what_an_entry_block_no_edge_enters_defines() {
     assert!(invariant(&entered).is_empty());
 }
 
-/// An emitter that counts the array accesses handed to it and forwards everything.
-struct ArrayCalls<E> {
-    inner: E,
-    calls: usize,
-}
-
-impl<E: dyc_templates::template::Emitter> dyc_templates::template::Emitter for ArrayCalls<E> {
-    type Value = E::Value;
-    type Block = E::Block;
-
-    fn create_block(&mut self, params: &[dyc_templates::types::Type]) -> E::Block {
-        self.inner.create_block(params)
-    }
-    fn block_params(&mut self, b: E::Block, out: &mut Vec<E::Value>) {
-        self.inner.block_params(b, out)
-    }
-    fn switch_to_block(&mut self, b: E::Block) {
-        self.inner.switch_to_block(b)
-    }
-    fn constant(&mut self, c: Const) -> E::Value {
-        self.inner.constant(c)
-    }
-    fn static_slice(&mut self, id: u32, ty: dyc_templates::types::Type) -> E::Value {
-        self.inner.static_slice(id, ty)
-    }
-    fn op(
-        &mut self,
-        op: &dyc_templates::template::TOp,
-        args: &[E::Value],
-        loc: SrcLoc,
-    ) -> Option<E::Value> {
-        self.inner.op(op, args, loc)
-    }
-    fn array_load(
-        &mut self,
-        elem: Scalar,
-        elems: &[E::Value],
-        index: E::Value,
-        loc: SrcLoc,
-    ) -> E::Value {
-        self.calls += 1;
-        self.inner.array_load(elem, elems, index, loc)
-    }
-    fn array_store(
-        &mut self,
-        elem: Scalar,
-        elems: &mut [E::Value],
-        index: E::Value,
-        value: E::Value,
-        loc: SrcLoc,
-    ) {
-        self.calls += 1;
-        self.inner.array_store(elem, elems, index, value, loc)
-    }
-    fn jump(&mut self, dest: E::Block, args: &[E::Value]) {
-        self.inner.jump(dest, args)
-    }
-    fn brif(
-        &mut self,
-        cond: E::Value,
-        then_dest: (E::Block, &[E::Value]),
-        else_dest: (E::Block, &[E::Value]),
-    ) {
-        self.inner.brif(cond, then_dest, else_dest)
-    }
-    fn switch(
-        &mut self,
-        arg: E::Value,
-        cases: &[dyc_templates::template::Case<Self>],
-        default: (E::Block, &[E::Value]),
-    ) {
-        self.inner.switch(arg, cases, default)
-    }
-    fn ret(&mut self, value: Option<E::Value>) {
-        self.inner.ret(value)
-    }
-    fn trap(&mut self, loc: SrcLoc) {
-        self.inner.trap(loc)
-    }
-    fn promote(&mut self, site: u32, promoted: &[E::Value], live: &[E::Value]) {
-        self.inner.promote(site, promoted, live)
-    }
-    fn promote_miss(&mut self, site: u32, promoted: &[E::Value]) {
-        self.inner.promote_miss(site, promoted)
-    }
-}
-
 /// A local array access whose index is static and in bounds reaches no emitter: the
 /// executor reads or rebinds the element itself. A static index out of bounds (which must
 /// fault when the code runs) and a dynamic index go to the emitter.
@@ -505,24 +431,9 @@ fn static_indices_in_bounds_reach_no_emitter() {
         .program;
     for executor in [ExecutorKind::WorkList, ExecutorKind::Planned] {
         // i = 3: only `a[x]` is handed on; i = 9: `a[i] = x` too.
-        for (i, calls) in [(3, 1), (9, 2)] {
-            let backend = ResidualEmitter::new(&m, "spec", m.funcs[id].sig.clone(), vec![]);
-            let mut em = ArrayCalls {
-                inner: Fold::new(backend, vec![]),
-                calls: 0,
-            };
-            let cx = Context {
-                prog: &p,
-                slices: &[],
-                hosts: &NoHosts,
-                mode: PromotionMode::Inline(&|_| Vec::new()),
-                budget: Budget::default(),
-            };
-            let key = [SVal::Scalar(Const::Int(Scalar::I64, i))];
-            executor
-                .run(&cx, p.entry, &key, &mut em)
-                .expect("specializes");
-            assert_eq!(em.calls, calls, "{executor:?}, i = {i}");
+        for (i, accesses) in [(3, 1), (9, 2)] {
+            let (em, _) = run_recorded(&m, &p, "f", i, executor);
+            assert_eq!(em.array_accesses, accesses, "{executor:?}, i = {i}");
         }
     }
 }

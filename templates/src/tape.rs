@@ -316,12 +316,16 @@ impl Tape {
         let block = |blocks: &[Option<E::Block>], b: u32| {
             get(blocks, b)?.ok_or_else(|| ReplayError(format!("block {b} was merged")))
         };
+        // (The numbers are checked first, so that the copies build no `Result` each.)
+        fn check(ks: &[u32], n: usize) -> Result<(), ReplayError> {
+            match ks.iter().find(|&&k| k as usize >= n) {
+                Some(k) => Err(ReplayError(format!("number {k} made by no call"))),
+                None => Ok(()),
+            }
+        }
         fn fill<T: Copy>(out: &mut Vec<T>, xs: &[T], ks: &[u32]) -> Result<(), ReplayError> {
             out.clear();
-            // (The numbers checked first, so that the copies build no `Result` each.)
-            if let Some(&k) = ks.iter().find(|&&k| k as usize >= xs.len()) {
-                return Err(ReplayError(format!("number {k} made by no call")));
-            }
+            check(ks, xs.len())?;
             out.extend(ks.iter().map(|&k| xs[k as usize]));
             Ok(())
         }
@@ -376,9 +380,7 @@ impl Tape {
                     // The block's parameters are the arguments; its `SwitchTo` and
                     // `BlockParams`, the next two calls, are left out.
                     let ks = nums(*args);
-                    if let Some(&k) = ks.iter().find(|&&k| k as usize >= vals.len()) {
-                        return Err(ReplayError(format!("number {k} made by no call")));
-                    }
+                    check(ks, vals.len())?;
                     vals.reserve(ks.len());
                     for &k in ks {
                         vals.push(vals[k as usize]);

@@ -1,7 +1,8 @@
 //! The recording emitter: wraps any emitter, forwards everything to it, and records the
 //! (template block, static context) pairs the executor stitched, in order
-//! ([`Emitter::note_copy`]). Tests use it to assert what stitching did: which copies exist,
-//! that none is stitched twice, and in what order they were filled.
+//! ([`Emitter::note_copy`]), and counts the local-array accesses handed to it. Tests use it
+//! to assert what stitching did: which copies exist, that none is stitched twice, in what
+//! order they were filled, and which array accesses the executor resolved itself.
 
 use dyc_templates::ops::Const;
 use dyc_templates::template::{Case, Emitter, TOp};
@@ -14,6 +15,8 @@ pub struct Record<E> {
     pub inner: E,
     /// (template block, exact encoding of its static context), in stitching order.
     pub stitched: Vec<(Block, Vec<(u8, u64)>)>,
+    /// The local-array accesses (`array_load`, `array_store`) handed to the emitter.
+    pub array_accesses: usize,
 }
 
 impl<E> Record<E> {
@@ -21,6 +24,7 @@ impl<E> Record<E> {
         Record {
             inner,
             stitched: Vec::new(),
+            array_accesses: 0,
         }
     }
 
@@ -67,6 +71,7 @@ impl<E: Emitter> Emitter for Record<E> {
         index: E::Value,
         loc: SrcLoc,
     ) -> E::Value {
+        self.array_accesses += 1;
         self.inner.array_load(elem, elems, index, loc)
     }
     fn array_store(
@@ -77,6 +82,7 @@ impl<E: Emitter> Emitter for Record<E> {
         value: E::Value,
         loc: SrcLoc,
     ) {
+        self.array_accesses += 1;
         self.inner.array_store(elem, elems, index, value, loc)
     }
     fn jump(&mut self, dest: E::Block, args: &[E::Value]) {

@@ -279,6 +279,21 @@ impl<'a, E: Emitter> Spec<'a, E> {
         self.sc.memo.get(b, key).ok()
     }
 
+    /// The copy of `b` this unit has made for `inputs` (all of `b`'s key and inputs), if
+    /// any, with `inputs.args` made its arguments ([`Spec::narrow_args`]).
+    fn made_for(
+        &mut self,
+        b: Block,
+        inputs: &mut Inputs<E::Value>,
+    ) -> Result<Option<E::Block>, SpecError> {
+        let key = self.narrow_key(b, &inputs.key);
+        let Some(copy) = self.made(b, &key) else {
+            return Ok(None);
+        };
+        self.narrow_args(b, copy, &mut inputs.args)?;
+        Ok(Some(copy))
+    }
+
     /// A new emitter block with all the inputs of `b` (parameter types computed once per
     /// block): a dispatch block.
     fn create_block(&mut self, b: Block) -> E::Block {
@@ -1024,9 +1039,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 return Ok((copy, inputs.args));
             }
             let mut inputs = self.target_inputs(e, true)?;
-            let key = self.narrow_key(e.block, &inputs.key);
-            if let Some(copy) = self.made(e.block, &key) {
-                self.narrow_args(e.block, copy, &mut inputs.args)?;
+            if let Some(copy) = self.made_for(e.block, &mut inputs)? {
                 return Ok((copy, inputs.args));
             }
             let stub = self.create_block(e.block);
@@ -1053,9 +1066,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             // A lazy block entered by a jump: its copy in this unit, or a promotion of no
             // values emitted here.
             let mut inputs = self.target_inputs(e, true)?;
-            let key = self.narrow_key(e.block, &inputs.key);
-            if let Some(copy) = self.made(e.block, &key) {
-                self.narrow_args(e.block, copy, &mut inputs.args)?;
+            if let Some(copy) = self.made_for(e.block, &mut inputs)? {
                 return Ok(Some((copy, inputs.args)));
             }
             self.promotion(e.block, inputs.key, Key::new(), &inputs.args)?;
@@ -1159,17 +1170,18 @@ impl<'a, E: Emitter> Spec<'a, E> {
             Const::Int(_, x) => Some(x),
             Const::Bool(_) | Const::F64(_) => None,
         };
-        // The arguments of `b`'s copies.
-        let copy_args = |s: &Self, target: E::Block| {
+        // `b`'s copy for promoted values `values` (created if new), and its arguments.
+        let copy = |s: &mut Self, values: &[Const]| {
+            let key = s.narrow_key(b, &site.key(values));
+            let target = s.copy_of(b, &key)?;
             let mut args = inputs.to_vec();
-            s.narrow_args(b, target, &mut args).map(|()| args)
+            s.narrow_args(b, target, &mut args)?;
+            Ok::<_, SpecError>((target, args))
         };
         if let ([v], true) = (promoted, known.iter().all(|vs| word(&vs[0]).is_some())) {
             let mut cases = Vec::with_capacity(known.len());
             for values in &known {
-                let key = self.narrow_key(b, &site.key(values));
-                let target = self.copy_of(b, &key)?;
-                let args = copy_args(self, target)?;
+                let (target, args) = copy(self, values)?;
                 cases.push((word(&values[0]).expect("checked"), target, args));
             }
             let miss = self.em.create_block(&[]);
@@ -1179,9 +1191,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
         // A chain of tests, one per known tuple of promoted values.
         for values in known {
-            let key = self.narrow_key(b, &site.key(&values));
-            let target = self.copy_of(b, &key)?;
-            let args = copy_args(self, target)?;
+            let (target, args) = copy(self, &values)?;
             let mut cond = None;
             for (&v, &k) in promoted.iter().zip(&values) {
                 let kv = self.em.constant(k);
