@@ -1596,7 +1596,7 @@ pub struct StencilEmitter<'a> {
     /// more stores), or a word of an array in the frame (read through its address).
     loaded: Vec<bool>,
     /// Where the result store of each operation copied stands (the offset in `code` of
-    /// its displacement), for `drop_dead_stores`.
+    /// its displacement), ascending, for `drop_dead_stores`.
     stores: Vec<u32>,
     /// Also make each stencil's common variants ([`StencilLib::make_variants`]).
     variants: bool,
@@ -2669,7 +2669,9 @@ impl<'a> StencilEmitter<'a> {
         self.code.truncate(lc.start);
         self.defs
             .retain(|d| d.sites.iter().all(|&at| (at as usize) < lc.start));
-        self.stores.retain(|&at| (at as usize) < lc.start);
+        // (`stores` ascends: code only grows, but for this truncation.)
+        let kept = self.stores.partition_point(|&at| (at as usize) < lc.start);
+        self.stores.truncate(kept);
         self.fixups.truncate(lc.fixups);
         self.frame_holes.truncate(lc.frame_holes);
         self.copies = lc.copies;
