@@ -15,6 +15,7 @@ use std::cell::RefCell;
 use dyc_templates::types::Scalar;
 
 use super::memo::Memo;
+use super::planned::Queue;
 use super::worklist::Slot;
 use crate::ge::{Block, Reg, SVal};
 
@@ -39,6 +40,8 @@ pub(super) struct Scratch<V, B> {
     /// key and whether it was stitched; `filled` lists the blocks with a slot.
     pub(super) slots: Vec<Option<Slot<B>>>,
     pub(super) filled: Vec<Block>,
+    /// Planned stitcher: the roots' copies waiting to run.
+    pub(super) queue: Queue,
     /// Static registers and dynamic variables.
     pub(super) env_s: Vec<Option<SVal>>,
     pub(super) env_d: Vec<Option<V>>,
@@ -63,6 +66,7 @@ impl<V, B: Copy> Scratch<V, B> {
             work: Vec::new(),
             slots: Vec::new(),
             filled: Vec::new(),
+            queue: Queue::default(),
             env_s: Vec::new(),
             env_d: Vec::new(),
             env_a: Vec::new(),
@@ -128,6 +132,7 @@ impl<V: Copy + 'static, B: Copy + 'static> Scratch<V, B> {
             + self.work.capacity()
             + self.slots.capacity()
             + self.filled.capacity()
+            + self.queue.room()
             + self.env_s.capacity()
             + self.env_d.capacity()
             + self.env_a.capacity()
