@@ -109,6 +109,12 @@ fn the_plan_prints_and_checks() {
     plan.roots[0] = None;
     let e = check_plan(&p).expect_err("refused").to_string();
     assert_eq!(e, "b0: the entry and promotion blocks must be roots\n");
+    // A rank out of range (the planned stitcher queues roots by rank).
+    p.plan = good.clone();
+    let plan = p.plan.as_mut().expect("a plan");
+    plan.rank[1] = 99;
+    let e = check_plan(&p).expect_err("refused").to_string();
+    assert_eq!(e, format!("power: rank 99 for {} blocks\n", p.blocks.len()));
     p.plan = good;
     let plan = p.plan.as_mut().expect("a plan");
     let fork = plan

@@ -46,13 +46,17 @@ use crate::ge::{Block, Plan, SVal, SpecError, Step};
 /// first: a stack of copies per rank (copies are numbered in the order they are made and
 /// queued in that order, so a stack's top is its last made) and a bit set of the ranks
 /// with copies waiting. (A binary heap did the same at about 170 instructions per copy,
-/// a sixth of a binary search's specialization, where every copy is a root.)
+/// a sixth of a binary search's specialization, where every copy is a root.) Ranks are
+/// below the plan's number of blocks (the checker makes sure); a block without one goes
+/// after them all.
 #[derive(Default)]
 pub(super) struct Queue {
     stacks: Vec<Vec<u32>>,
     waiting: Vec<u64>,
     /// No rank below word `first` of `waiting` has copies waiting.
     first: usize,
+    /// The stack of the copies of blocks of no known rank, past the plan's ranks.
+    last: usize,
 }
 
 impl Queue {
@@ -71,6 +75,7 @@ impl Queue {
         }
         self.waiting.resize((ranks + 1).div_ceil(64), 0);
         self.first = 0;
+        self.last = ranks;
     }
 
     /// Room the queue holds, in elements (for [`super::scratch::KEEP_LIMIT`]).
@@ -82,7 +87,7 @@ impl Queue {
 
     /// Moves the copies `made` of roots into the queue.
     fn add<B: Copy>(&mut self, plan: &Plan, memo: &Memo<B>, made: &mut Vec<u32>) {
-        let last = self.stacks.len() - 1;
+        let last = self.last;
         for k in made.drain(..) {
             let b = memo.copy(k).0;
             let r = plan
@@ -205,5 +210,71 @@ impl Executor for Planned {
             s.sc.queue.add(plan, &s.sc.memo, &mut s.sc.work);
         }
         Ok(s.unit(entry))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dyc_templates::ops::Const;
+    use dyc_templates::types::Scalar;
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
+    /// The queue pops copies in the order a binary heap on (rank, last made first) does,
+    /// however adds and pops interleave, over plans of up to 200 blocks (several words of
+    /// ranks), with blocks of no known rank last; and a reset empties what a failed
+    /// specialization left.
+    #[test]
+    fn the_queue_pops_least_rank_first_and_the_last_made_first() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut queue = Queue::default();
+        for _ in 0..200 {
+            let blocks = 1 + next(200) as usize;
+            // Ranks below the number of ranked blocks (topological numbers, some equal),
+            // and a last block without one.
+            let ranked = blocks - usize::from(blocks > 2);
+            let plan = Plan {
+                rank: (0..ranked).map(|_| next(ranked as u64) as u32).collect(),
+                ..Plan::default()
+            };
+            let mut memo = Memo::new();
+            let mut heap = BinaryHeap::new();
+            let mut made = Vec::new();
+            queue.reset(plan.rank.len());
+            for step in 0..300u64 {
+                if next(3) == 0 {
+                    assert_eq!(
+                        queue.pop(),
+                        heap.pop().map(|Reverse((_, k))| u32::MAX - k),
+                        "pop {step}"
+                    );
+                    continue;
+                }
+                for _ in 0..next(4) {
+                    let b = Block::from_u32(next(blocks as u64) as u32);
+                    let key = [SVal::Scalar(Const::Int(Scalar::I64, step))];
+                    // (A copy is queued once, when it is made.)
+                    let Err(at) = memo.get(b, &key) else {
+                        continue;
+                    };
+                    let k = memo.insert(at, b, &key, 0u32);
+                    let r = plan.rank.get(b.index()).copied().unwrap_or(u32::MAX);
+                    heap.push(Reverse((r, u32::MAX - k)));
+                    made.push(k);
+                }
+                queue.add(&plan, &memo, &mut made);
+                assert!(made.is_empty());
+            }
+        }
+        // Left with copies waiting, then reset: empty.
+        queue.reset(3);
+        assert_eq!(queue.pop(), None);
     }
 }

@@ -351,6 +351,9 @@ pub fn check_plan(p: &StitchProgram) -> Result<(), CheckErrors> {
         ));
         return Err(CheckErrors(c.errors));
     }
+    if let Some(r) = plan.rank.iter().find(|&&r| r as usize >= p.blocks.len()) {
+        c.err(format!("rank {r} for {} blocks", p.blocks.len()));
+    }
     for (b, d) in p.blocks.iter() {
         c.entity = b.to_string();
         if (b == p.entry || !d.promote.is_empty()) && !plan.is_root(b) {
