@@ -46,7 +46,7 @@ use crate::ge::{Block, Plan, SVal, SpecError, Step};
 /// first: a stack of copies per rank (copies are numbered in the order they are made and
 /// queued in that order, so a stack's top is its last made) and a bit set of the ranks
 /// with copies waiting. (A binary heap did the same at about 170 instructions per copy,
-/// a sixth of a binary search's specialization, where every copy is a root.) Ranks are
+/// a tenth of a binary search's specialization, where most copies are roots.) Ranks are
 /// below the plan's number of blocks (the checker makes sure); a block without one goes
 /// after them all.
 #[derive(Default)]
