@@ -158,12 +158,9 @@ pub struct Fold<B: Backend> {
     pub backend: B,
     /// Lengths of the static slices (by key parameter), for `len` and bounds checks.
     static_lens: Vec<Option<u64>>,
-    /// Each created block, by [`Backend::block_index`].
-    blocks: Vec<BlockInfo>,
-    /// The parameter type lists of blocks, each distinct list kept once (copies of one
-    /// template block share theirs).
-    type_lists: Vec<Vec<Type>>,
-    type_index: HashMap<Vec<Type>, u32, Hasher>,
+    /// Each created block (by [`Backend::block_index`]) and the interned type lists: the
+    /// thread's, kept from unit to unit ([`Tables`]).
+    t: Tables,
     /// The list last found for a slice at each address (direct-mapped by address), checked
     /// by comparing before it is used: callers mostly pass the same few slices (the
     /// executors pass a program's own lists), and comparing is cheaper than hashing.
@@ -181,7 +178,75 @@ pub struct Fold<B: Backend> {
     /// and the lists of types kept without constant parameters ([`Fold::kept_list`]).
     known: Option<Known>,
     made: u32,
+}
+
+/// What the fold layer keeps of blocks and their parameter types. The lists a unit's
+/// blocks have are those of its program's blocks, few and the same in every
+/// specialization, so the lists stay interned on the thread from unit to unit (interning
+/// them anew allocated twice per list, a tenth of a short unit's allocations); the
+/// blocks are emptied per unit.
+#[derive(Default)]
+struct TypeTables {
+    blocks: Vec<BlockInfo>,
+    /// The parameter type lists of blocks, each distinct list kept once (copies of one
+    /// template block share theirs).
+    type_lists: Vec<Vec<Type>>,
+    type_index: HashMap<Vec<Type>, u32, Hasher>,
+    /// The lists of the types of a list without some of them ([`Fold::kept_list`]), by
+    /// list and the bits of those kept.
     kept_index: HashMap<(u32, u128), u32, Hasher>,
+}
+
+/// The most type lists a thread keeps interned between units: past it, a unit starts
+/// them afresh (a thread that specializes many programs holds a bounded table).
+const KEPT_TYPE_LISTS: usize = 4096;
+
+thread_local! {
+    static TABLES: std::cell::Cell<Option<Box<TypeTables>>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// The thread's [`TypeTables`] while a fold layer uses them, given back when it is dropped
+/// (a fold layer inside another's lifetime on the same thread gets tables of its own).
+struct Tables(Option<Box<TypeTables>>);
+
+impl Tables {
+    fn take() -> Tables {
+        let mut t = TABLES
+            .try_with(|c| c.take())
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        t.blocks.clear();
+        if t.type_lists.len() > KEPT_TYPE_LISTS {
+            t.type_lists.clear();
+            t.type_index.clear();
+            t.kept_index.clear();
+        }
+        Tables(Some(t))
+    }
+}
+
+impl std::ops::Deref for Tables {
+    type Target = TypeTables;
+    fn deref(&self) -> &TypeTables {
+        self.0.as_ref().expect("the tables until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Tables {
+    fn deref_mut(&mut self) -> &mut TypeTables {
+        self.0.as_mut().expect("the tables until dropped")
+    }
+}
+
+impl Drop for Tables {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            // (`try_with`: a thread being torn down just frees them.)
+            let _ = TABLES.try_with(|c| c.set(Some(t)));
+        }
+    }
 }
 
 /// What the layer keeps of a created block: its parameter types (an index into
@@ -200,9 +265,7 @@ impl<B: Backend> Fold<B> {
         Fold {
             backend,
             static_lens,
-            blocks: Vec::new(),
-            type_lists: Vec::new(),
-            type_index: HashMap::default(),
+            t: Tables::take(),
             recent: [(0, u32::MAX); 16],
             raw_params: Vec::new(),
             lowered: [Vec::new(), Vec::new()],
@@ -210,7 +273,6 @@ impl<B: Backend> Fold<B> {
             checked_const: HashMap::default(),
             known: None,
             made: 0,
-            kept_index: HashMap::default(),
         }
     }
 
@@ -226,12 +288,12 @@ impl<B: Backend> Fold<B> {
 
     /// The index in `type_lists` of the list `params` (interned if new).
     fn intern(&mut self, params: &[Type]) -> u32 {
-        match self.type_index.get(params) {
+        match self.t.type_index.get(params) {
             Some(&k) => k,
             None => {
-                let k = self.type_lists.len() as u32;
-                self.type_lists.push(params.to_vec());
-                self.type_index.insert(params.to_vec(), k);
+                let k = self.t.type_lists.len() as u32;
+                self.t.type_lists.push(params.to_vec());
+                self.t.type_index.insert(params.to_vec(), k);
                 k
             }
         }
@@ -245,10 +307,10 @@ impl<B: Backend> Fold<B> {
                 .enumerate()
                 .fold(0u128, |m, (j, &k)| m | u128::from(k) << j)
         });
-        if let Some(&k) = bits.and_then(|m| self.kept_index.get(&(types, m))) {
+        if let Some(&k) = bits.and_then(|m| self.t.kept_index.get(&(types, m))) {
             return k;
         }
-        let kept: SmallVec<[Type; 16]> = self.type_lists[types as usize]
+        let kept: SmallVec<[Type; 16]> = self.t.type_lists[types as usize]
             .iter()
             .zip(keep)
             .filter(|(_, &k)| k)
@@ -256,7 +318,7 @@ impl<B: Backend> Fold<B> {
             .collect();
         let k = self.intern(&kept);
         if let Some(m) = bits {
-            self.kept_index.insert((types, m), k);
+            self.t.kept_index.insert((types, m), k);
         }
         k
     }
@@ -264,7 +326,7 @@ impl<B: Backend> Fold<B> {
     /// The constant parameters of block `b` (by backend number), if it has some.
     fn consts_of(&self, b: usize) -> Option<&[Option<Const>]> {
         let known = self.known.as_ref()?;
-        let info = self.blocks.get(b)?;
+        let info = self.t.blocks.get(b)?;
         if info.types == info.backend_types {
             return None;
         }
@@ -527,7 +589,7 @@ impl<B: Backend> Emitter for Fold<B> {
         let addr = params.as_ptr() as usize;
         let slot = (addr >> 3) % self.recent.len();
         let types = match self.recent[slot] {
-            (a, k) if a == addr && self.type_lists[k as usize] == params => k,
+            (a, k) if a == addr && self.t.type_lists[k as usize] == params => k,
             _ => {
                 let k = self.intern(params);
                 self.recent[slot] = (addr, k);
@@ -545,10 +607,10 @@ impl<B: Backend> Emitter for Fold<B> {
         };
         let b = self
             .backend
-            .create_block(&self.type_lists[backend_types as usize]);
+            .create_block(&self.t.type_lists[backend_types as usize]);
         let i = B::block_index(b);
-        if i >= self.blocks.len() {
-            self.blocks.resize(
+        if i >= self.t.blocks.len() {
+            self.t.blocks.resize(
                 i + 1,
                 BlockInfo {
                     types: u32::MAX,
@@ -557,7 +619,7 @@ impl<B: Backend> Emitter for Fold<B> {
                 },
             );
         }
-        self.blocks[i] = BlockInfo {
+        self.t.blocks[i] = BlockInfo {
             types,
             backend_types,
             made,
@@ -575,9 +637,10 @@ impl<B: Backend> Emitter for Fold<B> {
 
     fn block_params(&mut self, b: B::Block, out: &mut Vec<Self::Value>) {
         let i = B::block_index(b);
-        let info = self.blocks.get(i).copied();
+        let info = self.t.blocks.get(i).copied();
         let list = |k: u32| {
-            self.type_lists
+            self.t
+                .type_lists
                 .get(k as usize)
                 .map_or(&[][..], Vec::as_slice)
         };
