@@ -183,8 +183,8 @@ pub struct Fold<B: Backend> {
 /// What the fold layer keeps of blocks and their parameter types. The lists a unit's
 /// blocks have are those of its program's blocks, few and the same in every
 /// specialization, so the lists stay interned on the thread from unit to unit (interning
-/// them anew allocated twice per list, a tenth of a short unit's allocations); the
-/// blocks are emptied per unit.
+/// them anew cost two allocations per list and unit); the block table is emptied per
+/// unit.
 #[derive(Default)]
 struct TypeTables {
     blocks: Vec<BlockInfo>,
@@ -197,9 +197,11 @@ struct TypeTables {
     kept_index: HashMap<(u32, u128), u32, Hasher>,
 }
 
-/// The most type lists a thread keeps interned between units: past it, a unit starts
-/// them afresh (a thread that specializes many programs holds a bounded table).
+/// The most type lists a thread keeps interned between units, and the most blocks its
+/// block table keeps room for: past them, a unit starts afresh (a thread that
+/// specializes many programs, or once a huge unit, holds bounded tables).
 const KEPT_TYPE_LISTS: usize = 4096;
+const KEPT_BLOCKS: usize = 1 << 16;
 
 thread_local! {
     static TABLES: std::cell::Cell<Option<Box<TypeTables>>> =
@@ -218,6 +220,9 @@ impl Tables {
             .flatten()
             .unwrap_or_default();
         t.blocks.clear();
+        if t.blocks.capacity() > KEPT_BLOCKS {
+            t.blocks = Vec::new();
+        }
         if t.type_lists.len() > KEPT_TYPE_LISTS {
             t.type_lists.clear();
             t.type_index.clear();
