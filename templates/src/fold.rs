@@ -884,3 +884,44 @@ impl<B: Backend> Emitter for Fold<B> {
         self.backend.promote_miss(site, &p);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The type tables stay with the thread from one fold layer to the next, up to their
+    /// bounds; a layer made while another holds them gets tables of its own.
+    #[test]
+    fn type_tables_are_kept_per_thread_within_bounds() {
+        let lists = |n: usize| {
+            let mut t = Tables::take();
+            t.type_lists.clear();
+            t.type_index.clear();
+            for k in 0..n {
+                let list = vec![Type::I64; k % 7];
+                t.type_index.insert(list.clone(), k as u32);
+                t.type_lists.push(list);
+            }
+            t.blocks.push(BlockInfo {
+                types: 0,
+                backend_types: 0,
+                made: 0,
+            });
+        };
+        lists(3);
+        let t = Tables::take();
+        assert_eq!(t.type_lists.len(), 3, "kept");
+        assert!(t.blocks.is_empty(), "the blocks are the unit's");
+        // Nested: the inner layer's tables are fresh, the outer's come back.
+        let inner = Tables::take();
+        assert!(inner.type_lists.is_empty());
+        drop(inner);
+        drop(t);
+        assert_eq!(Tables::take().type_lists.len(), 3);
+        lists(KEPT_TYPE_LISTS + 1);
+        assert!(
+            Tables::take().type_lists.is_empty(),
+            "past the bound: afresh"
+        );
+    }
+}
