@@ -19,7 +19,7 @@
 //!   block, a check already made (same slice and index, or a constant index not above one
 //!   already checked against the same slice) is not made again. Every other access gets an
 //!   explicit [`Backend::bounds_check`] before the backend's (unchecked) load or store.
-//! - **constant block parameters**: with [`Fold::with_constant_params`], the parameters
+//! - **constant block parameters**: with [`Fold::set_constant_params`], the parameters
 //!   found constant on every path of a recorded run ([`crate::params`]) are read as
 //!   constants, and left out of the backend's blocks and of the jumps into them.
 //!
@@ -286,9 +286,13 @@ impl<B: Backend> Fold<B> {
     /// off the recorded run this layer is then given ([`crate::tape::Tape::shape`],
     /// [`crate::tape::Tape::replay`]); a block whose parameters are not those recorded
     /// gets no constants.
-    pub fn with_constant_params(mut self, known: Known) -> Fold<B> {
-        self.known = known.any().then_some(known);
-        self
+    pub fn set_constant_params(&mut self, known: Known) {
+        self.known = Some(known);
+    }
+
+    /// The constant parameters [`Fold::set_constant_params`] gave, taken back.
+    pub fn take_constant_params(&mut self) -> Option<Known> {
+        self.known.take()
     }
 
     /// The index in `type_lists` of the list `params` (interned if new).

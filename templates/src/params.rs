@@ -23,7 +23,7 @@
 //! between parameters (each parameter changes at most twice). The unit's entry takes its
 //! inputs from its caller, so they are variable; a parameter no edge reaches stays
 //! unknown and is treated as variable. The tape is then replayed into the fold layer over
-//! the real backend with the result ([`crate::fold::Fold::with_constant_params`]).
+//! the real backend with the result ([`crate::fold::Fold::set_constant_params`]).
 //!
 //! **Why it is sound.** The replay makes the calls the executor made (but for the jumps
 //! into merged blocks, which the shape leaves out too), so its blocks and
@@ -120,6 +120,8 @@ pub struct Shape {
     offsets: Vec<u32>,
     users: Vec<u32>,
     work: Vec<u32>,
+    /// The buffers of a [`Known`] given back ([`Shape::recycle`]), for the next.
+    spare: (Vec<u32>, Vec<Option<Const>>),
 }
 
 impl Shape {
@@ -291,34 +293,41 @@ impl Shape {
         // A constant parameter is read as its constant; a dead scalar one as zero, which
         // nothing reads.
         let (mut constant, mut dead) = (0, 0);
-        let consts: Vec<Option<Const>> = (0..nparams)
-            .map(
-                |p| match (consts.get(val[p] as usize), live[p], self.scalar.get(p)) {
-                    (Some(&c), ..) => {
-                        constant += 1;
-                        Some(c)
-                    }
-                    (None, false, Some(&Some(s))) => {
-                        dead += 1;
-                        Some(Const::zero(s))
-                    }
-                    _ => None,
-                },
-            )
-            .collect();
+        let (mut start, mut known) = std::mem::take(&mut self.spare);
+        start.clear();
+        known.clear();
+        known.extend((0..nparams).map(|p| {
+            match (consts.get(val[p] as usize), live[p], self.scalar.get(p)) {
+                (Some(&c), ..) => {
+                    constant += 1;
+                    Some(c)
+                }
+                (None, false, Some(&Some(s))) => {
+                    dead += 1;
+                    Some(Const::zero(s))
+                }
+                _ => None,
+            }
+        }));
         // The blocks the replay creates: merged ones left out (each is empty, so the
         // others' ranges stay as they are).
         let mut merged = self.merged.iter().peekable();
-        let start = (self.start.iter().enumerate())
-            .filter(|&(b, _)| merged.next_if_eq(&&(b as u32)).is_none())
-            .map(|(_, &s)| s)
-            .collect();
+        start.extend(
+            (self.start.iter().enumerate())
+                .filter(|&(b, _)| merged.next_if_eq(&&(b as u32)).is_none())
+                .map(|(_, &s)| s),
+        );
         Known {
             start,
-            consts,
+            consts: known,
             constant,
             dead,
         }
+    }
+
+    /// Takes back the buffers of `known`, which [`Shape::solve`] made, for the next unit.
+    pub fn recycle(&mut self, known: Known) {
+        self.spare = (known.start, known.consts);
     }
 }
 

@@ -757,8 +757,11 @@ impl Shared {
                 tape.shape(&mut shape);
                 let known = shape.solve();
                 let counts = (known.count(), known.dead(), tape.merged());
-                em = em.with_constant_params(known);
+                em.set_constant_params(known);
                 let replayed = tape.replay(&mut em);
+                if let Some(known) = em.take_constant_params() {
+                    shape.recycle(known);
+                }
                 if tape.len() <= SCRATCH_CALLS {
                     SCRATCH.with(|s| *s.borrow_mut() = (tape, shape));
                 }
