@@ -85,6 +85,66 @@ pub struct Tape {
     lists: Vec<(usize, Run)>,
 }
 
+/// The working vectors of a replay into emitters of one type (values, blocks, and the
+/// arguments of a call), kept per thread for the next replay: a short unit's replay
+/// otherwise allocated four vectors and grew them.
+struct Buffers<V, B> {
+    vals: Vec<V>,
+    blocks: Vec<Option<B>>,
+    buf: Vec<V>,
+    buf2: Vec<V>,
+}
+
+thread_local! {
+    static BUFFERS: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The most buffer sets a thread keeps (one per emitter type in use, in practice), and
+/// the most elements a kept set may have room for.
+const BUFFER_SETS: usize = 4;
+const BUFFER_ROOM: usize = 1 << 16;
+
+impl<V: 'static, B: 'static> Buffers<V, B> {
+    /// This thread's set for these types, emptied, or a new one. (A replay inside another
+    /// on the same thread gets a new one.)
+    fn take() -> Box<Buffers<V, B>> {
+        let found = BUFFERS
+            .try_with(|sets| {
+                let mut sets = sets.try_borrow_mut().ok()?;
+                let k = sets.iter().position(|s| s.is::<Buffers<V, B>>())?;
+                sets.swap_remove(k).downcast::<Buffers<V, B>>().ok()
+            })
+            .ok()
+            .flatten();
+        let mut b = found.unwrap_or_else(|| {
+            Box::new(Buffers {
+                vals: Vec::new(),
+                blocks: Vec::new(),
+                buf: Vec::new(),
+                buf2: Vec::new(),
+            })
+        });
+        b.vals.clear();
+        b.blocks.clear();
+        b
+    }
+
+    /// Keeps the set for the next replay on this thread, unless it grew too large.
+    fn give_back(self: Box<Self>) {
+        if self.vals.capacity() + self.blocks.capacity() > BUFFER_ROOM {
+            return;
+        }
+        let _ = BUFFERS.try_with(|sets| {
+            if let Ok(mut sets) = sets.try_borrow_mut() {
+                if sets.len() < BUFFER_SETS {
+                    sets.push(self);
+                }
+            }
+        });
+    }
+}
+
 /// Why a replay stopped: the emitter did not make a value where the recording did.
 #[derive(Debug)]
 pub struct ReplayError(pub String);
@@ -301,12 +361,31 @@ impl Tape {
     /// register or a bounds check made, across them.) No block is created for the merged
     /// block, so an emitter's `n`th block is the `n`th the recording made that did not
     /// merge (as [`crate::params::Known`] numbers them).
-    pub fn replay<E: Emitter>(&self, em: &mut E) -> Result<E::Block, ReplayError> {
-        let mut vals: Vec<E::Value> = Vec::with_capacity(self.values as usize);
+    pub fn replay<E: Emitter>(&self, em: &mut E) -> Result<E::Block, ReplayError>
+    where
+        E::Value: 'static,
+        E::Block: 'static,
+    {
+        let mut bufs = Buffers::take();
+        let replayed = self.replay_with(em, &mut bufs);
+        bufs.give_back();
+        replayed
+    }
+
+    fn replay_with<E: Emitter>(
+        &self,
+        em: &mut E,
+        bufs: &mut Buffers<E::Value, E::Block>,
+    ) -> Result<E::Block, ReplayError> {
+        let Buffers {
+            vals,
+            blocks,
+            buf,
+            buf2,
+        } = bufs;
+        vals.reserve(self.values as usize);
         // Per recorded block, the emitter's (`None` for a merged block).
-        let mut blocks: Vec<Option<E::Block>> = Vec::with_capacity(self.params.len());
-        let mut buf: Vec<E::Value> = Vec::new();
-        let mut buf2: Vec<E::Value> = Vec::new();
+        blocks.reserve(self.params.len());
         let nums = |r: Run| &self.nums[r.0 as usize..(r.0 + r.1) as usize];
         fn get<T: Copy>(xs: &[T], k: u32) -> Result<T, ReplayError> {
             xs.get(k as usize)
@@ -337,8 +416,8 @@ impl Tape {
                     let types = &self.types[*s as usize..(s + n) as usize];
                     blocks.push((!merged).then(|| em.create_block(types)));
                 }
-                Call::BlockParams(b) => em.block_params(block(&blocks, *b)?, &mut vals),
-                Call::SwitchTo(b) => em.switch_to_block(block(&blocks, *b)?),
+                Call::BlockParams(b) => em.block_params(block(blocks, *b)?, vals),
+                Call::SwitchTo(b) => em.switch_to_block(block(blocks, *b)?),
                 Call::Constant(c) => vals.push(em.constant(*c)),
                 Call::StaticSlice(id, ty) => vals.push(em.static_slice(*id, *ty)),
                 Call::Op {
@@ -347,8 +426,8 @@ impl Tape {
                     loc,
                     result,
                 } => {
-                    fill(&mut buf, &vals, nums(*args))?;
-                    match (em.op(op, &buf, *loc), result) {
+                    fill(buf, vals, nums(*args))?;
+                    match (em.op(op, buf, *loc), result) {
                         (Some(v), true) => vals.push(v),
                         (None, false) => {}
                         _ => return Err(ReplayError(format!("{op:?}: a result differs"))),
@@ -360,8 +439,8 @@ impl Tape {
                     index,
                     loc,
                 } => {
-                    fill(&mut buf, &vals, nums(*elems))?;
-                    let v = em.array_load(*elem, &buf, get(&vals, *index)?, *loc);
+                    fill(buf, vals, nums(*elems))?;
+                    let v = em.array_load(*elem, buf, get(vals, *index)?, *loc);
                     vals.push(v);
                 }
                 Call::ArrayStore {
@@ -371,10 +450,10 @@ impl Tape {
                     value,
                     loc,
                 } => {
-                    fill(&mut buf, &vals, nums(*elems))?;
-                    let (i, v) = (get(&vals, *index)?, get(&vals, *value)?);
-                    em.array_store(*elem, &mut buf, i, v, *loc);
-                    vals.extend_from_slice(&buf);
+                    fill(buf, vals, nums(*elems))?;
+                    let (i, v) = (get(vals, *index)?, get(vals, *value)?);
+                    em.array_store(*elem, buf, i, v, *loc);
+                    vals.extend_from_slice(buf);
                 }
                 Call::Jump(b, args) if self.merges(*b) => {
                     // The block's parameters are the arguments; its `SwitchTo` and
@@ -389,42 +468,42 @@ impl Tape {
                     calls.next();
                 }
                 Call::Jump(b, args) => {
-                    fill(&mut buf, &vals, nums(*args))?;
-                    em.jump(block(&blocks, *b)?, &buf);
+                    fill(buf, vals, nums(*args))?;
+                    em.jump(block(blocks, *b)?, buf);
                 }
                 Call::Brif(c, (t, ta), (e, ea)) => {
-                    fill(&mut buf, &vals, nums(*ta))?;
-                    fill(&mut buf2, &vals, nums(*ea))?;
-                    let (t, e) = (block(&blocks, *t)?, block(&blocks, *e)?);
-                    em.brif(get(&vals, *c)?, (t, &buf), (e, &buf2));
+                    fill(buf, vals, nums(*ta))?;
+                    fill(buf2, vals, nums(*ea))?;
+                    let (t, e) = (block(blocks, *t)?, block(blocks, *e)?);
+                    em.brif(get(vals, *c)?, (t, buf), (e, buf2));
                 }
                 Call::Switch(a, (s, n), (d, da)) => {
                     let mut cases: Vec<Case<E>> = Vec::with_capacity(*n as usize);
                     for &(k, b, args) in &self.cases[*s as usize..(s + n) as usize] {
                         let mut xs = Vec::new();
-                        fill(&mut xs, &vals, nums(args))?;
-                        cases.push((k, block(&blocks, b)?, xs));
+                        fill(&mut xs, vals, nums(args))?;
+                        cases.push((k, block(blocks, b)?, xs));
                     }
-                    fill(&mut buf, &vals, nums(*da))?;
-                    em.switch(get(&vals, *a)?, &cases, (block(&blocks, *d)?, &buf));
+                    fill(buf, vals, nums(*da))?;
+                    em.switch(get(vals, *a)?, &cases, (block(blocks, *d)?, buf));
                 }
                 Call::Ret(v) => {
-                    let v = v.map(|v| get(&vals, v)).transpose()?;
+                    let v = v.map(|v| get(vals, v)).transpose()?;
                     em.ret(v);
                 }
                 Call::Trap(loc) => em.trap(*loc),
                 Call::Promote(site, p, l) => {
-                    fill(&mut buf, &vals, nums(*p))?;
-                    fill(&mut buf2, &vals, nums(*l))?;
-                    em.promote(*site, &buf, &buf2);
+                    fill(buf, vals, nums(*p))?;
+                    fill(buf2, vals, nums(*l))?;
+                    em.promote(*site, buf, buf2);
                 }
                 Call::PromoteMiss(site, p) => {
-                    fill(&mut buf, &vals, nums(*p))?;
-                    em.promote_miss(*site, &buf);
+                    fill(buf, vals, nums(*p))?;
+                    em.promote_miss(*site, buf);
                 }
             }
         }
-        block(&blocks, 0)
+        block(blocks, 0)
     }
 }
 
