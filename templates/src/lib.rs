@@ -23,6 +23,7 @@ pub mod clif;
 pub mod fold;
 pub mod ops;
 pub mod params;
+pub mod pool;
 pub mod semantics;
 pub mod stencil;
 pub mod tape;

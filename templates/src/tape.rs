@@ -21,6 +21,7 @@
 use crate::fold::index_in;
 use crate::ops::Const;
 use crate::params::{Shape, Tag};
+use crate::pool;
 use crate::template::{Case, Emitter, TOp};
 use crate::types::{Scalar, SrcLoc, Type};
 
@@ -96,8 +97,7 @@ struct Buffers<V, B> {
 }
 
 thread_local! {
-    static BUFFERS: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    static BUFFERS: pool::Pool = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The most buffer sets a thread keeps (one per emitter type in use, in practice), and
@@ -109,15 +109,7 @@ impl<V: 'static, B: 'static> Buffers<V, B> {
     /// This thread's set for these types, emptied, or a new one. (A replay inside another
     /// on the same thread gets a new one.)
     fn take() -> Box<Buffers<V, B>> {
-        let found = BUFFERS
-            .try_with(|sets| {
-                let mut sets = sets.try_borrow_mut().ok()?;
-                let k = sets.iter().position(|s| s.is::<Buffers<V, B>>())?;
-                sets.swap_remove(k).downcast::<Buffers<V, B>>().ok()
-            })
-            .ok()
-            .flatten();
-        let mut b = found.unwrap_or_else(|| {
+        let mut b = pool::take::<Buffers<V, B>>(&BUFFERS).unwrap_or_else(|| {
             Box::new(Buffers {
                 vals: Vec::new(),
                 blocks: Vec::new(),
@@ -135,13 +127,7 @@ impl<V: 'static, B: 'static> Buffers<V, B> {
         if self.vals.capacity() + self.blocks.capacity() > BUFFER_ROOM {
             return;
         }
-        let _ = BUFFERS.try_with(|sets| {
-            if let Ok(mut sets) = sets.try_borrow_mut() {
-                if sets.len() < BUFFER_SETS {
-                    sets.push(self);
-                }
-            }
-        });
+        pool::give(&BUFFERS, self, BUFFER_SETS);
     }
 }
 

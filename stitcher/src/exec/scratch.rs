@@ -9,9 +9,9 @@
 //! for more than [`KEEP_LIMIT`] elements is dropped rather than kept, so a thread holds a
 //! few small sets however large a unit it once specialized.
 
-use std::any::Any;
 use std::cell::RefCell;
 
+use dyc_templates::pool::{self, Pool};
 use dyc_templates::types::Scalar;
 
 use super::memo::Memo;
@@ -27,7 +27,7 @@ const POOL: usize = 4;
 pub(super) const KEEP_LIMIT: usize = 1 << 13;
 
 thread_local! {
-    static SETS: RefCell<Vec<Box<dyn Any>>> = const { RefCell::new(Vec::new()) };
+    static SETS: Pool = const { RefCell::new(Vec::new()) };
 }
 
 /// The working state of a specialization with emitter values `V` and blocks `B`.
@@ -81,17 +81,9 @@ impl<V: Copy + 'static, B: Copy + 'static> Scratch<V, B> {
     /// A set from this thread's pool, or a new one, ready for a program of `regs` registers
     /// and `blocks` blocks (`slots`: with a slot per block, for the planned stitcher).
     pub(super) fn take(regs: usize, blocks: usize, slots: bool) -> Scratch<V, B> {
-        // (`try_with` and `try_borrow_mut`: a thread being torn down, or a specialization
-        // inside another, just gets a new set.)
-        let found = SETS
-            .try_with(|sets| {
-                let mut sets = sets.try_borrow_mut().ok()?;
-                let k = sets.iter().position(|s| s.is::<Scratch<V, B>>())?;
-                sets.swap_remove(k).downcast::<Scratch<V, B>>().ok()
-            })
-            .ok()
-            .flatten();
-        let mut s = match found {
+        // (A thread being torn down, or a specialization inside another, just gets a new
+        // set.)
+        let mut s = match pool::take::<Scratch<V, B>>(&SETS) {
             Some(s) => *s,
             None => Scratch {
                 memo: Memo::new(),
@@ -143,13 +135,7 @@ impl<V: Copy + 'static, B: Copy + 'static> Scratch<V, B> {
         if size > KEEP_LIMIT {
             return;
         }
-        let _ = SETS.try_with(|sets| {
-            if let Ok(mut sets) = sets.try_borrow_mut() {
-                if sets.len() < POOL {
-                    sets.push(Box::new(self));
-                }
-            }
-        });
+        pool::give(&SETS, Box::new(self), POOL);
     }
 }
 
