@@ -290,6 +290,12 @@ impl<B: Backend> Fold<B> {
         self.known = Some(known);
     }
 
+    /// The constant parameters given, if any parameter is constant or dead (else they
+    /// change nothing, and are only kept to be taken back).
+    fn known(&self) -> Option<&Known> {
+        self.known.as_ref().filter(|k| k.any())
+    }
+
     /// The constant parameters [`Fold::set_constant_params`] gave, taken back.
     pub fn take_constant_params(&mut self) -> Option<Known> {
         self.known.take()
@@ -334,7 +340,7 @@ impl<B: Backend> Fold<B> {
 
     /// The constant parameters of block `b` (by backend number), if it has some.
     fn consts_of(&self, b: usize) -> Option<&[Option<Const>]> {
-        let known = self.known.as_ref()?;
+        let known = self.known()?;
         let info = self.t.blocks.get(b)?;
         if info.types == info.backend_types {
             return None;
@@ -607,7 +613,7 @@ impl<B: Backend> Emitter for Fold<B> {
         };
         let made = self.made;
         self.made += 1;
-        let backend_types = match self.known.as_ref().and_then(|k| k.block(made)) {
+        let backend_types = match self.known().and_then(|k| k.block(made)) {
             Some(cs) if cs.len() == params.len() && cs.iter().any(Option::is_some) => {
                 let keep: SmallVec<[bool; 16]> = cs.iter().map(Option::is_none).collect();
                 self.kept_list(types, &keep)

@@ -124,7 +124,11 @@ impl<V: 'static, B: 'static> Buffers<V, B> {
 
     /// Keeps the set for the next replay on this thread, unless it grew too large.
     fn give_back(self: Box<Self>) {
-        if self.vals.capacity() + self.blocks.capacity() > BUFFER_ROOM {
+        let room = self.vals.capacity()
+            + self.blocks.capacity()
+            + self.buf.capacity()
+            + self.buf2.capacity();
+        if room > BUFFER_ROOM {
             return;
         }
         pool::give(&BUFFERS, self, BUFFER_SETS);
