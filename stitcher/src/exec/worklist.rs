@@ -39,8 +39,8 @@ use dyc_templates::types::{Scalar, SrcLoc, Type};
 use super::scratch::Scratch;
 use super::{Context, Executor, PromotionMode, Unit};
 use crate::ge::{
-    Block, Budget, BudgetKind, CalleeDecl, Edge, Op, Operand, Param, Plan, PureHosts, Reg, SVal,
-    SetupOp, Site, SliceData, SpecError, Step, StitchProgram, Term,
+    Block, Budget, BudgetKind, CalleeDecl, Edge, Fast, Op, Operand, Param, Plan, PureHosts, Reg,
+    SVal, SetupOp, Site, SliceData, SpecError, Step, StitchProgram, Term,
 };
 
 /// The work-list executor.
@@ -558,11 +558,15 @@ impl<'a, E: Emitter> Spec<'a, E> {
             self.last_loc = lay.first_loc;
         }
         // (The program's constants are not among the operations a copy runs.)
-        for &i in &lay.run {
+        for run in &lay.run {
+            self.ops += 1;
+            if self.fast(run.fast) {
+                continue;
+            }
+            let i = run.at;
             let Some(op) = sb.ops.get(i as usize) else {
                 return internal(format!("{}: no operation {i}", sb.name));
             };
-            self.ops += 1;
             match op {
                 Op::Setup { dst, op, loc } => {
                     if !self.setup(*dst, op)? {
@@ -713,6 +717,57 @@ impl<'a, E: Emitter> Spec<'a, E> {
             self.promotion(b, params, live, &args)?;
         }
         Ok(())
+    }
+
+    /// Runs a decoded setup operation ([`Fast`]) if its operands are of the kinds its fast
+    /// path reads and it does not fault; `false` (having set nothing) otherwise, for the
+    /// general operation to run (and report what went wrong) instead.
+    #[inline]
+    fn fast(&mut self, fast: Fast) -> bool {
+        let scalar = |s: &Self, r: Reg| match s.sc.env_s.get(r.index()) {
+            Some(Some(SVal::Scalar(c))) => Some(*c),
+            _ => None,
+        };
+        let (dst, v, fixed) = match fast {
+            Fast::None => return false,
+            Fast::Load {
+                dst,
+                slice,
+                index,
+                fixed,
+            } => {
+                let (Some(Some(SVal::Slice(k))), Some(Const::Int(_, i))) =
+                    (self.sc.env_s.get(slice.index()), scalar(self, index))
+                else {
+                    return false;
+                };
+                let data = self.slices.get(*k as usize).and_then(Option::as_ref);
+                let Some(&v) = data.and_then(|d| d.data.get(usize::try_from(i).ok()?)) else {
+                    return false;
+                };
+                (dst, v, fixed)
+            }
+            Fast::Binary {
+                op,
+                dst,
+                a,
+                b,
+                fixed,
+            } => {
+                let (Some(x), Some(y)) = (scalar(self, a), scalar(self, b)) else {
+                    return false;
+                };
+                let Ok(v) = semantics::binary(op, x, y) else {
+                    return false;
+                };
+                (dst, v, fixed)
+            }
+        };
+        self.sc.env_s[dst.index()] = Some(SVal::Scalar(v));
+        if !fixed {
+            self.sc.touched.push(dst);
+        }
+        true
     }
 
     /// Runs one setup operation, setting register `dst` to its static value; `false` if

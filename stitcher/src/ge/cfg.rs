@@ -374,6 +374,7 @@ impl StitchProgram {
         let all = self.derived.layouts.get_or_init(|| {
             let constant = self.is_constant();
             let invariant = self.is_invariant();
+            let fixed = self.is_fixed();
             let inv = |r: Reg| invariant.get(r.index()) == Some(&true);
             self.blocks
                 .values()
@@ -425,7 +426,10 @@ impl StitchProgram {
                                 Op::Setup { dst, .. } => constant.get(dst.index()) != Some(&true),
                                 _ => true,
                             })
-                            .map(|(i, _)| i)
+                            .map(|(at, op)| Run {
+                                at,
+                                fast: Fast::of(op, fixed),
+                            })
                             .collect(),
                     }
                 })
@@ -579,6 +583,71 @@ impl StitchProgram {
     }
 }
 
+/// An operation a copy runs ([`Layout::run`]): its index among the block's operations,
+/// and the setup operations executors run most, decoded.
+#[derive(Clone, Copy, Debug)]
+pub struct Run {
+    pub at: u32,
+    pub fast: Fast,
+}
+
+/// A setup operation decoded once per program, so that executors run it without going
+/// through the general operation (an interpreter's reads of its code and steps of its
+/// program counter are most of what a copy of its dispatch block runs). `fixed`: the
+/// destination is one of the registers [`StitchProgram::is_fixed`] (not cleared between
+/// copies). An executor runs the general operation instead whenever the fast path does
+/// not apply: an operand of another kind than the fast path reads, or a fault.
+#[derive(Clone, Copy, Debug)]
+pub enum Fast {
+    /// Run the general operation.
+    None,
+    /// `dst = slice@[index]`.
+    Load {
+        dst: Reg,
+        slice: Reg,
+        index: Reg,
+        fixed: bool,
+    },
+    /// `dst = a op b`.
+    Binary {
+        op: BinaryOp,
+        dst: Reg,
+        a: Reg,
+        b: Reg,
+        fixed: bool,
+    },
+}
+
+impl Fast {
+    fn of(op: &Op, fixed: &[bool]) -> Fast {
+        let fixed = |r: Reg| fixed.get(r.index()) == Some(&true);
+        match *op {
+            Op::Setup {
+                dst,
+                op: SetupOp::StaticLoad(slice, index),
+                ..
+            } => Fast::Load {
+                dst,
+                slice,
+                index,
+                fixed: fixed(dst),
+            },
+            Op::Setup {
+                dst,
+                op: SetupOp::Binary(op, a, b),
+                ..
+            } => Fast::Binary {
+                op,
+                dst,
+                a,
+                b,
+                fixed: fixed(dst),
+            },
+            _ => Fast::None,
+        }
+    }
+}
+
 /// What executors read of a block on every copy, computed once per program.
 #[derive(Debug)]
 pub struct Layout {
@@ -590,9 +659,9 @@ pub struct Layout {
     pub dyn_inputs: Vec<(Reg, Type)>,
     /// [`BlockData::first_loc`].
     pub first_loc: SrcLoc,
-    /// The indices of the operations a copy runs: all but those of the program's
-    /// constants ([`StitchProgram::constants`]), which are set once per unit.
-    pub run: Vec<u32>,
+    /// The operations a copy runs, in order: all but those of the program's constants
+    /// ([`StitchProgram::constants`]), which are set once per unit.
+    pub run: Vec<Run>,
     /// The parameter types of a copy other than its unit's first: [`Layout::input_types`]
     /// without the unit invariants ([`StitchProgram::is_invariant`]), which such a copy
     /// reads from the unit's first copy instead.
