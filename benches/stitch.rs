@@ -107,9 +107,22 @@ impl Emitter for Count {
     }
 }
 
+thread_local! {
+    /// The counting emitter's table of blocks, kept from one run to the next as the real
+    /// emitters keep theirs (growing it afresh in every run cost each executor a few
+    /// reallocations per unit that no real emitter makes).
+    static PARAMS: std::cell::Cell<Vec<usize>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 fn run(cx: &Context, key: &[SVal], e: ExecutorKind) -> (Unit<u32>, usize) {
-    let mut em = Count::default();
+    let mut params = PARAMS.take();
+    params.clear();
+    let mut em = Count {
+        params,
+        ..Count::default()
+    };
     let unit = e.run(cx, cx.prog.entry, key, &mut em).expect("specializes");
+    PARAMS.set(em.params);
     (unit, em.insts)
 }
 
