@@ -757,8 +757,15 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 let (Some(x), Some(y)) = (scalar(self, a), scalar(self, b)) else {
                     return false;
                 };
-                let Ok(v) = semantics::binary(op, x, y) else {
-                    return false;
+                // (Steps of a program counter, inline.)
+                let v = match (op, x, y) {
+                    (BinaryOp::Add, Const::Int(t, x), Const::Int(u, y)) if t == u => {
+                        semantics::int(t, x.wrapping_add(y))
+                    }
+                    _ => match semantics::binary(op, x, y) {
+                        Ok(v) => v,
+                        Err(_) => return false,
+                    },
                 };
                 (dst, v, fixed)
             }
