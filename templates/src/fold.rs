@@ -357,7 +357,14 @@ impl<B: Backend> Fold<B> {
     }
 
     fn lower_all(&mut self, vs: &[FVal<B::Value>]) -> Vals<B::Value> {
-        vs.iter().map(|&v| self.lower(v)).collect()
+        // (Pushed one by one: collecting into a small vector cost about a hundred
+        // instructions for an operation's few operands.)
+        let mut out = Vals::new();
+        for &v in vs {
+            let v = self.lower(v);
+            out.push(v);
+        }
+        out
     }
 
     /// Buffer `k` of [`Fold::lowered`] holding the values of `vs`, the arguments of a jump
@@ -397,7 +404,7 @@ impl<B: Backend> Fold<B> {
         ty: Type,
         loc: SrcLoc,
     ) -> FVal<B::Value> {
-        let types: Vals<Type> = args.iter().map(FVal::ty).collect();
+        let types = types_of(args);
         let vals = self.lower_all(args);
         let v = self
             .backend
@@ -576,6 +583,15 @@ fn const_index<V>(index: FVal<V>, len: usize) -> Option<usize> {
         FVal::Const(c) => index_in(c, len),
         FVal::Dyn { .. } => None,
     }
+}
+
+/// The types of `args` (pushed one by one, see [`Fold::lower_all`]).
+fn types_of<V: Copy>(args: &[FVal<V>]) -> Vals<Type> {
+    let mut out = Vals::new();
+    for a in args {
+        out.push(a.ty());
+    }
+    out
 }
 
 /// Constant `c` as an index below `len`, if it is one: where the layer keeps a local
@@ -766,13 +782,13 @@ impl<B: Backend> Emitter for Fold<B> {
             }
             TOp::Store => {
                 self.check(args[0], args[1], loc);
-                let types: Vals<Type> = args.iter().map(FVal::ty).collect();
+                let types = types_of(args);
                 let vals = self.lower_all(args);
                 self.backend.op(op, &vals, &types, loc);
                 return None;
             }
             TOp::Call { ret, .. } => {
-                let types: Vals<Type> = args.iter().map(FVal::ty).collect();
+                let types = types_of(args);
                 let vals = self.lower_all(args);
                 let v = self.backend.op(op, &vals, &types, loc)?;
                 FVal::Dyn {

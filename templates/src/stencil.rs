@@ -2802,14 +2802,15 @@ impl Backend for StencilEmitter<'_> {
         };
         let mut words = Words::new();
         let mut used = Used::default();
-        let forms: Forms = args
-            .iter()
-            .enumerate()
-            .map(|(k, &a)| match a {
+        // (Pushed one by one: collecting into a small vector cost about a hundred
+        // instructions for an operation's few operands.)
+        let mut forms = Forms::new();
+        for (k, &a) in args.iter().enumerate() {
+            forms.push(match a {
                 SVal::Imm(bits, s) if bakes(op, k, bits, s) => Form::Baked(s, bits as u8),
                 a => self.form(a, imm_ok(op, k), &mut used, &mut words),
-            })
-            .collect();
+            });
+        }
         let mut extra = Extra::None;
         let (op, callee) = match op {
             TOp::Call { callee, ret } => match self.services.callee(*callee) {

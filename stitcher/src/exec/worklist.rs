@@ -575,10 +575,12 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     }
                 }
                 Op::Emit { dst, op, args, loc } => {
-                    let vals = args
-                        .iter()
-                        .map(|&a| self.operand(a))
-                        .collect::<Result<Vals<_>, _>>()?;
+                    // (Pushed one by one: collecting into a small vector through
+                    // `Result` cost about 150 instructions for an operation's operands.)
+                    let mut vals = Vals::new();
+                    for &a in args.iter() {
+                        vals.push(self.operand(a)?);
+                    }
                     let r = self.em.op(op, &vals, *loc);
                     if let (Some(d), Some(r)) = (dst, r) {
                         self.set_d(*d, r);
