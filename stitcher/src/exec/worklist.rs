@@ -721,9 +721,11 @@ impl<'a, E: Emitter> Spec<'a, E> {
         Ok(())
     }
 
-    /// Runs a decoded setup operation ([`Fast`]) if its operands are of the kinds its fast
-    /// path reads and it does not fault; `false` (having set nothing) otherwise, for the
-    /// general operation to run (and report what went wrong) instead.
+    /// Runs a decoded operation ([`Fast`]: a setup operation, or an access to a local
+    /// array at a static index) if its operands are of the kinds its fast path reads, it
+    /// does not fault and the index is in bounds; `false` (having set and emitted
+    /// nothing) otherwise, for the general operation to run (and report what went wrong,
+    /// or go through the emitter) instead.
     #[inline]
     fn fast(&mut self, fast: Fast) -> bool {
         let scalar = |s: &Self, r: Reg| match s.sc.env_s.get(r.index()) {
@@ -732,6 +734,34 @@ impl<'a, E: Emitter> Spec<'a, E> {
         };
         let (dst, v, fixed) = match fast {
             Fast::None => return false,
+            Fast::Element { dst, arr, index } => {
+                let Some(c) = scalar(self, index) else {
+                    return false;
+                };
+                let v = match self.sc.env_a.get(arr.index()) {
+                    Some((Some(_), elems)) => index_in(c, elems.len()).map(|k| elems[k]),
+                    _ => None,
+                };
+                let Some(v) = v else { return false };
+                self.set_d(dst, v);
+                return true;
+            }
+            Fast::SetElement { arr, index, value } => {
+                let Some(c) = scalar(self, index) else {
+                    return false;
+                };
+                let k = match self.sc.env_a.get(arr.index()) {
+                    Some((Some(_), elems)) => index_in(c, elems.len()),
+                    _ => None,
+                };
+                // (The value last: reading a static one makes a constant.)
+                let Some(k) = k else { return false };
+                let Ok(v) = self.operand(value) else {
+                    return false;
+                };
+                self.sc.env_a[arr.index()].1[k] = v;
+                return true;
+            }
             Fast::Load {
                 dst,
                 slice,

@@ -591,8 +591,8 @@ pub struct Run {
     pub fast: Fast,
 }
 
-/// A setup operation decoded once per program, so that executors run it without going
-/// through the general operation (an interpreter's reads of its code and steps of its
+/// A setup operation (or an access to a local array at a static index) decoded once per
+/// program, so that executors run it without going through the general operation (an interpreter's reads of its code and steps of its
 /// program counter are most of what a copy of its dispatch block runs). `fixed`: the
 /// destination is one of the registers [`StitchProgram::is_fixed`] (not cleared between
 /// copies). An executor runs the general operation instead whenever the fast path does
@@ -615,6 +615,14 @@ pub enum Fast {
         a: Reg,
         b: Reg,
         fixed: bool,
+    },
+    /// `dst = arr[index]`, a local array's element at a static index.
+    Element { dst: Reg, arr: Reg, index: Reg },
+    /// `arr[index] = value`, at a static index.
+    SetElement {
+        arr: Reg,
+        index: Reg,
+        value: Operand,
     },
 }
 
@@ -643,6 +651,18 @@ impl Fast {
                 b,
                 fixed: fixed(dst),
             },
+            Op::ArrayLoad {
+                dst,
+                arr,
+                index: Operand::Static(index),
+                ..
+            } => Fast::Element { dst, arr, index },
+            Op::ArrayStore {
+                arr,
+                index: Operand::Static(index),
+                value,
+                ..
+            } => Fast::SetElement { arr, index, value },
             _ => Fast::None,
         }
     }
