@@ -397,6 +397,40 @@ impl<B: Backend> Fold<B> {
         self.lowered[k] = buf;
     }
 
+    /// A new block whose parameters have the types of list `types` (`params`), with its
+    /// constant and dead parameters left out of the backend's block.
+    fn make_block(&mut self, types: u32, params: &[Type]) -> B::Block {
+        let made = self.made;
+        self.made += 1;
+        let backend_types = match self.known().and_then(|k| k.block(made)) {
+            Some(cs) if cs.len() == params.len() && cs.iter().any(Option::is_some) => {
+                let keep: SmallVec<[bool; 16]> = cs.iter().map(Option::is_none).collect();
+                self.kept_list(types, &keep)
+            }
+            _ => types,
+        };
+        let b = self
+            .backend
+            .create_block(&self.t.type_lists[backend_types as usize]);
+        let i = B::block_index(b);
+        if i >= self.t.blocks.len() {
+            self.t.blocks.resize(
+                i + 1,
+                BlockInfo {
+                    types: u32::MAX,
+                    backend_types: u32::MAX,
+                    made: u32::MAX,
+                },
+            );
+        }
+        self.t.blocks[i] = BlockInfo {
+            types,
+            backend_types,
+            made,
+        };
+        b
+    }
+
     fn dynamic(
         &mut self,
         op: &TOp,
@@ -627,35 +661,23 @@ impl<B: Backend> Emitter for Fold<B> {
                 k
             }
         };
-        let made = self.made;
-        self.made += 1;
-        let backend_types = match self.known().and_then(|k| k.block(made)) {
-            Some(cs) if cs.len() == params.len() && cs.iter().any(Option::is_some) => {
-                let keep: SmallVec<[bool; 16]> = cs.iter().map(Option::is_none).collect();
-                self.kept_list(types, &keep)
+        self.make_block(types, params)
+    }
+
+    fn create_block_like(&mut self, like: B::Block, params: &[Type]) -> B::Block {
+        match self.t.blocks.get(B::block_index(like)) {
+            Some(info)
+                if self
+                    .t
+                    .type_lists
+                    .get(info.types as usize)
+                    .is_some_and(|l| l.len() == params.len()) =>
+            {
+                debug_assert_eq!(&self.t.type_lists[info.types as usize][..], params);
+                self.make_block(info.types, params)
             }
-            _ => types,
-        };
-        let b = self
-            .backend
-            .create_block(&self.t.type_lists[backend_types as usize]);
-        let i = B::block_index(b);
-        if i >= self.t.blocks.len() {
-            self.t.blocks.resize(
-                i + 1,
-                BlockInfo {
-                    types: u32::MAX,
-                    backend_types: u32::MAX,
-                    made: u32::MAX,
-                },
-            );
+            _ => self.create_block(params),
         }
-        self.t.blocks[i] = BlockInfo {
-            types,
-            backend_types,
-            made,
-        };
-        b
     }
 
     fn note_copy(&mut self, b: B::Block, template: u32, context: &[(u8, u64)]) {

@@ -82,6 +82,14 @@ pub trait Emitter {
     type Block: Copy + Eq + std::fmt::Debug + 'static;
 
     fn create_block(&mut self, params: &[Type]) -> Self::Block;
+    /// A new block with parameter types `params`, which are those of block `like`, made
+    /// earlier by this emitter: an emitter that keeps its blocks' type lists may take
+    /// `like`'s instead of comparing `params` with the lists it has (executors make many
+    /// copies of a template block, all with its list).
+    fn create_block_like(&mut self, like: Self::Block, params: &[Type]) -> Self::Block {
+        let _ = like;
+        self.create_block(params)
+    }
     /// Told by the executor, before it fills block `b`, that `b` is the copy of template
     /// block `template` for static context `context` (an exact encoding of the static
     /// values). For recording and tracing; emitters need not care.

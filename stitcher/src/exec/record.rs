@@ -49,6 +49,9 @@ impl<E: Emitter> Emitter for Record<E> {
     fn create_block(&mut self, params: &[Type]) -> E::Block {
         self.inner.create_block(params)
     }
+    fn create_block_like(&mut self, like: E::Block, params: &[Type]) -> E::Block {
+        self.inner.create_block_like(like, params)
+    }
     fn block_params(&mut self, b: E::Block, out: &mut Vec<E::Value>) {
         self.inner.block_params(b, out)
     }

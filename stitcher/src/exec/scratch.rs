@@ -56,6 +56,10 @@ pub(super) struct Scratch<V, B> {
     /// arrays need no clearing: a checked program defines them in every block that reads
     /// them, from its parameters or its own operations, so a stale one is never read.)
     pub(super) touched: Vec<Reg>,
+    /// Per template block, the last copy made with the parameters of a copy other than the
+    /// unit's first ([`crate::ge::Layout::copy_types`]), for
+    /// [`dyc_templates::template::Emitter::create_block_like`].
+    pub(super) like: Vec<Option<B>>,
 }
 
 impl<V, B: Copy> Scratch<V, B> {
@@ -73,6 +77,7 @@ impl<V, B: Copy> Scratch<V, B> {
             params: Vec::new(),
             buffers: Vec::new(),
             touched: Vec::new(),
+            like: Vec::new(),
         }
     }
 }
@@ -100,6 +105,8 @@ impl<V: Copy + 'static, B: Copy + 'static> Scratch<V, B> {
         for b in &mut s.buffers {
             b.clear();
         }
+        s.like.clear();
+        s.like.resize(blocks, None);
         s.slots.clear();
         if slots {
             s.slots.resize_with(blocks, || None);
@@ -131,7 +138,8 @@ impl<V: Copy + 'static, B: Copy + 'static> Scratch<V, B> {
             + self.env_a.iter().map(|a| a.1.capacity()).sum::<usize>()
             + self.params.capacity()
             + self.buffers.iter().map(Vec::capacity).sum::<usize>()
-            + self.touched.capacity();
+            + self.touched.capacity()
+            + self.like.capacity();
         if size > KEEP_LIMIT {
             return;
         }

@@ -305,7 +305,16 @@ impl<'a, E: Emitter> Spec<'a, E> {
     fn create_copy(&mut self, b: Block) -> E::Block {
         let lay = self.prog.layout(b);
         match self.entry {
-            Some(_) => self.em.create_block(&lay.copy_types),
+            Some(_) => {
+                let made = match self.sc.like.get(b.index()).copied().flatten() {
+                    Some(l) => self.em.create_block_like(l, &lay.copy_types),
+                    None => self.em.create_block(&lay.copy_types),
+                };
+                if let Some(l) = self.sc.like.get_mut(b.index()) {
+                    *l = Some(made);
+                }
+                made
+            }
             None => {
                 let res = self.em.create_block(&lay.input_types);
                 self.entry = Some(res);
