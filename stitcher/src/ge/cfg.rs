@@ -584,19 +584,21 @@ impl StitchProgram {
 }
 
 /// An operation a copy runs ([`Layout::run`]): its index among the block's operations,
-/// and the setup operations executors run most, decoded.
+/// and, if it is one of those executors run most, its decoded form.
 #[derive(Clone, Copy, Debug)]
 pub struct Run {
     pub at: u32,
     pub fast: Fast,
 }
 
-/// A setup operation (or an access to a local array at a static index) decoded once per
-/// program, so that executors run it without going through the general operation (an interpreter's reads of its code and steps of its
-/// program counter are most of what a copy of its dispatch block runs). `fixed`: the
-/// destination is one of the registers [`StitchProgram::is_fixed`] (not cleared between
-/// copies). An executor runs the general operation instead whenever the fast path does
-/// not apply: an operand of another kind than the fast path reads, or a fault.
+/// A setup operation, or an access to a local array at a static index, decoded once per
+/// program, so that executors run it without going through the general operation (an
+/// interpreter's reads of its code, the steps of its program counter and the accesses to
+/// its registers are most of what a copy of its dispatch and handler blocks runs).
+/// `fixed`: the destination is one of the registers [`StitchProgram::is_fixed`] (not
+/// cleared between copies). An executor runs the general operation instead whenever the
+/// fast path does not apply: an operand of another kind than the fast path reads, a
+/// fault, or an index out of bounds.
 #[derive(Clone, Copy, Debug)]
 pub enum Fast {
     /// Run the general operation.
