@@ -120,6 +120,8 @@ pub struct Shape {
     offsets: Vec<u32>,
     users: Vec<u32>,
     work: Vec<u32>,
+    /// The edges that pass a parameter on to another: (from, to).
+    passes: Vec<(u32, u32)>,
     /// The buffers of a [`Known`] given back ([`Shape::recycle`]), for the next.
     spare: (Vec<u32>, Vec<Option<Const>>),
 }
@@ -233,20 +235,26 @@ impl Shape {
         if let Some(&end) = self.start.get(1) {
             level[..end as usize].fill(VARIABLE);
         }
+        let passes = &mut self.passes;
+        passes.clear();
         for &(p, t) in &self.inputs {
-            if t.as_param().is_none() {
-                meet(level, val, p as usize, t.as_const().unwrap_or(NONE));
+            match t.as_param() {
+                Some(q) if q != p => passes.push((q, p)),
+                Some(_) => {}
+                None => {
+                    meet(level, val, p as usize, t.as_const().unwrap_or(NONE));
+                }
             }
         }
         // Parameter q is passed on to the parameters users[offsets[q]..offsets[q + 1]].
         let (offsets, users) = (&mut self.offsets, &mut self.users);
-        let passes = |flip: bool| {
-            self.inputs.iter().filter_map(move |&(p, t)| {
-                let q = t.as_param().filter(|&q| q != p)?;
-                Some(if flip { (p, q) } else { (q, p) })
-            })
-        };
-        adjacency(nparams, passes(false), offsets, users, &mut self.work);
+        adjacency(
+            nparams,
+            passes.iter().copied(),
+            offsets,
+            users,
+            &mut self.work,
+        );
         let work = &mut self.work;
         work.clear();
         work.extend((0..nparams as u32).filter(|&q| level[q as usize] != UNKNOWN));
@@ -269,7 +277,13 @@ impl Shape {
         live.clear();
         live.resize(nparams, false);
         let sources = users;
-        adjacency(nparams, passes(true), offsets, sources, &mut self.work);
+        adjacency(
+            nparams,
+            passes.iter().map(|&(q, p)| (p, q)),
+            offsets,
+            sources,
+            &mut self.work,
+        );
         let work = &mut self.work;
         work.clear();
         let entry = self.start.get(1).map_or(0, |&e| e as usize);
