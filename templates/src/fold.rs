@@ -169,6 +169,9 @@ pub struct Fold<B: Backend> {
     /// two edges of a branch.
     raw_params: Vec<B::Value>,
     lowered: [Vec<B::Value>; 2],
+    /// Buffers for an operation's lowered operands and their types ([`Fold::backend_op`]).
+    op_vals: Vec<B::Value>,
+    op_types: Vec<Type>,
     /// Bounds checks made in the current block: (slice, index) pairs, and per slice the
     /// largest constant index checked.
     checked: HashSet<(B::Value, IndexKey<B::Value>), Hasher>,
@@ -274,6 +277,8 @@ impl<B: Backend> Fold<B> {
             recent: [(0, u32::MAX); 16],
             raw_params: Vec::new(),
             lowered: [Vec::new(), Vec::new()],
+            op_vals: Vec::new(),
+            op_types: Vec::new(),
             checked: HashSet::default(),
             checked_const: HashMap::default(),
             known: None,
@@ -431,6 +436,26 @@ impl<B: Backend> Fold<B> {
         b
     }
 
+    /// The backend's operation `op` on `args`, lowered, with their types (through the
+    /// layer's buffers: collecting an operation's two or three operands and types into
+    /// small vectors cost about 140 instructions).
+    fn backend_op(&mut self, op: &TOp, args: &[FVal<B::Value>], loc: SrcLoc) -> Option<B::Value> {
+        let (mut vals, mut types) = (
+            std::mem::take(&mut self.op_vals),
+            std::mem::take(&mut self.op_types),
+        );
+        vals.clear();
+        types.clear();
+        for &a in args {
+            types.push(a.ty());
+            let v = self.lower(a);
+            vals.push(v);
+        }
+        let v = self.backend.op(op, &vals, &types, loc);
+        (self.op_vals, self.op_types) = (vals, types);
+        v
+    }
+
     fn dynamic(
         &mut self,
         op: &TOp,
@@ -438,11 +463,8 @@ impl<B: Backend> Fold<B> {
         ty: Type,
         loc: SrcLoc,
     ) -> FVal<B::Value> {
-        let types = types_of(args);
-        let vals = self.lower_all(args);
         let v = self
-            .backend
-            .op(op, &vals, &types, loc)
+            .backend_op(op, args, loc)
             .expect("an operation with a result");
         FVal::Dyn {
             v,
@@ -617,15 +639,6 @@ fn const_index<V>(index: FVal<V>, len: usize) -> Option<usize> {
         FVal::Const(c) => index_in(c, len),
         FVal::Dyn { .. } => None,
     }
-}
-
-/// The types of `args` (pushed one by one, see [`Fold::lower_all`]).
-fn types_of<V: Copy>(args: &[FVal<V>]) -> Vals<Type> {
-    let mut out = Vals::new();
-    for a in args {
-        out.push(a.ty());
-    }
-    out
 }
 
 /// Constant `c` as an index below `len`, if it is one: where the layer keeps a local
@@ -804,15 +817,11 @@ impl<B: Backend> Emitter for Fold<B> {
             }
             TOp::Store => {
                 self.check(args[0], args[1], loc);
-                let types = types_of(args);
-                let vals = self.lower_all(args);
-                self.backend.op(op, &vals, &types, loc);
+                self.backend_op(op, args, loc);
                 return None;
             }
             TOp::Call { ret, .. } => {
-                let types = types_of(args);
-                let vals = self.lower_all(args);
-                let v = self.backend.op(op, &vals, &types, loc)?;
+                let v = self.backend_op(op, args, loc)?;
                 FVal::Dyn {
                     v,
                     ty: ret.expect("a call with a result"),
