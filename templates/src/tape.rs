@@ -11,6 +11,9 @@
 //! stencil emitter with them. Having the whole unit, the replay also merges each block
 //! that only the jump right before it enters into the jumping block ([`Tape::replay`]),
 //! which a stitcher, seeing a block before the edges that enter it later, cannot do.
+//! Blocks recorded with one list of parameter types (the copies of one template block)
+//! are replayed each like the last made with it ([`Emitter::create_block_like`]), so that
+//! the replaying emitter need not compare the list again.
 //!
 //! One call needs care: [`Emitter::array_store`] updates the executor's copy of a local
 //! array's elements in place, and which element changes is the replaying emitter's
