@@ -402,13 +402,14 @@ impl<B: Backend> Fold<B> {
         self.lowered[k] = buf;
     }
 
-    /// A new block whose parameters have the types of list `types` (`params`), with its
-    /// constant and dead parameters left out of the backend's block.
-    fn make_block(&mut self, types: u32, params: &[Type]) -> B::Block {
+    /// A new block whose parameters have the types of list `types`, with its constant and
+    /// dead parameters left out of the backend's block.
+    fn make_block(&mut self, types: u32) -> B::Block {
         let made = self.made;
         self.made += 1;
+        let n = self.t.type_lists[types as usize].len();
         let backend_types = match self.known().and_then(|k| k.block(made)) {
-            Some(cs) if cs.len() == params.len() && cs.iter().any(Option::is_some) => {
+            Some(cs) if cs.len() == n && cs.iter().any(Option::is_some) => {
                 let keep: SmallVec<[bool; 16]> = cs.iter().map(Option::is_none).collect();
                 self.kept_list(types, &keep)
             }
@@ -674,7 +675,7 @@ impl<B: Backend> Emitter for Fold<B> {
                 k
             }
         };
-        self.make_block(types, params)
+        self.make_block(types)
     }
 
     fn create_block_like(&mut self, like: B::Block, params: &[Type]) -> B::Block {
@@ -687,7 +688,7 @@ impl<B: Backend> Emitter for Fold<B> {
                     .is_some_and(|l| l.len() == params.len()) =>
             {
                 debug_assert_eq!(&self.t.type_lists[info.types as usize][..], params);
-                self.make_block(info.types, params)
+                self.make_block(info.types)
             }
             _ => self.create_block(params),
         }

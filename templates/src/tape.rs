@@ -76,14 +76,13 @@ pub struct Tape {
     nums: Vec<u32>,
     types: Vec<Type>,
     cases: Vec<(u64, u32, Run)>,
-    /// Per block, its number of parameters, the number of edges recorded into it, and
-    /// whether the recording stitched it right after a jump to it with as many arguments
-    /// (the calls `Jump(b)`, `SwitchTo(b)`, `BlockParams(b)` in a row).
-    params: Vec<u32>,
+    /// Per block, its run of `types` (its parameter types, and their number), the number
+    /// of edges recorded into it, and whether the recording stitched it right after a jump
+    /// to it with as many arguments (the calls `Jump(b)`, `SwitchTo(b)`, `BlockParams(b)`
+    /// in a row).
+    runs: Vec<Run>,
     ins: Vec<u32>,
     follows: Vec<bool>,
-    /// Per block, its run of `types`.
-    runs: Vec<Run>,
     values: u32,
     /// The run of `types` last recorded for a parameter list at an address (executors pass
     /// a program's own lists): copies of one block share their list, so a replay passes
@@ -151,7 +150,6 @@ impl Tape {
         self.nums.clear();
         self.types.clear();
         self.cases.clear();
-        self.params.clear();
         self.ins.clear();
         self.follows.clear();
         self.runs.clear();
@@ -162,11 +160,15 @@ impl Tape {
     /// A new block whose parameter types are `run`.
     fn block(&mut self, run: Run) -> u32 {
         self.calls.push(Call::CreateBlock(run));
-        self.params.push(run.1);
         self.ins.push(0);
         self.follows.push(false);
         self.runs.push(run);
-        self.params.len() as u32 - 1
+        self.runs.len() as u32 - 1
+    }
+
+    /// The number of parameters of block `b` (none for a block not recorded).
+    fn params_of(&self, b: u32) -> u32 {
+        self.runs.get(b as usize).map_or(0, |r| r.1)
     }
 
     /// The number of calls recorded.
@@ -195,7 +197,7 @@ impl Tape {
 
     /// The number of blocks [`Tape::replay`] merges into the block jumping to them.
     pub fn merged(&self) -> usize {
-        (0..self.params.len() as u32)
+        (0..self.runs.len() as u32)
             .filter(|&b| self.merges(b))
             .count()
     }
@@ -266,7 +268,7 @@ impl Tape {
                 }
                 Call::BlockParams(b) => {
                     let first = shape.first_param(*b);
-                    let n = self.params.get(*b as usize).copied().unwrap_or(0);
+                    let n = self.params_of(*b);
                     tags.extend((0..n).map(|j| match first {
                         u32::MAX => Tag::OTHER,
                         f => Tag::param(f + j),
@@ -391,7 +393,7 @@ impl Tape {
         } = bufs;
         vals.reserve(self.values as usize);
         // Per recorded block, the emitter's (`None` for a merged block).
-        blocks.reserve(self.params.len());
+        blocks.reserve(self.runs.len());
         let nums = |r: Run| &self.nums[r.0 as usize..(r.0 + r.1) as usize];
         fn get<T: Copy>(xs: &[T], k: u32) -> Result<T, ReplayError> {
             xs.get(k as usize)
@@ -565,12 +567,12 @@ impl Emitter for Tape {
 
     fn block_params(&mut self, b: u32, out: &mut Vec<u32>) {
         if let [.., Call::Jump(j, (_, n)), Call::SwitchTo(s)] = self.calls[..] {
-            if j == b && s == b && self.params.get(b as usize) == Some(&n) {
+            if j == b && s == b && self.runs.get(b as usize).map(|r| r.1) == Some(n) {
                 self.follows[b as usize] = true;
             }
         }
         self.calls.push(Call::BlockParams(b));
-        let n = self.params.get(b as usize).copied().unwrap_or(0);
+        let n = self.params_of(b);
         out.extend(self.values..self.values + n);
         self.values += n;
     }
