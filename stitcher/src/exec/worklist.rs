@@ -415,17 +415,6 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
     }
 
-    /// Operand `o` as an index of local array `arr` when it is static and in bounds: the
-    /// element is then one of the executor's values, read or replaced with nothing
-    /// emitted (what the fold layer makes of a constant index, done before any emitter
-    /// sees it). Any other index goes to the emitter, which bounds-checks it.
-    fn static_index(&self, arr: Reg, o: Operand) -> Result<Option<usize>, SpecError> {
-        match o {
-            Operand::Static(r) => Ok(index_in(self.get_c(r)?, self.array(arr)?.len())),
-            Operand::Dyn(_) => Ok(None),
-        }
-    }
-
     fn switch_to(&mut self, b: E::Block) {
         self.em.switch_to_block(b);
         self.cur = Some(b);
@@ -609,20 +598,15 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     index,
                     loc,
                 } => {
-                    let v = match self.static_index(*arr, *index)? {
-                        // (`static_index` found the array and `k` in its bounds.)
-                        Some(k) => self.sc.env_a[arr.index()].1[k],
-                        None => {
-                            let i = self.operand(*index)?;
-                            let (elem, elems) = match self.sc.env_a.get(arr.index()) {
-                                Some((Some(elem), elems)) => (*elem, elems),
-                                _ => {
-                                    return internal(format!("array {arr} read before it was made"))
-                                }
-                            };
-                            self.em.array_load(elem, elems, i, *loc)
-                        }
+                    // (A static index in bounds was taken by `Fast::Element`: what the
+                    // fold layer makes of a constant index, done before any emitter sees
+                    // it. Any other index goes to the emitter, which bounds-checks it.)
+                    let i = self.operand(*index)?;
+                    let (elem, elems) = match self.sc.env_a.get(arr.index()) {
+                        Some((Some(elem), elems)) => (*elem, elems),
+                        _ => return internal(format!("array {arr} read before it was made")),
                     };
+                    let v = self.em.array_load(elem, elems, i, *loc);
                     self.set_d(*dst, v);
                 }
                 Op::ArrayStore {
@@ -631,18 +615,14 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     value,
                     loc,
                 } => {
-                    if let Some(k) = self.static_index(*arr, *index)? {
-                        let v = self.operand(*value)?;
-                        self.sc.env_a[arr.index()].1[k] = v;
-                    } else {
-                        let i = self.operand(*index)?;
-                        let v = self.operand(*value)?;
-                        let (elem, elems) = match self.sc.env_a.get_mut(arr.index()) {
-                            Some((Some(elem), elems)) => (*elem, elems),
-                            _ => return internal(format!("array {arr} read before it was made")),
-                        };
-                        self.em.array_store(elem, elems, i, v, *loc);
-                    }
+                    // (A static index in bounds was taken by `Fast::SetElement`.)
+                    let i = self.operand(*index)?;
+                    let v = self.operand(*value)?;
+                    let (elem, elems) = match self.sc.env_a.get_mut(arr.index()) {
+                        Some((Some(elem), elems)) => (*elem, elems),
+                        _ => return internal(format!("array {arr} read before it was made")),
+                    };
+                    self.em.array_store(elem, elems, i, v, *loc);
                 }
             }
         }
