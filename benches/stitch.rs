@@ -1,7 +1,8 @@
 //! Ablation of the stitcher: the planned stitcher (the default, following the plan of the
 //! DyC static transform) against the work-list executor (the reference), on the byte-code
 //! interpreter of `examples/bytecode.dyc` specialized to each of the six programs of
-//! `benches/bytecode.rs`, and on the kernels of `examples/kernels.dyc`.
+//! `benches/bytecode.rs` and to a generated program of 513 byte-codes (`long program`, the
+//! one `--scale` makes with `DYC_SCALE_K=64`), and on the kernels of `examples/kernels.dyc`.
 //!
 //! `cargo bench --bench stitch` prints, per region: the plan (roots, steps, steps without
 //! tail merging), the copies stitched and the instructions generated (the same for both
@@ -203,6 +204,13 @@ fn regions() -> Vec<Region> {
             slices: vec![Some(ints(b.code.iter().copied()))],
         })
         .collect();
+    // The interpreter at scale: `--scale`'s program of 64 loops, 513 byte-codes.
+    regions.push(Region {
+        name: "long program (513)".to_string(),
+        prog: program(&m, "run"),
+        key: vec![SVal::Slice(0)],
+        slices: vec![Some(ints(long_program(64)))],
+    });
     let src = include_str!("../examples/kernels.dyc");
     let m = dyc::lang::compile("kernels.dyc", src).expect("the kernels compile");
     let slice = |d: SliceData| (SVal::Slice(0), Some(d));
