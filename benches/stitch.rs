@@ -24,7 +24,11 @@
 //! of 17 to 1,025 byte-codes and prints the cost per byte-code and per machine
 //! instruction, the median time of installing the code, and the marginal cost of one
 //! more byte-code (`DYC_SCALE_K=k` runs only the program of `k` loops, for a profiler).
-//! `DYC_PROFILE_RUNS=n` makes `--profile`, `--specialize` and `--scale` do exactly `n`
+//! `--hand` specializes the interpreter to the long program with a generating extension
+//! written by hand in Rust ([`hand_ge`], for what compiling the generating extension can
+//! save) and with the planned stitcher, both into the counting emitter, and prints what
+//! each made (`--hand hand` or `--hand planned` runs only that one).
+//! `DYC_PROFILE_RUNS=n` makes `--profile`, `--specialize`, `--scale` and `--hand` do exactly `n`
 //! runs (specializations per program) instead of running for a time: with two values of
 //! `n` under `valgrind --tool=lackey --basic-counts=yes`, the difference of the counts is
 //! the instructions of that many runs, a measure the machine's noise does not touch.
@@ -261,6 +265,170 @@ fn regions() -> Vec<Region> {
     regions
 }
 
+/// The interpreter of `examples/bytecode.dyc` specialized to `code` by a generating
+/// extension written by hand in Rust, for the byte-codes `long_program` uses: what a
+/// generating extension compiled with the region would run (the setup code as native
+/// code, a has-been-stitched lookup per dispatch copy, roots on a stack), making the
+/// emitter calls the planned stitcher makes (the same blocks, operations and jumps, with
+/// block parameters in another order; `--hand` prints both counts). `None` for a byte-code
+/// it does not know (or a program that leaves its code). A bound, for `--hand`, of what
+/// compiling the generating extension can save.
+fn hand_ge<E: Emitter>(code: &[i64], em: &mut E) -> Option<(E::Block, usize)> {
+    use dyc_templates::ops::{BinaryOp, CmpOp};
+    use std::collections::HashMap;
+    use std::hash::{BuildHasherDefault, Hasher};
+    #[derive(Default)]
+    struct Mix(u64);
+    impl Hasher for Mix {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for &b in bytes {
+                self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+        fn write_i64(&mut self, x: i64) {
+            self.0 = (x as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    let mem_ty = Type::Slice {
+        elem: Scalar::I64,
+        mutable: true,
+    };
+    let mut copy_types = vec![mem_ty];
+    copy_types.extend([Type::I64; 8]);
+    let mut memo: HashMap<i64, E::Block, BuildHasherDefault<Mix>> = HashMap::default();
+    let mut stack: Vec<(i64, E::Block)> = Vec::new();
+    let mut blocks = 0;
+    let mut root = |pc: i64, em: &mut E, stack: &mut Vec<(i64, E::Block)>| {
+        *memo.entry(pc).or_insert_with(|| {
+            let b = em.create_block(&copy_types);
+            stack.push((pc, b));
+            b
+        })
+    };
+    let entry = em.create_block(&[Type::I64, mem_ty]);
+    em.switch_to_block(entry);
+    let mut vals = Vec::new();
+    em.block_params(entry, &mut vals);
+    let zero = em.constant(Const::Int(Scalar::I64, 0));
+    let mut args = vec![vals[1], vals[0]];
+    args.extend([zero; 7]);
+    let first = root(0, em, &mut stack);
+    em.jump(first, &args);
+    let binary = |o| TOp::Binary(o);
+    while let Some((pc, block)) = stack.pop() {
+        blocks += 1;
+        em.switch_to_block(block);
+        vals.clear();
+        em.block_params(block, &mut vals);
+        let at = |k: i64| {
+            usize::try_from(pc + k)
+                .ok()
+                .and_then(|i| code.get(i))
+                .copied()
+        };
+        let (op, a, b, c) = (at(0)?, at(1)?, at(2)?, at(3)?);
+        let reg = |r: i64| usize::try_from(r).ok().filter(|&r| r < 8).map(|r| r + 1);
+        let next = pc + 4;
+        let arith = |o: BinaryOp| Some(binary(o));
+        let top = match op {
+            2 => arith(BinaryOp::Add),
+            3 => arith(BinaryOp::Sub),
+            4 => arith(BinaryOp::Mul),
+            12 => arith(BinaryOp::Rem),
+            13 => arith(BinaryOp::Div),
+            _ => None,
+        };
+        match (op, top) {
+            (0, _) => em.ret(Some(vals[reg(a)?])),
+            (1, _) => {
+                vals[reg(a)?] = em.constant(Const::Int(Scalar::I64, b as u64));
+                let t = root(next, em, &mut stack);
+                em.jump(t, &vals);
+            }
+            (10, _) => {
+                let k = em.constant(Const::Int(Scalar::I64, c as u64));
+                let v = em.op(
+                    &binary(BinaryOp::Add),
+                    &[vals[reg(b)?], k],
+                    SrcLoc::default(),
+                )?;
+                vals[reg(a)?] = v;
+                let t = root(next, em, &mut stack);
+                em.jump(t, &vals);
+            }
+            (_, Some(top)) => {
+                let v = em.op(&top, &[vals[reg(b)?], vals[reg(c)?]], SrcLoc::default())?;
+                vals[reg(a)?] = v;
+                let t = root(next, em, &mut stack);
+                em.jump(t, &vals);
+            }
+            (5 | 11, _) => {
+                let cmp = TOp::Cmp(if op == 5 { CmpOp::Lt } else { CmpOp::Eq });
+                let cond = em.op(&cmp, &[vals[reg(a)?], vals[reg(b)?]], SrcLoc::default())?;
+                let taken = root(c, em, &mut stack);
+                let fall = em.create_block(&copy_types);
+                blocks += 1;
+                em.brif(cond, (taken, &vals), (fall, &vals));
+                em.switch_to_block(fall);
+                let mut fvals = Vec::new();
+                em.block_params(fall, &mut fvals);
+                let t = root(next, em, &mut stack);
+                em.jump(t, &fvals);
+            }
+            (6, _) => {
+                let t = root(a, em, &mut stack);
+                em.jump(t, &vals);
+            }
+            _ => return None,
+        }
+    }
+    Some((entry, blocks))
+}
+
+/// `--hand`: the interpreter specialized to `long_program(64)` with the counting emitter,
+/// by the planned stitcher and by [`hand_ge`]: what each makes, and (`DYC_PROFILE_RUNS=n`)
+/// `n` runs of the one named after `--hand` (`planned` or `hand`), for counting
+/// instructions.
+fn hand(which: Option<&str>) {
+    let code = long_program(64);
+    let region = regions()
+        .into_iter()
+        .find(|r| r.name.starts_with("long program"))
+        .expect("the long program's region");
+    let cx = Context {
+        prog: &region.prog,
+        slices: &region.slices,
+        hosts: &NoHosts,
+        mode: PromotionMode::Inline(&|_| Vec::new()),
+        budget: Budget::default(),
+    };
+    let runs: usize = std::env::var("DYC_PROFILE_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    match which {
+        Some("hand") => (0..runs).for_each(|_| {
+            let mut em = Count::default();
+            std::hint::black_box(hand_ge(&code, &mut em));
+        }),
+        Some("planned") => (0..runs).for_each(|_| {
+            std::hint::black_box(run(&cx, &region.key, ExecutorKind::Planned));
+        }),
+        _ => {
+            let mut em = Count::default();
+            let (_, blocks) = hand_ge(&code, &mut em).expect("a program hand_ge knows");
+            let (unit, insts) = run(&cx, &region.key, ExecutorKind::Planned);
+            println!(
+                "planned stitcher: {} copies, {insts} instructions; by hand: {blocks} blocks, {} instructions",
+                unit.blocks, em.insts
+            );
+        }
+    }
+}
+
 /// Stitch-tier specializations of the interpreter on byte-code program `name` with
 /// `executor` for ten seconds; prints the median time of one and of installing its code.
 fn specialize(name: &str, executor: ExecutorKind) {
@@ -474,6 +642,10 @@ fn main() {
     }
     if args.iter().any(|a| a == "--scale") {
         scale();
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--hand") {
+        hand(args.get(i + 1).map(String::as_str));
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--specialize") {
