@@ -194,6 +194,18 @@ fn program(m: &dyc::ir::Module, name: &str) -> StitchProgram {
         .program
 }
 
+/// A context for the executors on region `r`: no hosts, promoted values dispatched
+/// inline from none known, the default budget.
+fn context(r: &Region) -> Context<'_> {
+    Context {
+        prog: &r.prog,
+        slices: &r.slices,
+        hosts: &NoHosts,
+        mode: PromotionMode::Inline(&|_| Vec::new()),
+        budget: Budget::default(),
+    }
+}
+
 /// The interpreter on each byte-code program, then the kernels of `examples/kernels.dyc` on
 /// the run-time constants `benches/kernels.rs` uses.
 fn regions() -> Vec<Region> {
@@ -398,13 +410,7 @@ fn hand(which: Option<&str>) {
         .into_iter()
         .find(|r| r.name.starts_with("long program"))
         .expect("the long program's region");
-    let cx = Context {
-        prog: &region.prog,
-        slices: &region.slices,
-        hosts: &NoHosts,
-        mode: PromotionMode::Inline(&|_| Vec::new()),
-        budget: Budget::default(),
-    };
+    let cx = context(&region);
     let runs: usize = std::env::var("DYC_PROFILE_RUNS")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -671,13 +677,7 @@ fn main() {
             .into_iter()
             .find(|r| &r.name == name)
             .expect("a region of this bench");
-        let cx = Context {
-            prog: &r.prog,
-            slices: &r.slices,
-            hosts: &NoHosts,
-            mode: PromotionMode::Inline(&|_| Vec::new()),
-            budget: Budget::default(),
-        };
+        let cx = context(&r);
         // `DYC_PROFILE_RUNS=n`: exactly n runs (for counting instructions), else ten seconds.
         match std::env::var("DYC_PROFILE_RUNS")
             .ok()
@@ -717,13 +717,7 @@ fn main() {
     for r in regions() {
         let prog = &r.prog;
         let plan = prog.plan.as_ref().expect("the region has a plan");
-        let cx = Context {
-            prog,
-            slices: &r.slices,
-            hosts: &NoHosts,
-            mode: PromotionMode::Inline(&|_| Vec::new()),
-            budget: Budget::default(),
-        };
+        let cx = context(&r);
         let key = &r.key[..];
         let (wu, wi) = run(&cx, key, ExecutorKind::WorkList);
         let (pu, pi) = run(&cx, key, ExecutorKind::Planned);
