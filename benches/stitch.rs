@@ -283,9 +283,9 @@ fn regions() -> Vec<Region> {
 /// code, a has-been-stitched lookup per dispatch copy, roots on a stack), making the
 /// emitter calls the planned stitcher makes (the same blocks, operations and jumps, with
 /// block parameters in another order; `--hand` prints both counts). `None` for a byte-code
-/// it does not know (or a program that leaves its code). A bound, for `--hand`, of what
-/// compiling the generating extension can save.
-fn hand_ge<E: Emitter>(code: &[i64], em: &mut E) -> Option<(E::Block, usize)> {
+/// it does not know (or a program that leaves its code), else the blocks it made. A
+/// bound, for `--hand`, of what compiling the generating extension can save.
+fn hand_ge<E: Emitter>(code: &[i64], em: &mut E) -> Option<usize> {
     use dyc_templates::ops::{BinaryOp, CmpOp};
     use std::collections::HashMap;
     use std::hash::{BuildHasherDefault, Hasher};
@@ -397,7 +397,7 @@ fn hand_ge<E: Emitter>(code: &[i64], em: &mut E) -> Option<(E::Block, usize)> {
             _ => return None,
         }
     }
-    Some((entry, blocks))
+    Some(blocks)
 }
 
 /// `--hand`: the interpreter specialized to `long_program(64)` with the counting emitter,
@@ -425,7 +425,7 @@ fn hand(which: Option<&str>) {
         }),
         _ => {
             let mut em = Count::default();
-            let (_, blocks) = hand_ge(&code, &mut em).expect("a program hand_ge knows");
+            let blocks = hand_ge(&code, &mut em).expect("a program hand_ge knows");
             let (unit, insts) = run(&cx, &region.key, ExecutorKind::Planned);
             println!(
                 "planned stitcher: {} copies, {insts} instructions; by hand: {blocks} blocks, {} instructions",

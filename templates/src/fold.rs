@@ -362,8 +362,8 @@ impl<B: Backend> Fold<B> {
     }
 
     fn lower_all(&mut self, vs: &[FVal<B::Value>]) -> Vals<B::Value> {
-        // (Pushed one by one: collecting into a small vector cost about a hundred
-        // instructions for an operation's few operands.)
+        // (Pushed one by one: collecting a few values into a small vector cost about a
+        // hundred instructions.)
         let mut out = Vals::new();
         for &v in vs {
             let v = self.lower(v);
