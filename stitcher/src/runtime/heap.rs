@@ -1,26 +1,44 @@
 //! The stitch tier's code heap: pages for units, carved out of larger mappings and reused,
-//! so that installing a unit costs one protection change instead of a mapping, a page
-//! fault, a protection change and, later, an unmapping.
+//! so that installing a unit costs no system call (or one protection change where the
+//! memory cannot be mapped twice) instead of a mapping, a page fault, a protection change
+//! and, later, an unmapping.
 //!
-//! **Pages are never writable and executable at once.** [`alloc`] takes whole free pages
-//! that are read+write, the caller writes the unit into them, and
-//! [`Pages::write_and_seal`] makes them read+execute. When the owner drops the [`Pages`]
-//! (once no thread can still run the code: see the reclamation rules of
-//! [`super::memory`]), they are free but still read+execute ("dirty"): no protection
-//! change is made then. When no clean run of free pages fits an allocation, each chunk's
-//! dirty pages are made read+write again, a run of adjacent pages at a time (units freed
-//! in the order they were made lie side by side), before a new chunk is mapped. So
-//! freeing costs no system call, and one change, with the shootdown of every other
-//! thread's TLB that it causes, serves many units.
+//! **No page is ever writable and executable through the same address.** Two kinds of
+//! chunk keep this:
+//! - **Dual** (Linux on x86-64, the default): the chunk is a memory file mapped twice,
+//!   read+execute where code runs and read+write where the heap writes it. The writable
+//!   view's address never leaves this module. [`Pages::write_and_seal`] copies a unit
+//!   through it and needs no system call; freed pages are free at once. (A protection
+//!   change costs more than 2 us on the virtual machines we measured on, with its TLB
+//!   shootdown: as much as stitching a few byte-codes, and the largest fixed cost of a
+//!   short specialization.)
+//! - **Flip** (other systems, a kernel that refuses executable memory files, or
+//!   `DYC_CODE_HEAP=flip` in the environment): one anonymous mapping whose pages flip.
+//!   [`alloc`] takes whole free pages that are read+write, the caller writes the unit into
+//!   them, and [`Pages::write_and_seal`] makes them read+execute. When the owner drops the
+//!   [`Pages`] (once no thread can still run the code: see the reclamation rules of
+//!   [`super::memory`]), they are free but still read+execute ("dirty"): no protection
+//!   change is made then. When no clean run of free pages fits an allocation, each chunk's
+//!   dirty pages are made read+write again, a run of adjacent pages at a time (units freed
+//!   in the order they were made lie side by side), before a new chunk is mapped. So
+//!   freeing costs no system call, and one change, with the shootdown of every other
+//!   thread's TLB that it causes, serves many units.
 //!
-//! **Chunks.** Pages come from chunks of [`CHUNK_PAGES`] pages mapped read+write on
-//! demand; a unit larger than a chunk gets a chunk of its own. Allocation is first fit
-//! over each chunk's free bitmap, under one lock (a scan of a few words); sealing a unit
-//! happens outside it, the batched return of dirty pages under it. A chunk with no page in
-//! use is unmapped, unless it is the only such chunk left (kept for the next units).
+//! **Fork.** A dual chunk's memory is shared with a child made by `fork`, where private
+//! memory would be copied. So that neither process writes code the other may run, a
+//! `fork` retires every dual chunk in both: no page of it is handed out again, and it is
+//! unmapped (in each process on its own) once its last unit goes. (A handler registered
+//! with `pthread_atfork` counts forks; a child that `exec`s at once, as spawning a
+//! process does, is unaffected.)
 //!
-//! Only x86-64 runs stitch-tier code, and its instruction cache is coherent with stores,
-//! so reusing a page needs no cache flush.
+//! **Chunks.** Pages come from chunks of [`CHUNK_PAGES`] pages mapped on demand; a unit
+//! larger than a chunk gets a chunk of its own. Allocation is first fit over each chunk's
+//! free bitmap, under one lock (a scan of a few words); writing and sealing a unit happens
+//! outside it, the batched return of dirty pages under it. A chunk with no page in use is
+//! unmapped, unless it is the only such chunk left (kept for the next units).
+//!
+//! Only x86-64 runs stitch-tier code, and its instruction cache is coherent with stores
+//! (through any mapping of the memory), so reusing a page needs no cache flush.
 
 use std::sync::Arc;
 
@@ -32,22 +50,87 @@ pub const CHUNK_PAGES: usize = 256;
 /// One mapping and which of its pages are in use.
 struct Chunk {
     map: Arc<Mapping>,
-    /// A bit per page, set while the page is free but still read+execute.
+    /// A bit per page, set while the page is free but still read+execute (flip chunks).
     dirty: Vec<u64>,
     /// A bit per page, set while the page belongs to a [`Pages`].
     used: Vec<u64>,
     in_use: usize,
+    /// The count of forks when the chunk was mapped: a dual chunk mapped before the last
+    /// fork is retired.
+    forks: usize,
+}
+
+impl Chunk {
+    fn new(map: Mapping) -> Chunk {
+        let words = map.pages().div_ceil(64);
+        Chunk {
+            map: Arc::new(map),
+            dirty: vec![0; words],
+            used: vec![0; words],
+            in_use: 0,
+            forks: dual::forks(),
+        }
+    }
+
+    /// Whether pages of the chunk may be handed out: not a dual chunk shared with a
+    /// process forked since it was mapped.
+    fn open(&self) -> bool {
+        !matches!(*self.map, Mapping::Dual(_)) || self.forks == dual::forks()
+    }
 }
 
 /// A mapping, unmapped when the last [`Pages`] in it and the heap let go of it.
-struct Mapping(region::Allocation);
+enum Mapping {
+    /// Anonymous memory whose pages flip between read+write and read+execute.
+    Flip(region::Allocation),
+    /// A memory file mapped read+execute and read+write.
+    Dual(dual::Views),
+}
 
 impl Mapping {
-    fn base(&self) -> *mut u8 {
-        self.0.as_ptr::<u8>() as *mut u8
+    /// A new mapping of `pages` pages, all free: dual if the system allows it and the
+    /// environment does not ask for flipping (decided once per process), else flip.
+    fn new(pages: usize) -> Result<Mapping, String> {
+        static DUAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let bytes = pages * page();
+        let wanted = *DUAL.get_or_init(|| {
+            std::env::var_os("DYC_CODE_HEAP").is_none_or(|v| v != "flip") && dual::supported()
+        });
+        if wanted {
+            if let Some(views) = dual::Views::map(bytes) {
+                return Ok(Mapping::Dual(views));
+            }
+        }
+        Mapping::flip(bytes)
     }
+
+    fn flip(bytes: usize) -> Result<Mapping, String> {
+        region::alloc(bytes, region::Protection::READ_WRITE)
+            .map(Mapping::Flip)
+            .map_err(|e| format!("mapping code pages: {e}"))
+    }
+
+    /// Where the code runs.
+    fn base(&self) -> *mut u8 {
+        match self {
+            Mapping::Flip(a) => a.as_ptr::<u8>() as *mut u8,
+            Mapping::Dual(v) => v.exec,
+        }
+    }
+
+    /// Where the code is written.
+    fn write_base(&self) -> *mut u8 {
+        match self {
+            Mapping::Flip(a) => a.as_ptr::<u8>() as *mut u8,
+            Mapping::Dual(v) => v.write,
+        }
+    }
+
     fn pages(&self) -> usize {
-        self.0.len() / page()
+        match self {
+            Mapping::Flip(a) => a.len() / page(),
+            Mapping::Dual(v) => v.len / page(),
+        }
     }
 }
 
@@ -55,7 +138,7 @@ impl Mapping {
 // (the heap's bitmap hands each page to one `Pages` at a time), and is unmapped only when
 // the last reference goes, from whichever thread drops it.
 unsafe impl Send for Mapping {}
-// SAFETY: as above: shared references only read the base address and length.
+// SAFETY: as above: shared references only read the base addresses and length.
 unsafe impl Sync for Mapping {}
 
 static HEAP: Mutex<Vec<Chunk>> = const_mutex(Vec::new());
@@ -84,19 +167,25 @@ impl Pages {
         self.count * page()
     }
 
-    /// Copies `code` to the start of the pages (which must be free, read+write) and makes
-    /// them read+execute.
+    /// Copies `code` to the start of the pages (which must be free) and makes it
+    /// executable at [`Pages::base`]: through a dual chunk's writable view, or by making
+    /// a flip chunk's pages read+execute.
     pub fn write_and_seal(&mut self, code: &[u8]) -> Result<(), String> {
         if self.sealed || code.len() > self.len() {
             return Err("code pages already sealed, or too small".into());
         }
-        // SAFETY: the pages are read+write (free pages are, and these were just taken
-        // from the free list), at least `code.len()` bytes long, owned by `self` alone,
-        // and do not overlap `code`.
-        unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), self.base(), code.len()) };
-        // SAFETY: the range is exactly this `Pages`' pages, inside a live mapping.
-        unsafe { region::protect(self.base(), self.len(), region::Protection::READ_EXECUTE) }
-            .map_err(|e| format!("protecting code pages: {e}"))?;
+        let at = self.map.write_base().wrapping_add(self.first * page());
+        // SAFETY: the pages are writable at `at` (a dual chunk's writable view, or free
+        // pages of a flip chunk, which are read+write: these were just taken from the free
+        // list), at least `code.len()` bytes long, owned by `self` alone, and do not
+        // overlap `code`. Nothing runs them yet: their address is published only once
+        // this returns.
+        unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), at, code.len()) };
+        if let Mapping::Flip(_) = *self.map {
+            // SAFETY: the range is exactly this `Pages`' pages, inside a live mapping.
+            unsafe { region::protect(self.base(), self.len(), region::Protection::READ_EXECUTE) }
+                .map_err(|e| format!("protecting code pages: {e}"))?;
+        }
         self.sealed = true;
         Ok(())
     }
@@ -107,15 +196,18 @@ impl Drop for Pages {
         let mut heap = HEAP.lock();
         if let Some(i) = heap.iter().position(|c| Arc::ptr_eq(&c.map, &self.map)) {
             let c = &mut heap[i];
+            // (A dual chunk's page is free as soon as it is given back.)
+            let dirty = self.sealed && matches!(*c.map, Mapping::Flip(_));
             for p in self.first..self.first + self.count {
                 c.used[p / 64] &= !(1 << (p % 64));
-                if self.sealed {
+                if dirty {
                     c.dirty[p / 64] |= 1 << (p % 64);
                 }
             }
             c.in_use -= self.count;
-            let idle = heap.iter().filter(|c| c.in_use == 0).count();
-            if heap[i].in_use == 0 && idle > 1 {
+            // A retired chunk goes when its last unit does; an idle one when another is.
+            let idle = heap.iter().filter(|c| c.in_use == 0 && c.open()).count();
+            if heap[i].in_use == 0 && (!heap[i].open() || idle > 1) {
                 heap.swap_remove(i);
             }
         }
@@ -127,7 +219,7 @@ pub fn alloc(bytes: usize) -> Result<Pages, String> {
     let count = bytes.max(1).div_ceil(page());
     let mut heap = HEAP.lock();
     for pass in 0..2 {
-        for c in heap.iter_mut() {
+        for c in heap.iter_mut().filter(|c| c.open()) {
             if let Some(first) = first_fit(&c.used, &c.dirty, c.map.pages(), count) {
                 return Ok(take(c, first, count));
             }
@@ -136,15 +228,9 @@ pub fn alloc(bytes: usize) -> Result<Pages, String> {
             heap.iter_mut().for_each(clean);
         }
     }
-    let pages = count.max(CHUNK_PAGES);
-    let map = region::alloc(pages * page(), region::Protection::READ_WRITE)
-        .map_err(|e| format!("mapping code pages: {e}"))?;
-    heap.push(Chunk {
-        map: Arc::new(Mapping(map)),
-        dirty: vec![0; pages.div_ceil(64)],
-        used: vec![0; pages.div_ceil(64)],
-        in_use: 0,
-    });
+    // Retired chunks nothing uses any more go (a fork since their last unit went).
+    heap.retain(|c| c.open() || c.in_use > 0);
+    heap.push(Chunk::new(Mapping::new(count.max(CHUNK_PAGES))?));
     let c = heap.last_mut().expect("just pushed");
     Ok(take(c, 0, count))
 }
@@ -167,6 +253,9 @@ fn take(c: &mut Chunk, first: usize, count: usize) -> Pages {
 /// adjacent dirty pages. A run that cannot be made writable stays out of the free list
 /// (counted in use until the chunk goes) rather than be handed out unwritable.
 fn clean(c: &mut Chunk) {
+    if !matches!(*c.map, Mapping::Flip(_)) {
+        return;
+    }
     let pages = c.map.pages();
     let mut p = 0;
     while p < pages {
@@ -225,6 +314,130 @@ fn first_fit(used: &[u64], dirty: &[u64], pages: usize, count: usize) -> Option<
         p += 1;
     }
     None
+}
+
+/// Memory files mapped twice, and the count of forks.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod dual {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Once;
+
+    /// The two views of one memory file.
+    pub(super) struct Views {
+        pub(super) exec: *mut u8,
+        pub(super) write: *mut u8,
+        pub(super) len: usize,
+    }
+
+    static FORKS: AtomicUsize = AtomicUsize::new(0);
+    static WATCH: Once = Once::new();
+
+    /// Forks since the process started (as far as the heap knows: counted from the first
+    /// dual chunk on).
+    pub(super) fn forks() -> usize {
+        FORKS.load(Ordering::Acquire)
+    }
+
+    extern "C" fn before_fork() {
+        FORKS.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(super) fn supported() -> bool {
+        true
+    }
+
+    /// Counts a fork as if one had happened (for tests).
+    #[cfg(test)]
+    pub(super) fn count_fork() {
+        before_fork();
+    }
+
+    impl Views {
+        /// `len` bytes (whole pages) of a new memory file, mapped read+execute and
+        /// read+write; `None` if the system refuses any step (the caller flips instead).
+        pub(super) fn map(len: usize) -> Option<Views> {
+            // Counting starts before the first dual chunk exists, so no fork is missed.
+            // SAFETY: `before_fork` only increments an atomic, which is safe in the
+            // parent between `fork`'s preparation and the fork itself.
+            WATCH.call_once(|| unsafe {
+                libc::pthread_atfork(Some(before_fork), None, None);
+            });
+            // (Kernels since 6.3 may require asking for an executable file; older ones
+            // refuse the flag.)
+            const MFD_EXEC: libc::c_uint = 0x10;
+            let name = c"dyc-code";
+            // SAFETY: `name` is a valid C string; the flags are defined by the kernel.
+            let mut fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | MFD_EXEC) };
+            if fd < 0 {
+                // SAFETY: as above.
+                fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+            }
+            if fd < 0 {
+                return None;
+            }
+            let map = |prot| {
+                // SAFETY: a new shared mapping of the file `fd`, `len` bytes long, at an
+                // address the kernel chooses: it aliases nothing Rust knows of.
+                let at =
+                    unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
+                (at != libc::MAP_FAILED).then_some(at as *mut u8)
+            };
+            // SAFETY: `fd` is the file just made, which nothing else uses.
+            let sized = unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0;
+            let exec = sized
+                .then(|| map(libc::PROT_READ | libc::PROT_EXEC))
+                .flatten();
+            let write = exec.and_then(|_| map(libc::PROT_READ | libc::PROT_WRITE));
+            // SAFETY: the mappings keep the file alive; the descriptor is not needed.
+            unsafe { libc::close(fd) };
+            match (exec, write) {
+                (Some(exec), Some(write)) => Some(Views { exec, write, len }),
+                (Some(exec), None) => {
+                    // SAFETY: the mapping just made, which nothing uses.
+                    unsafe { libc::munmap(exec.cast(), len) };
+                    None
+                }
+                _ => None,
+            }
+        }
+    }
+
+    impl Drop for Views {
+        fn drop(&mut self) {
+            // SAFETY: the two mappings `map` made; the last owner of the chunk drops them,
+            // once no unit in it can run (the reclamation rules of `super::super::memory`).
+            unsafe {
+                libc::munmap(self.exec.cast(), self.len);
+                libc::munmap(self.write.cast(), self.len);
+            }
+        }
+    }
+}
+
+/// Elsewhere, every chunk flips.
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+mod dual {
+    /// (Never made.)
+    #[allow(dead_code)]
+    pub(super) struct Views {
+        pub(super) exec: *mut u8,
+        pub(super) write: *mut u8,
+        pub(super) len: usize,
+    }
+
+    impl Views {
+        pub(super) fn map(_: usize) -> Option<Views> {
+            None
+        }
+    }
+
+    pub(super) fn forks() -> usize {
+        0
+    }
+
+    pub(super) fn supported() -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
@@ -293,12 +506,11 @@ mod tests {
     #[test]
     fn dirty_pages_are_made_writable_in_runs() {
         let pages = 8;
-        let map = region::alloc(pages * page(), region::Protection::READ_WRITE).expect("mapped");
         let mut c = Chunk {
-            map: Arc::new(Mapping(map)),
             dirty: vec![0b0110_1100],
             used: vec![0b0000_0001],
             in_use: 1,
+            ..Chunk::new(Mapping::flip(pages * page()).expect("mapped"))
         };
         // Pages 2-3 and 5-6 held sealed code, now freed.
         for (first, n) in [(2, 2), (5, 2)] {
@@ -340,5 +552,95 @@ mod tests {
         let big = alloc(3 * page() + 1).expect("pages");
         assert_eq!(big.len(), 4 * page());
         assert_ne!(big.base() as usize, b.base() as usize);
+    }
+
+    /// Code written through a dual chunk's writable view runs at its executable view, and
+    /// a page given back is handed out again with no protection change (it is never
+    /// dirty).
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    fn dual_chunks_run_what_their_writable_view_holds() {
+        let Some(views) = dual::Views::map(4 * page()) else {
+            // (A kernel that refuses executable memory files: the heap flips instead,
+            // which the other tests cover.)
+            eprintln!("no executable memory files here");
+            return;
+        };
+        assert_ne!(views.exec, views.write);
+        let mut c = Chunk::new(Mapping::Dual(views));
+        for answer in [42u8, 43] {
+            let code = [0xb8, answer, 0, 0, 0, 0xc3];
+            let first = first_fit(&c.used, &c.dirty, c.map.pages(), 1).expect("a free page");
+            assert_eq!(first, 0, "the page given back is free again at once");
+            let mut pages = take(&mut c, first, 1);
+            pages.write_and_seal(&code).expect("sealed");
+            // SAFETY: the page holds a complete C-ABI function returning an `i32`, and the
+            // executable view maps it read+execute.
+            let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(pages.base()) };
+            assert_eq!(f(), i32::from(answer));
+            // (Given back by hand: this chunk is the test's, not in the heap.)
+            c.used[0] &= !1;
+            c.in_use -= 1;
+            drop(pages);
+        }
+        assert_eq!(c.dirty, vec![0]);
+    }
+
+    /// After a fork, a dual chunk hands out no page again (the child shares its memory)
+    /// and goes once its last unit does; units allocated after the fork come from a new
+    /// chunk.
+    #[test]
+    fn a_fork_retires_dual_chunks() {
+        let before = alloc(1).expect("pages");
+        if !matches!(*before.map, Mapping::Dual(_)) {
+            eprintln!("no dual chunks here");
+            return;
+        }
+        let old = Arc::downgrade(&before.map);
+        dual::count_fork();
+        let after = alloc(1).expect("pages");
+        assert!(!Arc::ptr_eq(&before.map, &after.map));
+        drop(before);
+        // Other tests may hold units of the retired chunk still; once they are gone, it is.
+        if old.strong_count() == 0 {
+            assert!(old.upgrade().is_none());
+        } else {
+            let heap = HEAP.lock();
+            let retired = heap
+                .iter()
+                .find(|c| Arc::as_ptr(&c.map) == old.as_ptr())
+                .expect("still in the heap while it has units");
+            assert!(!retired.open() && retired.in_use > 0);
+        }
+    }
+
+    /// A real fork is counted, in the parent and in the child (which only reads the count
+    /// and exits: nothing else is safe in the child of a threaded process).
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    fn a_fork_is_counted_in_both_processes() {
+        let pages = alloc(1).expect("pages");
+        if !matches!(*pages.map, Mapping::Dual(_)) {
+            eprintln!("no dual chunks here");
+            return;
+        }
+        let before = dual::forks();
+        // SAFETY: the child calls only an atomic load and `_exit`.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let counted = dual::forks() > before;
+            // SAFETY: ends the child at once, running nothing of the parent's.
+            unsafe { libc::_exit(if counted { 0 } else { 1 }) };
+        }
+        assert!(pid > 0, "fork failed");
+        let mut status = 0;
+        // SAFETY: waits for the child just made.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        assert!(dual::forks() > before);
+        assert!(!HEAP
+            .lock()
+            .iter()
+            .any(|c| Arc::ptr_eq(&c.map, &pages.map) && c.open()));
     }
 }
