@@ -286,8 +286,17 @@ fn clean(c: &mut Chunk) {
 
 /// The first run of `count` pages free and clean (not `dirty`) among `pages`. Whole
 /// words of 64 pages all taken, or all free, are passed in one step (freed units leave
-/// long stretches of dirty pages before the clean ones).
+/// long stretches of dirty pages before the clean ones); a single page (most units) is
+/// the lowest clear bit of the first word with one.
 fn first_fit(used: &[u64], dirty: &[u64], pages: usize, count: usize) -> Option<usize> {
+    if count == 1 {
+        return (0..pages.div_ceil(64))
+            .find_map(|w| {
+                let free = !(used[w] | dirty[w]);
+                (free != 0).then(|| w * 64 + free.trailing_zeros() as usize)
+            })
+            .filter(|&p| p < pages);
+    }
     let mut run = 0;
     let mut p = 0;
     while p < pages {
