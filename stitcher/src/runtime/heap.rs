@@ -27,9 +27,10 @@
 //! **Fork.** A dual chunk's memory is shared with a child made by `fork`, where private
 //! memory would be copied. So that neither process writes code the other may run, a
 //! `fork` retires every dual chunk in both: no page of it is handed out again, and it is
-//! unmapped (in each process on its own) once its last unit goes. (A handler registered
-//! with `pthread_atfork` counts forks; a child that `exec`s at once, as spawning a
-//! process does, is unaffected.)
+//! unmapped (in each process on its own) once its last unit goes. A handler registered
+//! with `pthread_atfork` counts forks. (`posix_spawn`, which `std::process::Command`
+//! uses where it can, runs no such handler and shares nothing: the child runs another
+//! program at once.)
 //!
 //! **Chunks.** Pages come from chunks of [`CHUNK_PAGES`] pages mapped on demand; a unit
 //! larger than a chunk gets a chunk of its own. Allocation is first fit over each chunk's
