@@ -29,8 +29,8 @@
 //! `fork` retires every dual chunk in both: no page of it is handed out again, and it is
 //! unmapped (in each process on its own) once its last unit goes. A handler registered
 //! with `pthread_atfork` counts forks. (`posix_spawn`, which `std::process::Command`
-//! uses where it can, runs no such handler and shares nothing: the child runs another
-//! program at once.)
+//! uses where it can, runs no such handler and needs none: its child runs another program
+//! before it could touch the heap.)
 //!
 //! **Chunks.** Pages come from chunks of [`CHUNK_PAGES`] pages mapped on demand; a unit
 //! larger than a chunk gets a chunk of its own. Allocation is first fit over each chunk's
