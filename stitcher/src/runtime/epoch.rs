@@ -22,10 +22,17 @@
 //! available (another system, an old kernel, a sandbox that forbids it) pins use a full
 //! fence instead, decided once per process before the first pin.
 //!
-//! **When garbage is freed.** Deferred functions wait in one global list; [`defer`]
-//! collects once [`COLLECT_AT`] have gathered (so at most that many evicted versions wait
-//! for a quiet program), and [`flush`] collects at once. A thread that stays pinned delays
-//! only what was deferred while it was pinned.
+//! **When garbage is freed.** Deferred functions wait in one global list. Once
+//! [`COLLECT_AT`] more have gathered than the last collection left waiting, the thread
+//! whose [`defer`] saw it collects when it next unpins (drops its outermost [`Guard`]), or
+//! at once if it is not pinned. So a collection never runs under the locks a deferring
+//! caller holds (a cache's eviction holds two), nor while the collector's own pin keeps
+//! back what it just deferred; and a collection that frees little is not repeated at
+//! every defer. (On a virtual machine a `membarrier` with another thread running took
+//! 8-16 us; made under a program's eviction lock, it stalled every thread that missed.)
+//! [`HARD_LIMIT`] waiting makes a pinned thread collect at once (one that stays pinned for
+//! long holds back only what was deferred while it was pinned), and [`flush`] collects at
+//! once.
 
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -59,8 +66,14 @@ static GARBAGE: Mutex<Vec<(u64, Deferred)>> = const_mutex(Vec::new());
 /// Number of entries in [`GARBAGE`] (read without its lock).
 static PENDING: AtomicUsize = AtomicUsize::new(0);
 
-/// [`defer`] collects once this many functions wait.
+/// A collection is due once this many more functions wait than the last one left.
 pub const COLLECT_AT: usize = 16;
+
+/// A pinned thread collects at once when this many functions wait.
+pub const HARD_LIMIT: usize = 1024;
+
+/// The number of waiting functions at which a collection is due.
+static DUE: AtomicUsize = AtomicUsize::new(COLLECT_AT);
 
 type Deferred = Box<dyn FnOnce() + Send>;
 
@@ -78,6 +91,11 @@ thread_local! {
     /// The calling thread's record: a constant-initialized thread-local without a
     /// destructor, so a pin reads it with one thread-pointer-relative load.
     static RECORD: Cell<Option<&'static Record>> = const { Cell::new(None) };
+    /// Whether this thread owes a collection when it unpins.
+    static OWED: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread is running the functions a collection freed (which may defer
+    /// more: those wait for the next collection).
+    static COLLECTING: Cell<bool> = const { Cell::new(false) };
     /// Gives the record back when the thread exits.
     static OWNER: Owner = const { Owner };
 }
@@ -180,8 +198,18 @@ impl Drop for Guard {
             // Release: every access made while pinned happens before a collection that
             // reads 0 here.
             r.pinned.store(0, Ordering::Release);
+            if OWED.with(Cell::get) {
+                collect_owed();
+            }
         }
     }
+}
+
+/// The collection a [`defer`] made while this thread was pinned asked for.
+#[cold]
+fn collect_owed() {
+    OWED.with(|o| o.set(false));
+    collect();
 }
 
 /// Runs `f` once every thread that may have read what the caller just unlinked has
@@ -194,7 +222,15 @@ pub fn defer(f: impl FnOnce() + Send + 'static) {
         g.len()
     };
     PENDING.store(n, Ordering::Relaxed);
-    if n >= COLLECT_AT {
+    if n < DUE.load(Ordering::Relaxed) || COLLECTING.with(Cell::get) {
+        return;
+    }
+    let pinned = RECORD
+        .with(Cell::get)
+        .is_some_and(|r| r.pinned.load(Ordering::Relaxed) != 0);
+    if pinned && n < HARD_LIMIT {
+        OWED.with(|o| o.set(true));
+    } else {
         collect();
     }
 }
@@ -236,11 +272,24 @@ pub fn collect() {
             true
         }
     });
-    if !candidates.is_empty() {
+    // The next collection is due once as many more wait again.
+    let left = if candidates.is_empty() {
+        GARBAGE.lock().len()
+    } else {
         let mut g = GARBAGE.lock();
         g.append(&mut candidates);
         PENDING.store(g.len(), Ordering::Relaxed);
+        g.len()
+    };
+    DUE.store(left + COLLECT_AT, Ordering::Relaxed);
+    // (Restored however the functions end.)
+    struct Collecting(bool);
+    impl Drop for Collecting {
+        fn drop(&mut self) {
+            COLLECTING.with(|c| c.set(self.0));
+        }
     }
+    let _outer = Collecting(COLLECTING.with(|c| c.replace(true)));
     for f in ready {
         f();
     }
