@@ -395,6 +395,36 @@ mod tests {
             .map_or(0, |r| r.pinned.load(Ordering::Relaxed))
     }
 
+    /// What a pinned thread defers waits (its own pin holds it back), the collection it
+    /// makes due is owed until its outermost guard goes, and then everything runs.
+    #[test]
+    fn a_pinned_thread_collects_when_it_unpins() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let n = 4 * COLLECT_AT;
+        let outer = pin();
+        let inner = pin();
+        for _ in 0..n {
+            let r = ran.clone();
+            defer(move || {
+                r.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "ran under the deferring pin");
+        drop(inner);
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "ran under the outer pin");
+        drop(outer);
+        assert!(!OWED.with(Cell::get), "the owed collection was made");
+        // Other tests pin meanwhile and may hold some back: collect until all have run.
+        for _ in 0..100_000 {
+            if ran.load(Ordering::SeqCst) == n {
+                break;
+            }
+            flush();
+            std::thread::yield_now();
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), n);
+    }
+
     #[test]
     fn nested_pins_keep_the_outer_epoch_and_unpin_once() {
         let outer = pin();
