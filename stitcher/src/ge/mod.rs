@@ -4,7 +4,7 @@
 //!
 //! # Two forms
 //!
-//! **CFG form** ([`cfg`], [`StitchProgram`]): the annotated CFG. Each template block lists
+//! **CFG form** ([`mod@cfg`], [`StitchProgram`]): the annotated CFG. Each template block lists
 //! its parameters and live-ins with their binding times, an optional promotion at its
 //! entry, its operations (setup operations on static registers, template operations whose
 //! static operands are holes, lifts of static values into dynamic ones) and a terminator
@@ -30,7 +30,7 @@
 //! type, the positions of its key parameters, the host and callee tables, and the size of
 //! the register file; the checker checks it the same way for both.
 //!
-//! Both forms have a printer ([`print`]) and a checker ([`check`]): `dyc ge FILE FN`
+//! Both forms have a printer ([`mod@print`]) and a checker ([`check`]): `dyc ge FILE FN`
 //! prints the CFG form of a region and its plan, file tests compare printed programs, and
 //! tests run the checkers on every program the static compiler builds.
 //!

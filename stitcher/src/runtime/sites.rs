@@ -13,7 +13,7 @@
 //! sees a torn or dangling entry.
 //!
 //! **Inline dispatch.** The first values a site promotes are recorded
-//! ([`PromoSite::see`]); every unit stitched afterwards that reaches the site dispatches on
+//! (`PromoSite::see`); every unit stitched afterwards that reaches the site dispatches on
 //! them inline, with their continuations in the same unit (see
 //! [`crate::exec::PromotionMode`]). An interpreter's indirect jump thus becomes, after its
 //! targets have been seen once, a switch inside one unit: the first units leave through the
