@@ -330,7 +330,7 @@ fn first_fit(used: &[u64], dirty: &[u64], pages: usize, count: usize) -> Option<
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod dual {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Once;
+    use std::sync::OnceLock;
 
     /// The two views of one memory file.
     pub(super) struct Views {
@@ -340,7 +340,8 @@ mod dual {
     }
 
     static FORKS: AtomicUsize = AtomicUsize::new(0);
-    static WATCH: Once = Once::new();
+    /// Whether forks are counted (the handler is registered).
+    static WATCHED: OnceLock<bool> = OnceLock::new();
 
     /// Forks since the process started (as far as the heap knows: counted from the first
     /// dual chunk on).
@@ -366,12 +367,16 @@ mod dual {
         /// `len` bytes (whole pages) of a new memory file, mapped read+execute and
         /// read+write; `None` if the system refuses any step (the caller flips instead).
         pub(super) fn map(len: usize) -> Option<Views> {
-            // Counting starts before the first dual chunk exists, so no fork is missed.
+            // Counting starts before the first dual chunk exists, so no fork is missed;
+            // without it, no chunk may be shared with a child.
             // SAFETY: `before_fork` only increments an atomic, which is safe in the
             // parent between `fork`'s preparation and the fork itself.
-            WATCH.call_once(|| unsafe {
-                libc::pthread_atfork(Some(before_fork), None, None);
+            let watched = *WATCHED.get_or_init(|| unsafe {
+                libc::pthread_atfork(Some(before_fork), None, None) == 0
             });
+            if !watched {
+                return None;
+            }
             // (Kernels since 6.3 may require asking for an executable file; older ones
             // refuse the flag.)
             const MFD_EXEC: libc::c_uint = 0x10;
