@@ -27,8 +27,12 @@
 //! **Fork.** A dual chunk's memory is shared with a child made by `fork`, where private
 //! memory would be copied. So that neither process writes code the other may run, a
 //! `fork` retires every dual chunk in both: no page of it is handed out again, and it is
-//! unmapped (in each process on its own) once its last unit goes. A handler registered
-//! with `pthread_atfork` counts forks. (`posix_spawn`, which `std::process::Command`
+//! unmapped (in each process on its own) once its last unit goes. Handlers registered
+//! with `pthread_atfork` count forks, and hold allocation back from just before a fork to
+//! just after it, so that no chunk is mapped, and no page reused, in between. (As with any
+//! lock, the child of a process with other threads may find the heap's lock held by a
+//! thread it does not have: such a child should only `exec`, as POSIX asks. The child of
+//! a single-threaded process uses the heap freely.) (`posix_spawn`, which `std::process::Command`
 //! uses where it can, runs no such handler and needs none: its child runs another program
 //! before it could touch the heap.)
 //!
@@ -218,7 +222,14 @@ impl Drop for Pages {
 /// Free pages for `bytes` of code (at least one page).
 pub fn alloc(bytes: usize) -> Result<Pages, String> {
     let count = bytes.max(1).div_ceil(page());
-    let mut heap = HEAP.lock();
+    let mut heap = loop {
+        let heap = HEAP.lock();
+        if !dual::forking() {
+            break heap;
+        }
+        drop(heap);
+        std::thread::yield_now();
+    };
     for pass in 0..2 {
         for c in heap.iter_mut().filter(|c| c.open()) {
             if let Some(first) = first_fit(&c.used, &c.dirty, c.map.pages(), count) {
@@ -329,7 +340,7 @@ fn first_fit(used: &[u64], dirty: &[u64], pages: usize, count: usize) -> Option<
 /// Memory files mapped twice, and the count of forks.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod dual {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::OnceLock;
 
     /// The two views of one memory file.
@@ -349,8 +360,25 @@ mod dual {
         FORKS.load(Ordering::Acquire)
     }
 
+    /// Set from just before a fork until just after it, in both processes: no page is
+    /// handed out meanwhile, so no chunk is mapped (or page reused) between the count and
+    /// the fork.
+    static FORKING: AtomicBool = AtomicBool::new(false);
+
     extern "C" fn before_fork() {
+        // Under the heap's lock: an allocation under way finishes first.
+        let _heap = super::HEAP.lock();
+        FORKING.store(true, Ordering::Release);
         FORKS.fetch_add(1, Ordering::AcqRel);
+    }
+
+    extern "C" fn after_fork() {
+        FORKING.store(false, Ordering::Release);
+    }
+
+    /// Whether a fork is under way (allocation waits).
+    pub(super) fn forking() -> bool {
+        FORKING.load(Ordering::Acquire)
     }
 
     pub(super) fn supported() -> bool {
@@ -361,6 +389,7 @@ mod dual {
     #[cfg(test)]
     pub(super) fn count_fork() {
         before_fork();
+        after_fork();
     }
 
     impl Views {
@@ -369,10 +398,10 @@ mod dual {
         pub(super) fn map(len: usize) -> Option<Views> {
             // Counting starts before the first dual chunk exists, so no fork is missed;
             // without it, no chunk may be shared with a child.
-            // SAFETY: `before_fork` only increments an atomic, which is safe in the
-            // parent between `fork`'s preparation and the fork itself.
+            // SAFETY: the handlers only take the heap's lock (in the parent, before the
+            // fork, as any thread may) and store atomics.
             let watched = *WATCHED.get_or_init(|| unsafe {
-                libc::pthread_atfork(Some(before_fork), None, None) == 0
+                libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) == 0
             });
             if !watched {
                 return None;
@@ -448,6 +477,10 @@ mod dual {
 
     pub(super) fn forks() -> usize {
         0
+    }
+
+    pub(super) fn forking() -> bool {
+        false
     }
 
     pub(super) fn supported() -> bool {
