@@ -9,7 +9,7 @@
 //!   read+execute where code runs and read+write where the heap writes it. The writable
 //!   view's address never leaves this module. [`Pages::write_and_seal`] copies a unit
 //!   through it and needs no system call; freed pages are free at once. (A protection
-//!   change costs more than 2 us on the virtual machines we measured on, with its TLB
+//!   change costs more than 2 us on the virtual machine we measured, with its TLB
 //!   shootdown: as much as stitching a few byte-codes, and the largest fixed cost of a
 //!   short specialization.)
 //! - **Flip** (other systems, a kernel that refuses executable memory files, or
