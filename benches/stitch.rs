@@ -411,10 +411,7 @@ fn hand(which: Option<&str>) {
         .find(|r| r.name.starts_with("long program"))
         .expect("the long program's region");
     let cx = context(&region);
-    let runs: usize = std::env::var("DYC_PROFILE_RUNS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+    let runs = profile_runs().unwrap_or(0);
     match which {
         Some("hand") => (0..runs).for_each(|_| {
             let mut em = Count::default();
@@ -466,6 +463,11 @@ fn specialize(name: &str, executor: ExecutorKind) {
     );
 }
 
+/// `DYC_PROFILE_RUNS=n`: the exact number of runs asked for (for counting instructions).
+fn profile_runs() -> Option<usize> {
+    std::env::var("DYC_PROFILE_RUNS").ok()?.parse().ok()
+}
+
 /// The times of stitch-tier specializations of `region` on `key`, made one after another
 /// for `span`, sorted; and the median time of installing the code (copying it to code
 /// pages, and in a heap whose pages flip, making them read+execute), which is part of each.
@@ -477,9 +479,7 @@ fn stitch_times(
     let (mut times, mut installs) = (Vec::new(), Vec::new());
     let t = Instant::now();
     // `DYC_PROFILE_RUNS=n`: exactly n specializations (for counting instructions).
-    let runs: Option<usize> = std::env::var("DYC_PROFILE_RUNS")
-        .ok()
-        .and_then(|n| n.parse().ok());
+    let runs = profile_runs();
     while runs.map_or(t.elapsed() < span, |n| times.len() < n) {
         let t = Instant::now();
         let spec = region
@@ -682,10 +682,7 @@ fn main() {
             .expect("a region of this bench");
         let cx = context(&r);
         // `DYC_PROFILE_RUNS=n`: exactly n runs (for counting instructions), else ten seconds.
-        match std::env::var("DYC_PROFILE_RUNS")
-            .ok()
-            .and_then(|n| n.parse().ok())
-        {
+        match profile_runs() {
             Some(n) => {
                 for _ in 0..n {
                     std::hint::black_box(run(&cx, &r.key, e));

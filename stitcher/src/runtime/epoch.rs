@@ -395,8 +395,8 @@ mod tests {
             .map_or(0, |r| r.pinned.load(Ordering::Relaxed))
     }
 
-    /// What a pinned thread defers waits (its own pin holds it back), the collection it
-    /// makes due is owed until its outermost guard goes, and then everything runs.
+    /// What a pinned thread defers waits under its pins (its own pin holds it back); once
+    /// its outermost guard goes, no collection is owed any more and everything runs.
     #[test]
     fn a_pinned_thread_collects_when_it_unpins() {
         let ran = Arc::new(AtomicUsize::new(0));

@@ -93,14 +93,13 @@ enum Mapping {
 }
 
 impl Mapping {
-    /// A new mapping of `pages` pages, all free: dual if the system allows it and the
-    /// environment does not ask for flipping (decided once per process), else flip.
+    /// A new mapping of `pages` pages, all free: dual if the environment does not ask for
+    /// flipping (read once per process) and the system allows it, else flip.
     fn new(pages: usize) -> Result<Mapping, String> {
         static DUAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let bytes = pages * page();
-        let wanted = *DUAL.get_or_init(|| {
-            std::env::var_os("DYC_CODE_HEAP").is_none_or(|v| v != "flip") && dual::supported()
-        });
+        let wanted =
+            *DUAL.get_or_init(|| std::env::var_os("DYC_CODE_HEAP").is_none_or(|v| v != "flip"));
         if wanted {
             if let Some(views) = dual::Views::map(bytes) {
                 return Ok(Mapping::Dual(views));
@@ -260,7 +259,6 @@ fn take(c: &mut Chunk, first: usize, count: usize) -> Pages {
     }
 }
 
-/// The first run of `count` free pages among `pages`, if any.
 /// Makes the dirty pages of chunk `c` read+write again, one protection change per run of
 /// adjacent dirty pages. A run that cannot be made writable stays out of the free list
 /// (counted in use until the chunk goes) rather than be handed out unwritable.
@@ -381,10 +379,6 @@ mod dual {
         FORKING.load(Ordering::Acquire)
     }
 
-    pub(super) fn supported() -> bool {
-        true
-    }
-
     /// Counts a fork as if one had happened (for tests).
     #[cfg(test)]
     pub(super) fn count_fork() {
@@ -480,10 +474,6 @@ mod dual {
     }
 
     pub(super) fn forking() -> bool {
-        false
-    }
-
-    pub(super) fn supported() -> bool {
         false
     }
 }
