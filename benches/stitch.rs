@@ -27,8 +27,11 @@
 //! `--hand` specializes the interpreter to the long program with a generating extension
 //! written by hand in Rust ([`hand_ge`], for what compiling the generating extension can
 //! save) and with the planned stitcher, both into the counting emitter, and prints what
-//! each made (`--hand hand` or `--hand planned` runs only that one).
-//! `DYC_PROFILE_RUNS=n` makes `--profile`, `--specialize`, `--scale` and `--hand` do exactly `n`
+//! each made (`--hand hand` or `--hand planned` runs only that one);
+//! `--lazy PROGRAM [N]` makes stitch-tier specializations of the interpreter on one
+//! byte-code program and runs each once with `n = N` (8 unless given), so that its
+//! promotions stitch units while it runs, and prints the median cost of those units.
+//! `DYC_PROFILE_RUNS=n` makes `--profile`, `--specialize`, `--scale`, `--hand` and `--lazy` do exactly `n`
 //! runs (specializations per program) instead of running for a time: with two values of
 //! `n` under `valgrind --tool=lackey --basic-counts=yes`, the difference of the counts is
 //! the instructions of that many runs, a measure the machine's noise does not touch.
@@ -463,6 +466,50 @@ fn specialize(name: &str, executor: ExecutorKind) {
     );
 }
 
+/// `--lazy P N`: stitch-tier specializations of the interpreter on byte-code program `P`,
+/// each called once with `n = N` and dropped, for ten seconds or `DYC_PROFILE_RUNS`
+/// times: the units its promotions stitch while it runs, and their median cost.
+fn lazy(name: &str, n: i64) {
+    use dyc::{Arg, Program, RuntimeOptions};
+    let src = include_str!("../examples/bytecode.dyc");
+    let program = Program::compile_with("bytecode.dyc", src, RuntimeOptions::default())
+        .expect("the example compiles");
+    let region = program.region("run").expect("region `run`");
+    let b = bytecode::benches()
+        .into_iter()
+        .find(|b| b.name == name)
+        .expect("a program of the benchmark");
+    let key = [Arg::from(&b.code[..])];
+    let mut mem = vec![0i64; b.mem];
+    let want = bytecode::interpret(&b.code, n, &mut mem.clone());
+    let runs = profile_runs();
+    let (mut entry, mut units, mut lazy_ns) = (Vec::new(), 0, Vec::new());
+    let t = Instant::now();
+    while runs.map_or(t.elapsed() < Duration::from_secs(10), |r| entry.len() < r) {
+        let t = Instant::now();
+        let spec = region
+            .specialize_in(&key, dyc::Tier::Stitch)
+            .expect("specializes");
+        entry.push(t.elapsed());
+        mem.fill(0);
+        let r = spec.call(&mut [Arg::from(n), Arg::from(&mut mem[..])]);
+        assert_eq!(r.expect("runs").and_then(|c| c.as_i64()), Some(want));
+        let (u, st) = spec.lazy_stats();
+        units = u;
+        lazy_ns.push(Duration::from_nanos(st.stitch_ns + st.compile_ns));
+    }
+    entry.sort();
+    lazy_ns.sort();
+    let median = |v: &[Duration]| v[v.len() / 2].as_secs_f64() * 1e6;
+    println!(
+        "{name} (n = {n}): {} specializations; entry unit median {:.1} us; {units} units stitched lazily, median {:.1} us in all ({:.1} us each)",
+        entry.len(),
+        median(&entry),
+        median(&lazy_ns),
+        median(&lazy_ns) / units.max(1) as f64,
+    );
+}
+
 /// `DYC_PROFILE_RUNS=n`: the exact number of runs asked for (for counting instructions).
 fn profile_runs() -> Option<usize> {
     std::env::var("DYC_PROFILE_RUNS").ok()?.parse().ok()
@@ -667,6 +714,13 @@ fn main() {
             args.get(i + 1).expect("--specialize takes a program name"),
             e,
         );
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--lazy") {
+        let n = args
+            .get(i + 2)
+            .map_or(8, |n| n.parse().expect("--lazy P N: N is a number"));
+        lazy(args.get(i + 1).expect("--lazy takes a program name"), n);
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--profile") {

@@ -1,4 +1,4 @@
-//! The stitch tier's code heap: pages for units, carved out of larger mappings and reused,
+//! The stitch tier's code heap: space for units, carved out of larger mappings and reused,
 //! so that installing a unit costs no system call (or one protection change where the
 //! memory cannot be mapped twice) instead of a mapping, a page fault, a protection change
 //! and, later, an unmapping.
@@ -7,16 +7,19 @@
 //! chunk keep this:
 //! - **Dual** (Linux on x86-64, the default): the chunk is a memory file mapped twice,
 //!   read+execute where code runs and read+write where the heap writes it. The writable
-//!   view's address never leaves this module. [`Pages::write_and_seal`] copies a unit
-//!   through it and needs no system call; freed pages are free at once. (A protection
+//!   view's address never leaves this module. [`Extent::write_and_seal`] copies a unit
+//!   through it and needs no system call; freed space is free at once. Nothing flips, so
+//!   units are packed: space is handed out in [`LINE`]-byte lines, and a page holds
+//!   several small units (a unit of a few hundred bytes took a whole 4 KiB page before,
+//!   four times or more the memory its code needs). (A protection
 //!   change costs more than 2 us on the virtual machine we measured, with its TLB
 //!   shootdown: as much as stitching a few byte-codes, and the largest fixed cost of a
 //!   short specialization.)
 //! - **Flip** (other systems, a kernel that refuses executable memory files, or
 //!   `DYC_CODE_HEAP=flip` in the environment): one anonymous mapping whose pages flip.
 //!   [`alloc`] takes whole free pages that are read+write, the caller writes the unit into
-//!   them, and [`Pages::write_and_seal`] makes them read+execute. When the owner drops the
-//!   [`Pages`] (once no thread can still run the code: see the reclamation rules of
+//!   them, and [`Extent::write_and_seal`] makes them read+execute. When the owner drops the
+//!   [`Extent`] (once no thread can still run the code: see the reclamation rules of
 //!   [`super::memory`]), they are free but still read+execute ("dirty"): no protection
 //!   change is made then. When no clean run of free pages fits an allocation, each chunk's
 //!   dirty pages are made read+write again, a run of adjacent pages at a time (units freed
@@ -36,14 +39,17 @@
 //! uses where it can, runs no such handler and needs none: its child runs another program
 //! before it could touch the heap.)
 //!
-//! **Chunks.** Pages come from chunks of [`CHUNK_PAGES`] pages mapped on demand; a unit
-//! larger than a chunk gets a chunk of its own. Allocation is first fit over each chunk's
-//! free bitmap, under one lock (a scan of a few words); writing and sealing a unit happens
-//! outside it, the batched return of dirty pages under it. A chunk with no page in use is
-//! unmapped, unless it is the only such chunk left (kept for the next units).
+//! **Chunks.** Space comes from chunks of [`CHUNK_PAGES`] pages mapped on demand; a unit
+//! larger than a chunk gets a chunk of its own. Each chunk has a bitmap of its grains
+//! (lines in a dual chunk, pages in a flip chunk): allocation is first fit over the
+//! bitmaps, a word of 64 grains at a time, under one lock; writing and sealing a unit
+//! happens outside it, the batched return of dirty pages under it. A chunk with nothing
+//! in use is unmapped, unless it is the only such chunk left (kept for the next units).
 //!
 //! Only x86-64 runs stitch-tier code, and its instruction cache is coherent with stores
-//! (through any mapping of the memory), so reusing a page needs no cache flush.
+//! (through any mapping of the memory), so reusing space needs no cache flush. A unit
+//! starts on a line boundary, so any alignment its code assumes up to 64 bytes holds, as
+//! at a page boundary.
 
 use std::sync::Arc;
 
@@ -52,13 +58,17 @@ use parking_lot::{const_mutex, Mutex};
 /// Pages per chunk (1 MiB of 4 KiB pages).
 pub const CHUNK_PAGES: usize = 256;
 
-/// One mapping and which of its pages are in use.
+/// The grain of a dual chunk: bytes per bit of its bitmap (a cache line).
+pub const LINE: usize = 64;
+
+/// One mapping and which of its grains are in use.
 struct Chunk {
     map: Arc<Mapping>,
-    /// A bit per page, set while the page is free but still read+execute (flip chunks).
+    /// A bit per grain, set while the grain is free but still read+execute (flip chunks).
     dirty: Vec<u64>,
-    /// A bit per page, set while the page belongs to a [`Pages`].
+    /// A bit per grain, set while the grain belongs to an [`Extent`].
     used: Vec<u64>,
+    /// Grains in use.
     in_use: usize,
     /// The count of forks when the chunk was mapped: a dual chunk mapped before the last
     /// fork is retired.
@@ -67,7 +77,7 @@ struct Chunk {
 
 impl Chunk {
     fn new(map: Mapping) -> Chunk {
-        let words = map.pages().div_ceil(64);
+        let words = map.grains().div_ceil(64);
         Chunk {
             map: Arc::new(map),
             dirty: vec![0; words],
@@ -77,14 +87,14 @@ impl Chunk {
         }
     }
 
-    /// Whether pages of the chunk may be handed out: not a dual chunk shared with a
+    /// Whether space in the chunk may be handed out: not a dual chunk shared with a
     /// process forked since it was mapped.
     fn open(&self) -> bool {
         !matches!(*self.map, Mapping::Dual(_)) || self.forks == dual::forks()
     }
 }
 
-/// A mapping, unmapped when the last [`Pages`] in it and the heap let go of it.
+/// A mapping, unmapped when the last [`Extent`] in it and the heap let go of it.
 enum Mapping {
     /// Anonymous memory whose pages flip between read+write and read+execute.
     Flip(region::Allocation),
@@ -130,16 +140,24 @@ impl Mapping {
         }
     }
 
-    fn pages(&self) -> usize {
+    /// Bytes per bit of the chunk's bitmaps: a page where pages flip, else a line.
+    fn grain(&self) -> usize {
+        match self {
+            Mapping::Flip(_) => page(),
+            Mapping::Dual(_) => LINE,
+        }
+    }
+
+    fn grains(&self) -> usize {
         match self {
             Mapping::Flip(a) => a.len() / page(),
-            Mapping::Dual(v) => v.len / page(),
+            Mapping::Dual(v) => v.len / LINE,
         }
     }
 }
 
-// SAFETY: the mapping is only written through `Pages` that own disjoint page ranges of it
-// (the heap's bitmap hands each page to one `Pages` at a time), and is unmapped only when
+// SAFETY: the mapping is only written through `Extent`s that own disjoint ranges of it
+// (the heap's bitmap hands each grain to one `Extent` at a time), and is unmapped only when
 // the last reference goes, from whichever thread drops it.
 unsafe impl Send for Mapping {}
 // SAFETY: as above: shared references only read the base addresses and length.
@@ -151,42 +169,47 @@ fn page() -> usize {
     region::page::size()
 }
 
-/// Pages holding one unit of machine code; given back to the heap when dropped.
-pub struct Pages {
+/// The space of one unit of machine code (grains of one chunk: lines, or pages where
+/// pages flip); given back to the heap when dropped.
+pub struct Extent {
     map: Arc<Mapping>,
     first: usize,
     count: usize,
     sealed: bool,
 }
 
-impl Pages {
-    /// The address of the first page.
+impl Extent {
+    /// The address of the first byte.
     pub fn base(&self) -> *mut u8 {
-        // `first` is a page index within the mapping.
-        self.map.base().wrapping_add(self.first * page())
+        // `first` is a grain index within the mapping.
+        self.map.base().wrapping_add(self.first * self.map.grain())
     }
 
-    /// Bytes the pages span.
+    /// Bytes the extent spans.
     fn len(&self) -> usize {
-        self.count * page()
+        self.count * self.map.grain()
     }
 
-    /// Copies `code` to the start of the pages (which must be free) and makes it
-    /// executable at [`Pages::base`]: through a dual chunk's writable view, or by making
+    /// Copies `code` to the start of the extent (which must be free) and makes it
+    /// executable at [`Extent::base`]: through a dual chunk's writable view, or by making
     /// a flip chunk's pages read+execute.
     pub fn write_and_seal(&mut self, code: &[u8]) -> Result<(), String> {
         if self.sealed || code.len() > self.len() {
-            return Err("code pages already sealed, or too small".into());
+            return Err("code space already sealed, or too small".into());
         }
-        let at = self.map.write_base().wrapping_add(self.first * page());
-        // SAFETY: the pages are writable at `at` (a dual chunk's writable view, or free
+        let at = self
+            .map
+            .write_base()
+            .wrapping_add(self.first * self.map.grain());
+        // SAFETY: the extent is writable at `at` (a dual chunk's writable view, or free
         // pages of a flip chunk, which are read+write: these were just taken from the free
-        // list), at least `code.len()` bytes long, owned by `self` alone, and do not
-        // overlap `code`. Nothing runs them yet: their address is published only once
-        // this returns.
+        // list), at least `code.len()` bytes long, owned by `self` alone, and does not
+        // overlap `code`. Nothing runs it yet: its address is published only once this
+        // returns.
         unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), at, code.len()) };
         if let Mapping::Flip(_) = *self.map {
-            // SAFETY: the range is exactly this `Pages`' pages, inside a live mapping.
+            // SAFETY: the range is exactly this extent's pages (a flip chunk's grain is a
+            // page), inside a live mapping.
             unsafe { region::protect(self.base(), self.len(), region::Protection::READ_EXECUTE) }
                 .map_err(|e| format!("protecting code pages: {e}"))?;
         }
@@ -195,12 +218,12 @@ impl Pages {
     }
 }
 
-impl Drop for Pages {
+impl Drop for Extent {
     fn drop(&mut self) {
         let mut heap = HEAP.lock();
         if let Some(i) = heap.iter().position(|c| Arc::ptr_eq(&c.map, &self.map)) {
             let c = &mut heap[i];
-            // (A dual chunk's page is free as soon as it is given back.)
+            // (Dual space is free as soon as it is given back.)
             let dirty = self.sealed && matches!(*c.map, Mapping::Flip(_));
             for p in self.first..self.first + self.count {
                 c.used[p / 64] &= !(1 << (p % 64));
@@ -218,9 +241,9 @@ impl Drop for Pages {
     }
 }
 
-/// Free pages for `bytes` of code (at least one page).
-pub fn alloc(bytes: usize) -> Result<Pages, String> {
-    let count = bytes.max(1).div_ceil(page());
+/// Free space for `bytes` of code (at least one grain).
+pub fn alloc(bytes: usize) -> Result<Extent, String> {
+    let bytes = bytes.max(1);
     let mut heap = loop {
         let heap = HEAP.lock();
         if !dual::forking() {
@@ -231,7 +254,8 @@ pub fn alloc(bytes: usize) -> Result<Pages, String> {
     };
     for pass in 0..2 {
         for c in heap.iter_mut().filter(|c| c.open()) {
-            if let Some(first) = first_fit(&c.used, &c.dirty, c.map.pages(), count) {
+            let count = bytes.div_ceil(c.map.grain());
+            if let Some(first) = first_fit(&c.used, &c.dirty, c.map.grains(), count) {
                 return Ok(take(c, first, count));
             }
         }
@@ -241,17 +265,20 @@ pub fn alloc(bytes: usize) -> Result<Pages, String> {
     }
     // Retired chunks nothing uses any more go (a fork since their last unit went).
     heap.retain(|c| c.open() || c.in_use > 0);
-    heap.push(Chunk::new(Mapping::new(count.max(CHUNK_PAGES))?));
+    heap.push(Chunk::new(Mapping::new(
+        bytes.div_ceil(page()).max(CHUNK_PAGES),
+    )?));
     let c = heap.last_mut().expect("just pushed");
+    let count = bytes.div_ceil(c.map.grain());
     Ok(take(c, 0, count))
 }
 
-fn take(c: &mut Chunk, first: usize, count: usize) -> Pages {
+fn take(c: &mut Chunk, first: usize, count: usize) -> Extent {
     for p in first..first + count {
         c.used[p / 64] |= 1 << (p % 64);
     }
     c.in_use += count;
-    Pages {
+    Extent {
         map: c.map.clone(),
         first,
         count,
@@ -266,7 +293,8 @@ fn clean(c: &mut Chunk) {
     if !matches!(*c.map, Mapping::Flip(_)) {
         return;
     }
-    let pages = c.map.pages();
+    // (A flip chunk's grain is a page.)
+    let pages = c.map.grains();
     let mut p = 0;
     while p < pages {
         let dirty = |c: &Chunk, p: usize| c.dirty[p / 64] & (1 << (p % 64)) != 0;
@@ -281,7 +309,7 @@ fn clean(c: &mut Chunk) {
         }
         let base = c.map.base().wrapping_add(start * page());
         // SAFETY: pages `start..p` lie inside the chunk's live mapping and are free: no
-        // `Pages` owns them, and their code was given back only once no thread could run
+        // `Extent` owns them, and their code was given back only once no thread could run
         // it, so nothing reads, writes or executes them while their protection changes.
         let back =
             unsafe { region::protect(base, (p - start) * page(), region::Protection::READ_WRITE) };
@@ -294,43 +322,38 @@ fn clean(c: &mut Chunk) {
     }
 }
 
-/// The first run of `count` pages free and clean (not `dirty`) among `pages`. Whole
-/// words of 64 pages all taken, or all free, are passed in one step (freed units leave
-/// long stretches of dirty pages before the clean ones); a single page (most units) is
-/// the lowest clear bit of the first word with one.
-fn first_fit(used: &[u64], dirty: &[u64], pages: usize, count: usize) -> Option<usize> {
-    if count == 1 {
-        return (0..pages.div_ceil(64))
-            .find_map(|w| {
-                let free = !(used[w] | dirty[w]);
-                (free != 0).then(|| w * 64 + free.trailing_zeros() as usize)
-            })
-            .filter(|&p| p < pages);
-    }
+/// The first run of `count` grains free and clean (not `dirty`) among the first `grains`
+/// of the bitmaps, a word of 64 grains at a time: a run that starts in earlier words and
+/// goes on into this one (the free grains at the top of the words before, and at the
+/// bottom of this one), else, for `count` up to 64, the lowest run within the word (the
+/// free bits ANDed with themselves shifted, doubling the length checked each time).
+fn first_fit(used: &[u64], dirty: &[u64], grains: usize, count: usize) -> Option<usize> {
     let mut run = 0;
-    let mut p = 0;
-    while p < pages {
-        let busy = used[p / 64] | dirty[p / 64];
-        if p % 64 == 0 && p + 64 <= pages && (busy == 0 || busy == u64::MAX) {
-            if busy == u64::MAX {
-                run = 0;
-            } else if run + 64 >= count {
-                return Some(p - run);
-            } else {
-                run += 64;
-            }
-            p += 64;
+    for w in 0..grains.div_ceil(64) {
+        let mut free = !(used[w] | dirty[w]);
+        if (w + 1) * 64 > grains {
+            free &= (1u64 << (grains % 64)) - 1;
+        }
+        let low = free.trailing_ones() as usize;
+        if run + low >= count {
+            return Some(w * 64 - run);
+        }
+        if low == 64 {
+            run += 64;
             continue;
         }
-        if busy & (1 << (p % 64)) != 0 {
-            run = 0;
-        } else {
-            run += 1;
-            if run == count {
-                return Some(p + 1 - count);
+        if count <= 64 {
+            let (mut starts, mut have) = (free, 1);
+            while have < count {
+                let s = have.min(count - have);
+                starts &= starts >> s;
+                have += s;
+            }
+            if starts != 0 {
+                return Some(w * 64 + starts.trailing_zeros() as usize);
             }
         }
-        p += 1;
+        run = free.leading_ones() as usize;
     }
     None
 }
@@ -495,13 +518,13 @@ mod tests {
         assert_eq!(first_fit(&used, &[0b11 << 62, 0b1000], 128, 1), Some(68));
     }
 
-    /// The search by words finds what a search page by page finds, on bitmaps of whole
+    /// The search by words finds what a search grain by grain finds, on bitmaps of whole
     /// words taken or free and of mixed ones, for any size and bound.
     #[test]
-    fn first_fit_by_words_agrees_with_page_by_page() {
-        let slow = |used: &[u64], dirty: &[u64], pages: usize, count: usize| {
+    fn first_fit_by_words_agrees_with_grain_by_grain() {
+        let slow = |used: &[u64], dirty: &[u64], grains: usize, count: usize| {
             let mut run = 0;
-            for p in 0..pages {
+            for p in 0..grains {
                 if (used[p / 64] | dirty[p / 64]) & (1 << (p % 64)) != 0 {
                     run = 0;
                     continue;
@@ -518,21 +541,23 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            match x % 4 {
+            match x % 5 {
                 0 => 0,
                 1 => u64::MAX,
+                // Sparse: runs of free bits of a few dozen within a word.
+                2 => x & (x >> 3) & (x >> 11) & (x >> 29),
                 _ => x & (x >> 3),
             }
         };
         for _ in 0..2000 {
             let used: Vec<u64> = (0..4).map(|_| word()).collect();
             let dirty: Vec<u64> = (0..4).map(|_| word() & word()).collect();
-            for pages in [1, 63, 64, 65, 128, 200, 256] {
-                for count in [1, 2, 3, 63, 64, 65, 130] {
+            for grains in [1, 63, 64, 65, 128, 200, 256] {
+                for count in [1, 2, 3, 5, 17, 33, 63, 64, 65, 130] {
                     assert_eq!(
-                        first_fit(&used, &dirty, pages, count),
-                        slow(&used, &dirty, pages, count),
-                        "{used:x?} {dirty:x?} {pages} {count}"
+                        first_fit(&used, &dirty, grains, count),
+                        slow(&used, &dirty, grains, count),
+                        "{used:x?} {dirty:x?} {grains} {count}"
                     );
                 }
             }
@@ -573,7 +598,7 @@ mod tests {
     fn sealed_code_runs_and_is_not_written_again() {
         // `ret` with 42 in eax, then the same page serves another unit.
         let code = [0xb8, 42, 0, 0, 0, 0xc3];
-        let mut b = alloc(code.len()).expect("pages");
+        let mut b = alloc(code.len()).expect("space");
         b.write_and_seal(&code).expect("sealed");
         assert!(
             b.write_and_seal(&code).is_err(),
@@ -586,14 +611,15 @@ mod tests {
             let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(b.base()) };
             assert_eq!(f(), 42);
         }
-        // Units of several pages take a run of free pages.
-        let big = alloc(3 * page() + 1).expect("pages");
-        assert_eq!(big.len(), 4 * page());
+        // Units of several pages take a run of free grains, the fewest that hold them.
+        let big = alloc(3 * page() + 1).expect("space");
+        let grain = big.map.grain();
+        assert_eq!(big.len(), (3 * page() + 1).div_ceil(grain) * grain);
         assert_ne!(big.base() as usize, b.base() as usize);
     }
 
     /// Code written through a dual chunk's writable view runs at its executable view, and
-    /// a page given back is handed out again with no protection change (it is never
+    /// space given back is handed out again with no protection change (it is never
     /// dirty).
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[test]
@@ -608,31 +634,77 @@ mod tests {
         let mut c = Chunk::new(Mapping::Dual(views));
         for answer in [42u8, 43] {
             let code = [0xb8, answer, 0, 0, 0, 0xc3];
-            let first = first_fit(&c.used, &c.dirty, c.map.pages(), 1).expect("a free page");
-            assert_eq!(first, 0, "the page given back is free again at once");
-            let mut pages = take(&mut c, first, 1);
-            pages.write_and_seal(&code).expect("sealed");
-            // SAFETY: the page holds a complete C-ABI function returning an `i32`, and the
+            let first = first_fit(&c.used, &c.dirty, c.map.grains(), 1).expect("a free line");
+            assert_eq!(first, 0, "the line given back is free again at once");
+            let mut line = take(&mut c, first, 1);
+            line.write_and_seal(&code).expect("sealed");
+            // SAFETY: the line holds a complete C-ABI function returning an `i32`, and the
             // executable view maps it read+execute.
-            let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(pages.base()) };
+            let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(line.base()) };
             assert_eq!(f(), i32::from(answer));
             // (Given back by hand: this chunk is the test's, not in the heap.)
             c.used[0] &= !1;
             c.in_use -= 1;
-            drop(pages);
+            drop(line);
         }
-        assert_eq!(c.dirty, vec![0]);
+        assert!(c.dirty.iter().all(|&w| w == 0));
     }
 
-    /// A page of the heap, if its chunks are dual here.
+    /// A line of the heap, if its chunks are dual here.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    fn dual_page() -> Option<Pages> {
-        let pages = alloc(1).expect("pages");
-        if matches!(*pages.map, Mapping::Dual(_)) {
-            return Some(pages);
+    fn dual_line() -> Option<Extent> {
+        let line = alloc(1).expect("space");
+        if matches!(*line.map, Mapping::Dual(_)) {
+            return Some(line);
         }
         eprintln!("no dual chunks here");
         None
+    }
+
+    /// Small units share pages in a dual chunk: each starts on a line, holds the lines its
+    /// code needs and no more, runs, and is handed out again once given back.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    fn dual_chunks_pack_units_in_lines() {
+        let Some(views) = dual::Views::map(CHUNK_PAGES * page()) else {
+            eprintln!("no executable memory files here");
+            return;
+        };
+        let mut c = Chunk::new(Mapping::Dual(views));
+        // Units of 1, 2 and 3 lines: `mov eax, k; ret` at the start, padded with `int3`.
+        let mut units = Vec::new();
+        for (k, lines) in [(1u8, 1), (2, 2), (3, 3), (4, 1)] {
+            let mut code = vec![0xcc; lines * LINE - 10];
+            code[..6].copy_from_slice(&[0xb8, k, 0, 0, 0, 0xc3]);
+            let count = code.len().div_ceil(c.map.grain());
+            assert_eq!(count, lines);
+            let first = first_fit(&c.used, &c.dirty, c.map.grains(), count).expect("space");
+            let mut unit = take(&mut c, first, count);
+            unit.write_and_seal(&code).expect("sealed");
+            assert_eq!(unit.base() as usize % LINE, 0);
+            units.push((k, unit));
+        }
+        let bases: Vec<usize> = units.iter().map(|(_, u)| u.base() as usize).collect();
+        assert_eq!(
+            bases.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>(),
+            [LINE, 2 * LINE, 3 * LINE],
+            "packed line after line, seven lines in one page"
+        );
+        for (k, unit) in &units {
+            // SAFETY: each unit starts with a complete C-ABI function returning an `i32`,
+            // and the executable view maps it read+execute.
+            let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(unit.base()) };
+            assert_eq!(f(), i32::from(*k));
+        }
+        // The two-line unit given back (by hand: this chunk is the test's): a unit of two
+        // lines goes there, one of three after the last.
+        let (_, two) = units.remove(1);
+        c.used[0] &= !(0b11 << 1);
+        c.in_use -= 2;
+        drop(two);
+        assert_eq!(first_fit(&c.used, &c.dirty, c.map.grains(), 2), Some(1));
+        assert_eq!(first_fit(&c.used, &c.dirty, c.map.grains(), 3), Some(7));
+        assert!(c.dirty.iter().all(|&w| w == 0));
     }
 
     /// After a fork, a dual chunk hands out no page again (the child shares its memory)
@@ -641,10 +713,10 @@ mod tests {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[test]
     fn a_fork_retires_dual_chunks() {
-        let Some(before) = dual_page() else { return };
+        let Some(before) = dual_line() else { return };
         let old = Arc::downgrade(&before.map);
         dual::count_fork();
-        let after = alloc(1).expect("pages");
+        let after = alloc(1).expect("space");
         assert!(!Arc::ptr_eq(&before.map, &after.map));
         drop(before);
         // Other tests may hold units of the retired chunk still; once they are gone, so is
@@ -661,7 +733,7 @@ mod tests {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[test]
     fn a_fork_is_counted_in_both_processes() {
-        let Some(pages) = dual_page() else { return };
+        let Some(line) = dual_line() else { return };
         let before = dual::forks();
         // SAFETY: the child calls only an atomic load and `_exit`.
         let pid = unsafe { libc::fork() };
@@ -679,6 +751,6 @@ mod tests {
         assert!(!HEAP
             .lock()
             .iter()
-            .any(|c| Arc::ptr_eq(&c.map, &pages.map) && c.open()));
+            .any(|c| Arc::ptr_eq(&c.map, &line.map) && c.open()));
     }
 }

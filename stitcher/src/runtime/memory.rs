@@ -1,20 +1,21 @@
 //! Code memory and its reclamation, and the live counts the runtime exposes.
 //!
 //! A [`CodeRegion`] is one cranelift-jit module (made when the first code goes in), the
-//! pages of stitch-tier units (taken from the code heap, [`super::heap`]: each unit is
-//! written into free pages, which are then made read-only and executable, never both
-//! writable and executable, and go back to the heap with the region), and the metadata
+//! space of stitch-tier units (taken from the code heap, [`super::heap`]: each unit is
+//! written into free space, executable and never writable at the address it runs at,
+//! which goes back to the heap with the region), and the metadata
 //! its code refers to (the fault site records whose addresses the code stores when it
 //! faults). It is owned by what its code belongs to: the runtime (generic code and the
 //! entry wrappers) or one specialization (its entry unit and every continuation stitched
-//! later). When its owner goes, the region frees its code pages (`JITModule::free_memory`)
-//! and its metadata.
+//! later). When its owner goes, the region frees its code (`JITModule::free_memory`, and
+//! its units' space goes back to the heap) and its metadata.
 //!
 //! **Invariant (reclamation).** Code of a region runs only while its owner is alive: a
 //! call into specialized code borrows the specialization's handle for the whole call, and
 //! the handle owns the region; generic code is owned by the runtime, which every
 //! specialization keeps alive. So when a region is dropped no thread can be running its
-//! code or hold a pointer into it, and freeing is safe. Regions never share pages.
+//! code or hold a pointer into it, and freeing is safe. Regions never share space (their
+//! units may share a page of the heap, where pages never change protection).
 //!
 //! **Lock order.** A region's module mutex is taken while a unit is compiled into it; no
 //! other runtime lock is taken under it except a promotion site's `stitching` lock, which
@@ -35,7 +36,7 @@ use dyc_templates::template::FaultKind;
 use dyc_templates::types::SrcLoc;
 
 use super::faults::FaultSite;
-use super::heap::{self, Pages};
+use super::heap::{self, Extent};
 
 static REGIONS: AtomicUsize = AtomicUsize::new(0);
 static CODE_BYTES: AtomicUsize = AtomicUsize::new(0);
@@ -91,8 +92,8 @@ type Lookup = dyn Fn(&str) -> Option<*const u8> + Send;
 /// One module of code with the fault sites its code refers to.
 pub struct CodeRegion {
     module: Mutex<Option<ModuleState>>,
-    /// Stitch-tier units, pages of the code heap each.
-    pages: Mutex<Vec<Pages>>,
+    /// Stitch-tier units, space of the code heap each.
+    units: Mutex<Vec<Extent>>,
     bytes: AtomicUsize,
     /// Boxed so that their addresses, which the code stores, never move.
     #[allow(clippy::vec_box)]
@@ -112,7 +113,7 @@ impl CodeRegion {
         REGIONS.fetch_add(1, Ordering::Relaxed);
         CodeRegion {
             module: Mutex::new(Some(ModuleState::Pending(isa, Box::new(lookup)))),
-            pages: Mutex::new(Vec::new()),
+            units: Mutex::new(Vec::new()),
             bytes: AtomicUsize::new(0),
             faults: Mutex::new(Vec::new()),
             func,
@@ -136,14 +137,14 @@ impl CodeRegion {
         }
     }
 
-    /// Copies position-independent machine code into free pages of the code heap
-    /// ([`super::heap`]), makes them read+execute (they are never writable and executable
-    /// at once), keeps them with the region and returns the code's address.
+    /// Copies position-independent machine code into free space of the code heap
+    /// ([`super::heap`]), executable and never writable at the address returned (never
+    /// writable and executable at once), and keeps the space with the region.
     pub(crate) fn install(&self, code: &[u8]) -> Result<usize, String> {
-        let mut pages = heap::alloc(code.len())?;
-        pages.write_and_seal(code)?;
-        let base = pages.base() as usize;
-        self.pages.lock().push(pages);
+        let mut unit = heap::alloc(code.len())?;
+        unit.write_and_seal(code)?;
+        let base = unit.base() as usize;
+        self.units.lock().push(unit);
         self.add_code_bytes(code.len());
         Ok(base)
     }
