@@ -225,12 +225,12 @@ impl Drop for Extent {
             let c = &mut heap[i];
             // (Dual space is free as soon as it is given back.)
             let dirty = self.sealed && matches!(*c.map, Mapping::Flip(_));
-            for p in self.first..self.first + self.count {
-                c.used[p / 64] &= !(1 << (p % 64));
+            for_words(self.first, self.count, |w, bits| {
+                c.used[w] &= !bits;
                 if dirty {
-                    c.dirty[p / 64] |= 1 << (p % 64);
+                    c.dirty[w] |= bits;
                 }
-            }
+            });
             c.in_use -= self.count;
             // A retired chunk goes when its last unit does; an idle one when another is.
             let idle = heap.iter().filter(|c| c.in_use == 0 && c.open()).count();
@@ -273,10 +273,24 @@ pub fn alloc(bytes: usize) -> Result<Extent, String> {
     Ok(take(c, 0, count))
 }
 
-fn take(c: &mut Chunk, first: usize, count: usize) -> Extent {
-    for p in first..first + count {
-        c.used[p / 64] |= 1 << (p % 64);
+/// Calls `f` with each word of a bitmap that grains `first..first + count` touch, and
+/// the mask of those grains in it.
+fn for_words(first: usize, count: usize, mut f: impl FnMut(usize, u64)) {
+    let (mut g, end) = (first, first + count);
+    while g < end {
+        let n = (64 - g % 64).min(end - g);
+        let bits = if n == 64 {
+            u64::MAX
+        } else {
+            ((1 << n) - 1) << (g % 64)
+        };
+        f(g / 64, bits);
+        g += n;
     }
+}
+
+fn take(c: &mut Chunk, first: usize, count: usize) -> Extent {
+    for_words(first, count, |w, bits| c.used[w] |= bits);
     c.in_use += count;
     Extent {
         map: c.map.clone(),
@@ -516,6 +530,28 @@ mod tests {
         assert_eq!(first_fit(&used, &clean, 128, 3), Some(67));
         // Dirty pages (free, not yet writable) are not handed out.
         assert_eq!(first_fit(&used, &[0b11 << 62, 0b1000], 128, 1), Some(68));
+    }
+
+    /// The masks of a run of grains, word by word, are its grains.
+    #[test]
+    fn for_words_covers_exactly_the_run() {
+        for first in [0, 1, 5, 63, 64, 100] {
+            for count in [1, 2, 63, 64, 65, 130, 200] {
+                let mut bits = [0u64; 6];
+                for_words(first, count, |w, m| {
+                    assert_eq!(bits[w] & m, 0, "each grain once");
+                    bits[w] |= m;
+                });
+                for g in 0..6 * 64 {
+                    let set = bits[g / 64] & (1 << (g % 64)) != 0;
+                    assert_eq!(
+                        set,
+                        (first..first + count).contains(&g),
+                        "{first} {count} {g}"
+                    );
+                }
+            }
+        }
     }
 
     /// The search by words finds what a search grain by grain finds, on bitmaps of whole
