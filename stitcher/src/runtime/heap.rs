@@ -10,7 +10,7 @@
 //!   view's address never leaves this module. [`Extent::write_and_seal`] copies a unit
 //!   through it and needs no system call; freed space is free at once. Nothing flips, so
 //!   units are packed: space is handed out in [`LINE`]-byte lines, and a page holds
-//!   several small units (a unit of a few hundred bytes took a whole 4 KiB page before,
+//!   several small units (a whole 4 KiB page for a unit of a few hundred bytes would be
 //!   four times or more the memory its code needs). (A protection
 //!   change costs more than 2 us on the virtual machine we measured, with its TLB
 //!   shootdown: as much as stitching a few byte-codes, and the largest fixed cost of a
