@@ -15,8 +15,9 @@
 //!   change costs more than 2 us on the virtual machine we measured, with its TLB
 //!   shootdown: as much as stitching a few byte-codes, and the largest fixed cost of a
 //!   short specialization.)
-//! - **Flip** (other systems, a kernel that refuses executable memory files, or
-//!   `DYC_CODE_HEAP=flip` in the environment): one anonymous mapping whose pages flip.
+//! - **Flip** (other systems, a kernel that refuses executable memory files, a process
+//!   under valgrind, or `DYC_CODE_HEAP=flip` in the environment): one anonymous mapping
+//!   whose pages flip.
 //!   [`alloc`] takes whole free pages that are read+write, the caller writes the unit into
 //!   them, and [`Extent::write_and_seal`] makes them read+execute. When the owner drops the
 //!   [`Extent`] (once no thread can still run the code: see the reclamation rules of
@@ -104,12 +105,14 @@ enum Mapping {
 
 impl Mapping {
     /// A new mapping of `pages` pages, all free: dual if the environment does not ask for
-    /// flipping (read once per process) and the system allows it, else flip.
+    /// flipping and the process does not run under valgrind (both read once per process),
+    /// and the system allows it; else flip.
     fn new(pages: usize) -> Result<Mapping, String> {
         static DUAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let bytes = pages * page();
-        let wanted =
-            *DUAL.get_or_init(|| std::env::var_os("DYC_CODE_HEAP").is_none_or(|v| v != "flip"));
+        let wanted = *DUAL.get_or_init(|| {
+            std::env::var_os("DYC_CODE_HEAP").is_none_or(|v| v != "flip") && !under_valgrind()
+        });
         if wanted {
             if let Some(views) = dual::Views::map(bytes) {
                 return Ok(Mapping::Dual(views));
@@ -167,6 +170,16 @@ static HEAP: Mutex<Vec<Chunk>> = const_mutex(Vec::new());
 
 fn page() -> usize {
     region::page::size()
+}
+
+/// Whether the process runs under valgrind (its core is preloaded into every process it
+/// runs). Valgrind translates the code it runs and, by default, looks for code changed
+/// under its translations only in memory no file backs: a dual chunk is a memory file,
+/// so reused space would run a stale translation of the unit freed there (seen as wrong
+/// results of the rule service under callgrind once evictions begin). Flip chunks are
+/// anonymous memory, which it does check.
+fn under_valgrind() -> bool {
+    std::env::var_os("LD_PRELOAD").is_some_and(|v| v.to_string_lossy().contains("vgpreload"))
 }
 
 /// The space of one unit of machine code (grains of one chunk: lines, or pages where
