@@ -16,8 +16,8 @@
 //!   shootdown: as much as stitching a few byte-codes, and the largest fixed cost of a
 //!   short specialization.)
 //! - **Flip** (other systems, a kernel that refuses executable memory files, a process
-//!   under valgrind, or `DYC_CODE_HEAP=flip` in the environment): one anonymous mapping
-//!   whose pages flip.
+//!   under valgrind unless `DYC_CODE_HEAP=dual`, or `DYC_CODE_HEAP=flip` in the
+//!   environment): one anonymous mapping whose pages flip.
 //!   [`alloc`] takes whole free pages that are read+write, the caller writes the unit into
 //!   them, and [`Extent::write_and_seal`] makes them read+execute. When the owner drops the
 //!   [`Extent`] (once no thread can still run the code: see the reclamation rules of
@@ -104,14 +104,15 @@ enum Mapping {
 }
 
 impl Mapping {
-    /// A new mapping of `pages` pages, all free: dual if the environment does not ask for
-    /// flipping and the process does not run under valgrind (both read once per process),
-    /// and the system allows it; else flip.
+    /// A new mapping of `pages` pages, all free: dual if the system allows it and
+    /// `DYC_CODE_HEAP` is `dual`, or is unset and the process does not run under valgrind
+    /// (read once per process); else flip.
     fn new(pages: usize) -> Result<Mapping, String> {
         static DUAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let bytes = pages * page();
-        let wanted = *DUAL.get_or_init(|| {
-            std::env::var_os("DYC_CODE_HEAP").is_none_or(|v| v != "flip") && !under_valgrind()
+        let wanted = *DUAL.get_or_init(|| match std::env::var_os("DYC_CODE_HEAP") {
+            Some(v) => v == "dual",
+            None => !under_valgrind(),
         });
         if wanted {
             if let Some(views) = dual::Views::map(bytes) {
@@ -177,7 +178,9 @@ fn page() -> usize {
 /// under its translations only in memory no file backs: a dual chunk is a memory file,
 /// so reused space would run a stale translation of the unit freed there (seen as wrong
 /// results of the rule service under callgrind once evictions begin). Flip chunks are
-/// anonymous memory, which it does check.
+/// anonymous memory, which it does check. (`DYC_CODE_HEAP=dual` keeps dual chunks, for
+/// counting instructions of the dual heap's code; code then runs correctly only with
+/// valgrind's `--smc-check=all`.)
 fn under_valgrind() -> bool {
     std::env::var_os("LD_PRELOAD").is_some_and(|v| v.to_string_lossy().contains("vgpreload"))
 }
