@@ -167,7 +167,17 @@ unsafe impl Send for Mapping {}
 // SAFETY: as above: shared references only read the base addresses and length.
 unsafe impl Sync for Mapping {}
 
-static HEAP: Mutex<Vec<Chunk>> = const_mutex(Vec::new());
+/// The chunks, and where the last allocation ended: the next search starts there.
+struct Heap {
+    chunks: Vec<Chunk>,
+    /// A chunk's index and a word of its bitmaps (a hint: chunks come and go).
+    rover: (usize, usize),
+}
+
+static HEAP: Mutex<Heap> = const_mutex(Heap {
+    chunks: Vec::new(),
+    rover: (0, 0),
+});
 
 fn page() -> usize {
     region::page::size()
@@ -236,7 +246,7 @@ impl Extent {
 
 impl Drop for Extent {
     fn drop(&mut self) {
-        let mut heap = HEAP.lock();
+        let heap = &mut HEAP.lock().chunks;
         if let Some(i) = heap.iter().position(|c| Arc::ptr_eq(&c.map, &self.map)) {
             let c = &mut heap[i];
             // (Dual space is free as soon as it is given back.)
@@ -269,24 +279,52 @@ pub fn alloc(bytes: usize) -> Result<Extent, String> {
         std::thread::yield_now();
     };
     for pass in 0..2 {
-        for c in heap.iter_mut().filter(|c| c.open()) {
-            let count = bytes.div_ceil(c.map.grain());
-            if let Some(first) = first_fit(&c.used, &c.dirty, c.map.grains(), count) {
-                return Ok(take(c, first, count));
-            }
+        if let Some((i, first, count)) = next_fit(&heap, bytes) {
+            heap.rover = (i, (first + count) / 64);
+            return Ok(take(&mut heap.chunks[i], first, count));
         }
         if pass == 0 {
-            heap.iter_mut().for_each(clean);
+            heap.chunks.iter_mut().for_each(clean);
         }
     }
     // Retired chunks nothing uses any more go (a fork since their last unit went).
-    heap.retain(|c| c.open() || c.in_use > 0);
-    heap.push(Chunk::new(Mapping::new(
+    heap.chunks.retain(|c| c.open() || c.in_use > 0);
+    heap.chunks.push(Chunk::new(Mapping::new(
         bytes.div_ceil(page()).max(CHUNK_PAGES),
     )?));
-    let c = heap.last_mut().expect("just pushed");
-    let count = bytes.div_ceil(c.map.grain());
-    Ok(take(c, 0, count))
+    let i = heap.chunks.len() - 1;
+    let count = bytes.div_ceil(heap.chunks[i].map.grain());
+    heap.rover = (i, count / 64);
+    Ok(take(&mut heap.chunks[i], 0, count))
+}
+
+/// Where `bytes` of code fit (chunk, first grain, grains), by next fit: from the rover
+/// on, through the chunks after it, and round to the rover's chunk again, whole. Units
+/// mostly go in the order they came (a cache evicts its least recently used first), so
+/// the space freed lies ahead of the rover, which then finds it in a step or two, where
+/// a search from the heap's start would pass over every word of the live units before
+/// it each time (a quarter of the rule service's throughput with 16 MiB of code in lines).
+fn next_fit(heap: &Heap, bytes: usize) -> Option<(usize, usize, usize)> {
+    let n = heap.chunks.len();
+    let (start, word) = match heap.rover {
+        (i, w) if i < n => (i, w),
+        _ => (0, 0),
+    };
+    for k in 0..=n {
+        let i = (start + k) % n.max(1);
+        let Some(c) = heap.chunks.get(i).filter(|c| c.open()) else {
+            continue;
+        };
+        let count = bytes.div_ceil(c.map.grain());
+        if c.map.grains() - c.in_use < count {
+            continue;
+        }
+        let from = if k == 0 { word } else { 0 };
+        if let Some(first) = first_fit(&c.used, &c.dirty, c.map.grains(), count, from) {
+            return Some((i, first, count));
+        }
+    }
+    None
 }
 
 /// Calls `f` with each word of a bitmap that grains `first..first + count` touch, and
@@ -353,13 +391,20 @@ fn clean(c: &mut Chunk) {
 }
 
 /// The first run of `count` grains free and clean (not `dirty`) among the first `grains`
-/// of the bitmaps, a word of 64 grains at a time: a run that starts in earlier words and
-/// goes on into this one (the free grains at the top of the words before, and at the
-/// bottom of this one), else, for `count` up to 64, the lowest run within the word (the
-/// free bits ANDed with themselves shifted, doubling the length checked each time).
-fn first_fit(used: &[u64], dirty: &[u64], grains: usize, count: usize) -> Option<usize> {
+/// of the bitmaps that starts at word `from` or later, a word of 64 grains at a time: a
+/// run that starts in earlier words and goes on into this one (the free grains at the top
+/// of the words before, and at the bottom of this one), else, for `count` up to 64, the
+/// lowest run within the word (the free bits ANDed with themselves shifted, doubling the
+/// length checked each time).
+fn first_fit(
+    used: &[u64],
+    dirty: &[u64],
+    grains: usize,
+    count: usize,
+    from: usize,
+) -> Option<usize> {
     let mut run = 0;
-    for w in 0..grains.div_ceil(64) {
+    for w in from..grains.div_ceil(64) {
         let mut free = !(used[w] | dirty[w]);
         if (w + 1) * 64 > grains {
             free &= (1u64 << (grains % 64)) - 1;
@@ -539,13 +584,13 @@ mod tests {
     fn first_fit_finds_runs_across_words() {
         let mut used = vec![u64::MAX, 0b0111];
         let clean = [0u64; 2];
-        assert_eq!(first_fit(&used, &clean, 128, 1), Some(67));
-        assert_eq!(first_fit(&used, &clean, 68, 2), None);
+        assert_eq!(first_fit(&used, &clean, 128, 1, 0), Some(67));
+        assert_eq!(first_fit(&used, &clean, 68, 2, 0), None);
         used[0] = !(0b11 << 62);
-        assert_eq!(first_fit(&used, &clean, 128, 2), Some(62));
-        assert_eq!(first_fit(&used, &clean, 128, 3), Some(67));
+        assert_eq!(first_fit(&used, &clean, 128, 2, 0), Some(62));
+        assert_eq!(first_fit(&used, &clean, 128, 3, 0), Some(67));
         // Dirty pages (free, not yet writable) are not handed out.
-        assert_eq!(first_fit(&used, &[0b11 << 62, 0b1000], 128, 1), Some(68));
+        assert_eq!(first_fit(&used, &[0b11 << 62, 0b1000], 128, 1, 0), Some(68));
     }
 
     /// The masks of a run of grains, word by word, are its grains.
@@ -574,9 +619,9 @@ mod tests {
     /// words taken or free and of mixed ones, for any size and bound.
     #[test]
     fn first_fit_by_words_agrees_with_grain_by_grain() {
-        let slow = |used: &[u64], dirty: &[u64], grains: usize, count: usize| {
+        let slow = |used: &[u64], dirty: &[u64], grains: usize, count: usize, from: usize| {
             let mut run = 0;
-            for p in 0..grains {
+            for p in from * 64..grains {
                 if (used[p / 64] | dirty[p / 64]) & (1 << (p % 64)) != 0 {
                     run = 0;
                     continue;
@@ -606,14 +651,52 @@ mod tests {
             let dirty: Vec<u64> = (0..4).map(|_| word() & word()).collect();
             for grains in [1, 63, 64, 65, 128, 200, 256] {
                 for count in [1, 2, 3, 5, 17, 33, 63, 64, 65, 130] {
-                    assert_eq!(
-                        first_fit(&used, &dirty, grains, count),
-                        slow(&used, &dirty, grains, count),
-                        "{used:x?} {dirty:x?} {grains} {count}"
-                    );
+                    for from in [0, 1, 3] {
+                        assert_eq!(
+                            first_fit(&used, &dirty, grains, count, from),
+                            slow(&used, &dirty, grains, count, from),
+                            "{used:x?} {dirty:x?} {grains} {count} {from}"
+                        );
+                    }
                 }
             }
         }
+    }
+
+    /// Next fit: the search starts where the last allocation ended, so space freed
+    /// behind the rover waits until the rover comes round to it, past the last chunk.
+    #[test]
+    fn next_fit_goes_on_from_the_last_allocation_and_wraps_round() {
+        let grains = |c: &Chunk| c.map.grains();
+        let chunk = || Chunk::new(Mapping::flip(2 * 64 * page()).expect("mapped"));
+        let mut heap = Heap {
+            chunks: vec![chunk(), chunk()],
+            rover: (0, 0),
+        };
+        let g = heap.chunks[0].map.grain();
+        let fit = |heap: &mut Heap, n: usize| {
+            let (i, first, count) = next_fit(heap, n * g).expect("space");
+            heap.rover = (i, (first + count) / 64);
+            take(&mut heap.chunks[i], first, count);
+            (i, first)
+        };
+        // Word 0 of chunk 0 taken; grains 0-9 given back (by hand: these chunks are the
+        // test's); the next unit goes on from word 1, not into them.
+        assert_eq!(fit(&mut heap, 64), (0, 0));
+        heap.chunks[0].used[0] &= !((1 << 10) - 1);
+        heap.chunks[0].in_use -= 10;
+        assert_eq!(fit(&mut heap, 4), (0, 64));
+        // The rest of chunk 0 taken: chunk 1, then round to the freed grains of chunk 0.
+        let rest = grains(&heap.chunks[0]) - 68;
+        assert_eq!(fit(&mut heap, rest), (0, 68));
+        assert_eq!(fit(&mut heap, 128), (1, 0));
+        assert_eq!(fit(&mut heap, 3), (0, 0));
+        // No run of 11 anywhere: none found.
+        assert!(next_fit(&heap, 11 * g).is_none());
+        // A stale rover (a chunk gone) starts at the first chunk.
+        heap.chunks.truncate(1);
+        heap.rover = (5, 3);
+        assert_eq!(next_fit(&heap, 7 * g), Some((0, 3, 7)));
     }
 
     /// Freed code pages stay read+execute until a clean makes each run of them writable
@@ -635,10 +718,10 @@ mod tests {
                 .expect("sealed");
         }
         // Free pages 1, 4 and 7 are clean, none two in a row.
-        assert_eq!(first_fit(&c.used, &c.dirty, pages, 2), None);
+        assert_eq!(first_fit(&c.used, &c.dirty, pages, 2, 0), None);
         clean(&mut c);
         assert_eq!(c.dirty, vec![0]);
-        assert_eq!(first_fit(&c.used, &c.dirty, pages, 2), Some(1));
+        assert_eq!(first_fit(&c.used, &c.dirty, pages, 2, 0), Some(1));
         for p in [2, 3, 5, 6] {
             // SAFETY: as above; the clean made the page read+write (a fault here fails the
             // test).
@@ -686,7 +769,7 @@ mod tests {
         let mut c = Chunk::new(Mapping::Dual(views));
         for answer in [42u8, 43] {
             let code = [0xb8, answer, 0, 0, 0, 0xc3];
-            let first = first_fit(&c.used, &c.dirty, c.map.grains(), 1).expect("a free line");
+            let first = first_fit(&c.used, &c.dirty, c.map.grains(), 1, 0).expect("a free line");
             assert_eq!(first, 0, "the line given back is free again at once");
             let mut line = take(&mut c, first, 1);
             line.write_and_seal(&code).expect("sealed");
@@ -730,7 +813,7 @@ mod tests {
             code[..6].copy_from_slice(&[0xb8, k, 0, 0, 0, 0xc3]);
             let count = code.len().div_ceil(c.map.grain());
             assert_eq!(count, lines);
-            let first = first_fit(&c.used, &c.dirty, c.map.grains(), count).expect("space");
+            let first = first_fit(&c.used, &c.dirty, c.map.grains(), count, 0).expect("space");
             let mut unit = take(&mut c, first, count);
             unit.write_and_seal(&code).expect("sealed");
             assert_eq!(unit.base() as usize % LINE, 0);
@@ -754,8 +837,8 @@ mod tests {
         c.used[0] &= !(0b11 << 1);
         c.in_use -= 2;
         drop(two);
-        assert_eq!(first_fit(&c.used, &c.dirty, c.map.grains(), 2), Some(1));
-        assert_eq!(first_fit(&c.used, &c.dirty, c.map.grains(), 3), Some(7));
+        assert_eq!(first_fit(&c.used, &c.dirty, c.map.grains(), 2, 0), Some(1));
+        assert_eq!(first_fit(&c.used, &c.dirty, c.map.grains(), 3, 0), Some(7));
         assert!(c.dirty.iter().all(|&w| w == 0));
     }
 
@@ -774,7 +857,11 @@ mod tests {
         // Other tests may hold units of the retired chunk still; once they are gone, so is
         // the chunk, and its mapping.
         let heap = HEAP.lock();
-        match heap.iter().find(|c| Arc::as_ptr(&c.map) == old.as_ptr()) {
+        match heap
+            .chunks
+            .iter()
+            .find(|c| Arc::as_ptr(&c.map) == old.as_ptr())
+        {
             Some(c) => assert!(!c.open() && c.in_use > 0, "kept only while it has units"),
             None => assert_eq!(old.strong_count(), 0, "unmapped once out of the heap"),
         }
@@ -802,6 +889,7 @@ mod tests {
         assert!(dual::forks() > before);
         assert!(!HEAP
             .lock()
+            .chunks
             .iter()
             .any(|c| Arc::ptr_eq(&c.map, &line.map) && c.open()));
     }
