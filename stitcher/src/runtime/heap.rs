@@ -42,10 +42,11 @@
 //!
 //! **Chunks.** Space comes from chunks of [`CHUNK_PAGES`] pages mapped on demand; a unit
 //! larger than a chunk gets a chunk of its own. Each chunk has a bitmap of its grains
-//! (lines in a dual chunk, pages in a flip chunk): allocation is first fit over the
-//! bitmaps, a word of 64 grains at a time, under one lock; writing and sealing a unit
-//! happens outside it, the batched return of dirty pages under it. A chunk with nothing
-//! in use is unmapped, unless it is the only such chunk left (kept for the next units).
+//! (lines in a dual chunk, pages in a flip chunk): allocation is next fit over the
+//! bitmaps (from where the last allocation ended, round the chunks and back), a word of
+//! 64 grains at a time, under one lock; writing and sealing a unit happens outside it,
+//! the batched return of dirty pages under it. A chunk with nothing in use is unmapped,
+//! unless it is the only such chunk left (kept for the next units).
 //!
 //! Only x86-64 runs stitch-tier code, and its instruction cache is coherent with stores
 //! (through any mapping of the memory), so reusing space needs no cache flush. A unit
