@@ -1462,6 +1462,14 @@ struct Def {
     run: u32,
 }
 
+/// A branch's edges that pass arguments, placed after it: (the block made for the edge,
+/// its target, the range of its arguments in `args`). Inline: a branch has a few.
+#[derive(Default)]
+struct Pending {
+    edges: smallvec::SmallVec<[(u32, u32, u32, u32); 2]>,
+    args: smallvec::SmallVec<[SVal; 16]>,
+}
+
 /// What a thread's stitching keeps from one unit to the next: the emitter's buffers
 /// (emptied, their room kept, so a unit allocates little), and the stencils it used, in
 /// front of the shared library (looked up without its lock). The thread keeps its own
@@ -2688,21 +2696,23 @@ impl<'a> StencilEmitter<'a> {
 
     /// The target of an edge: `b` itself when no arguments need passing, else a fresh
     /// block that passes them (placed by `edges`).
-    fn edge(&mut self, b: u32, args: &[SVal], pending: &mut Vec<(u32, u32, Vec<SVal>)>) -> u32 {
+    fn edge(&mut self, b: u32, args: &[SVal], pending: &mut Pending) -> u32 {
         // (A block that reads the accumulator on entry is entered through a jump, which
         // loads it.)
         if args.is_empty() && self.acc_for(b).is_none() {
             return b;
         }
         let t = self.new_block((0, 0));
-        pending.push((t, b, args.to_vec()));
+        let start = pending.args.len() as u32;
+        pending.args.extend_from_slice(args);
+        pending.edges.push((t, b, start, pending.args.len() as u32));
         t
     }
 
-    fn edges(&mut self, pending: Vec<(u32, u32, Vec<SVal>)>) {
-        for (t, b, args) in pending {
+    fn edges(&mut self, pending: Pending) {
+        for &(t, b, start, end) in &pending.edges {
             self.place(t);
-            self.jump_with(b, &args, false);
+            self.jump_with(b, &pending.args[start as usize..end as usize], false);
         }
     }
 
@@ -2960,7 +2970,7 @@ impl Backend for StencilEmitter<'_> {
                 (Key::Branch(c), words)
             }
         };
-        let mut pending = Vec::new();
+        let mut pending = Pending::default();
         // Cut: the conditional jump goes to the then edge and the else edge follows, so
         // each path takes at most one jump. Otherwise the then edge follows: the branch's
         // last jump (to continuation 1, as Cranelift lays out a two-way branch) is
@@ -2994,7 +3004,7 @@ impl Backend for StencilEmitter<'_> {
             Some(64) | None => u64::MAX,
             Some(w) => (1u64 << w) - 1,
         };
-        let mut pending = Vec::new();
+        let mut pending = Pending::default();
         for (k, b, args) in cases {
             let v = *k & mask;
             let target = self.edge(*b, args, &mut pending);

@@ -95,9 +95,10 @@ pub struct CodeRegion {
     /// Stitch-tier units, space of the code heap each.
     units: Mutex<Vec<Extent>>,
     bytes: AtomicUsize,
-    /// Boxed so that their addresses, which the code stores, never move.
-    #[allow(clippy::vec_box)]
-    faults: Mutex<Vec<Box<FaultSite>>>,
+    /// In chunks, each filled up to its capacity and never grown, so that a record's
+    /// address, which the code stores, never moves (one allocation per chunk, not one per
+    /// record).
+    faults: Mutex<Vec<Vec<FaultSite>>>,
     /// The region's function, named in its faults.
     pub(crate) func: Arc<str>,
 }
@@ -164,15 +165,20 @@ impl CodeRegion {
     /// context when the fault happens (the record's address, valid while the region
     /// lives).
     pub(crate) fn fault_site(&self, kind: FaultKind, loc: SrcLoc) -> u64 {
-        let site = Box::new(FaultSite {
+        let mut faults = self.faults.lock();
+        if faults.last().is_none_or(|c| c.len() == c.capacity()) {
+            let room = faults.last().map_or(8, |c| (2 * c.capacity()).min(256));
+            faults.push(Vec::with_capacity(room));
+        }
+        let chunk = faults.last_mut().expect("a chunk with room");
+        chunk.push(FaultSite {
             kind,
             loc,
             func: self.func.clone(),
         });
-        let addr = &*site as *const FaultSite as u64;
-        self.faults.lock().push(site);
         FAULT_SITES.fetch_add(1, Ordering::Relaxed);
-        addr
+        let site = chunk.last().expect("just pushed");
+        site as *const FaultSite as u64
     }
 }
 
@@ -185,6 +191,7 @@ impl Drop for CodeRegion {
         }
         REGIONS.fetch_sub(1, Ordering::Relaxed);
         CODE_BYTES.fetch_sub(*self.bytes.get_mut(), Ordering::Relaxed);
-        FAULT_SITES.fetch_sub(self.faults.get_mut().len(), Ordering::Relaxed);
+        let sites = self.faults.get_mut().iter().map(Vec::len).sum();
+        FAULT_SITES.fetch_sub(sites, Ordering::Relaxed);
     }
 }
