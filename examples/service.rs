@@ -2,7 +2,8 @@
 //! specialized on thousands of rule sets that change over time, from several threads,
 //! under a small code-byte limit. Every result is checked against plain Rust, some against
 //! the reference interpreter. A progress line each second shows throughput, hit rate,
-//! specializations, evictions, cached and live code bytes, and resident memory.
+//! specializations, evictions, cached and live code bytes (and the code heap's bytes that
+//! units hold), and resident memory.
 //!
 //! ```text
 //! cargo run --release --example service                 # 10 s, 4 threads
@@ -100,7 +101,7 @@ fn main() {
             let s = region.stats();
             let live = dyc::runtime_live();
             println!(
-                "{:>5.1} s  {:>9.0} calls/s  hits {:>5.1}%  specializations {:>8}  evictions {:>8}  fallbacks {:>5}  cached {:>6} KiB in {:>5} versions  live code {:>6} KiB  resident {:>6} MiB",
+                "{:>5.1} s  {:>9.0} calls/s  hits {:>5.1}%  specializations {:>8}  evictions {:>8}  fallbacks {:>5}  cached {:>6} KiB in {:>5} versions  live code {:>6} KiB ({:>6} KiB in the heap)  resident {:>6} MiB",
                 t.as_secs_f64(),
                 rate,
                 100.0 * s.hits as f64 / (s.hits + s.misses).max(1) as f64,
@@ -110,6 +111,7 @@ fn main() {
                 s.code_bytes / 1024,
                 s.versions,
                 live.code_bytes / 1024,
+                live.heap_bytes / 1024,
                 rules::resident_bytes() >> 20,
             );
         },

@@ -53,6 +53,7 @@
 //! starts on a line boundary, so any alignment its code assumes up to 64 bytes holds, as
 //! at a page boundary.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{const_mutex, Mutex};
@@ -168,6 +169,15 @@ unsafe impl Send for Mapping {}
 // SAFETY: as above: shared references only read the base addresses and length.
 unsafe impl Sync for Mapping {}
 
+/// Bytes of the heap that units hold (their grains: lines, or pages where pages flip).
+static IN_USE: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes of the code heap that units hold now: the memory their code takes (each unit's
+/// code rounded up to its grains), not counting free space in the chunks.
+pub fn in_use_bytes() -> usize {
+    IN_USE.load(Ordering::Relaxed)
+}
+
 /// The chunks, and where the last allocation ended: the next search starts there.
 struct Heap {
     chunks: Vec<Chunk>,
@@ -247,6 +257,7 @@ impl Extent {
 
 impl Drop for Extent {
     fn drop(&mut self) {
+        IN_USE.fetch_sub(self.len(), Ordering::Relaxed);
         let heap = &mut HEAP.lock().chunks;
         if let Some(i) = heap.iter().position(|c| Arc::ptr_eq(&c.map, &self.map)) {
             let c = &mut heap[i];
@@ -347,6 +358,7 @@ fn for_words(first: usize, count: usize, mut f: impl FnMut(usize, u64)) {
 fn take(c: &mut Chunk, first: usize, count: usize) -> Extent {
     for_words(first, count, |w, bits| c.used[w] |= bits);
     c.in_use += count;
+    IN_USE.fetch_add(count * c.map.grain(), Ordering::Relaxed);
     Extent {
         map: c.map.clone(),
         first,

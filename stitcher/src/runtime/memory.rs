@@ -50,6 +50,9 @@ pub struct LiveCounts {
     pub regions: usize,
     /// Bytes of machine code in those regions (function bodies as compiled).
     pub code_bytes: usize,
+    /// Bytes of the stitch tier's code heap its units hold: their code rounded up to
+    /// 64-byte lines (to pages where the heap's pages flip), the memory it takes.
+    pub heap_bytes: usize,
     /// Fault site records.
     pub fault_sites: usize,
     /// Promotion sites.
@@ -61,6 +64,7 @@ pub fn live() -> LiveCounts {
     LiveCounts {
         regions: REGIONS.load(Ordering::Relaxed),
         code_bytes: CODE_BYTES.load(Ordering::Relaxed),
+        heap_bytes: heap::in_use_bytes(),
         fault_sites: FAULT_SITES.load(Ordering::Relaxed),
         promotion_sites: PROMOTION_SITES.load(Ordering::Relaxed),
     }
