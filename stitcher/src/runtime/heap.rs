@@ -30,10 +30,10 @@
 //!
 //! **Fork.** A dual chunk's memory is shared with a child made by `fork`, where private
 //! memory would be copied. So that neither process writes code the other may run, a
-//! `fork` retires every dual chunk in both: no page of it is handed out again, and it is
+//! `fork` retires every dual chunk in both: none of its space is handed out again, and it is
 //! unmapped (in each process on its own) once its last unit goes. Handlers registered
 //! with `pthread_atfork` count forks, and hold allocation back from just before a fork to
-//! just after it, so that no chunk is mapped, and no page reused, in between. (As with any
+//! just after it, so that no chunk is mapped, and no space reused, in between. (As with any
 //! lock, the child of a process with other threads may find the heap's lock held by a
 //! thread it does not have: such a child should only `exec`, as POSIX asks. The child of
 //! a single-threaded process uses the heap freely.) (`posix_spawn`, which `std::process::Command`
@@ -469,8 +469,8 @@ mod dual {
         FORKS.load(Ordering::Acquire)
     }
 
-    /// Set from just before a fork until just after it, in both processes: no page is
-    /// handed out meanwhile, so no chunk is mapped (or page reused) between the count and
+    /// Set from just before a fork until just after it, in both processes: no space is
+    /// handed out meanwhile, so no chunk is mapped (or space reused) between the count and
     /// the fork.
     static FORKING: AtomicBool = AtomicBool::new(false);
 
@@ -744,18 +744,18 @@ mod tests {
 
     #[test]
     fn sealed_code_runs_and_is_not_written_again() {
-        // `ret` with 42 in eax, then the same page serves another unit.
+        // `ret` with 42 in eax; sealed, it is not written again.
         let code = [0xb8, 42, 0, 0, 0, 0xc3];
         let mut b = alloc(code.len()).expect("space");
         b.write_and_seal(&code).expect("sealed");
         assert!(
             b.write_and_seal(&code).is_err(),
-            "sealed pages are not written"
+            "sealed code is not written"
         );
         #[cfg(target_arch = "x86_64")]
         {
-            // SAFETY: the pages hold the six bytes above, a complete function of the C
-            // ABI returning an `i32`, and are read+execute.
+            // SAFETY: the extent holds the six bytes above, a complete function of the C
+            // ABI returning an `i32`, and is executable at its base.
             let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(b.base()) };
             assert_eq!(f(), 42);
         }
@@ -855,7 +855,7 @@ mod tests {
         assert!(c.dirty.iter().all(|&w| w == 0));
     }
 
-    /// After a fork, a dual chunk hands out no page again (the child shares its memory)
+    /// After a fork, a dual chunk hands out no space again (the child shares its memory)
     /// and goes once its last unit does; units allocated after the fork come from a new
     /// chunk.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
