@@ -439,16 +439,10 @@ fn hand(which: Option<&str>) {
 /// `executor` for ten seconds; prints the median and the fastest time of one and the median
 /// time of installing its code.
 fn specialize(name: &str, executor: ExecutorKind) {
-    use dyc::{Arg, Program, RuntimeOptions};
-    let src = include_str!("../examples/bytecode.dyc");
-    let program = Program::compile_with("bytecode.dyc", src, RuntimeOptions::default())
-        .expect("the example compiles");
+    use dyc::Arg;
+    let (program, b) = interpreter_on(name);
     let region = program.region("run").expect("region `run`");
     region.set_executor(executor);
-    let b = bytecode::benches()
-        .into_iter()
-        .find(|b| b.name == name)
-        .expect("a program of the benchmark");
     let key = [Arg::from(&b.code[..])];
     // One specialization first, which builds the stencils it uses (outside what a
     // profiler of `stitch_times` sees).
@@ -466,19 +460,29 @@ fn specialize(name: &str, executor: ExecutorKind) {
     );
 }
 
-/// `--lazy P N`: stitch-tier specializations of the interpreter on byte-code program `P`,
-/// each called once with `n = N` and dropped, for ten seconds or `DYC_PROFILE_RUNS`
-/// times: the units its promotions stitch while it runs, and their median cost.
-fn lazy(name: &str, n: i64) {
-    use dyc::{Arg, Program, RuntimeOptions};
+/// The interpreter of `examples/bytecode.dyc`, compiled with the default options.
+fn interpreter() -> dyc::Program {
     let src = include_str!("../examples/bytecode.dyc");
-    let program = Program::compile_with("bytecode.dyc", src, RuntimeOptions::default())
-        .expect("the example compiles");
-    let region = program.region("run").expect("region `run`");
+    dyc::Program::compile_with("bytecode.dyc", src, dyc::RuntimeOptions::default())
+        .expect("the example compiles")
+}
+
+/// [`interpreter`], and the byte-code program of the benchmark named `name`.
+fn interpreter_on(name: &str) -> (dyc::Program, bytecode::Bench) {
     let b = bytecode::benches()
         .into_iter()
         .find(|b| b.name == name)
         .expect("a program of the benchmark");
+    (interpreter(), b)
+}
+
+/// `--lazy P N`: stitch-tier specializations of the interpreter on byte-code program `P`,
+/// each called once with `n = N` and dropped, for ten seconds or `DYC_PROFILE_RUNS`
+/// times: the units its promotions stitch while it runs, and their median cost.
+fn lazy(name: &str, n: i64) {
+    use dyc::Arg;
+    let (program, b) = interpreter_on(name);
+    let region = program.region("run").expect("region `run`");
     let key = [Arg::from(&b.code[..])];
     let mut mem = vec![0i64; b.mem];
     let want = bytecode::interpret(&b.code, n, &mut mem.clone());
@@ -500,7 +504,7 @@ fn lazy(name: &str, n: i64) {
     }
     entry.sort();
     lazy_ns.sort();
-    let median = |v: &[Duration]| v[v.len() / 2].as_secs_f64() * 1e6;
+    let median = |v: &[Duration]| v.get(v.len() / 2).map_or(0.0, |d| d.as_secs_f64() * 1e6);
     println!(
         "{name} (n = {n}): {} specializations; entry unit median {:.1} us; {units} units stitched lazily, median {:.1} us in all ({:.1} us each)",
         entry.len(),
@@ -570,10 +574,8 @@ fn long_program(k: usize) -> Vec<i64> {
 /// the two longest (so that the cost of a unit, whatever its length, drops out), from the
 /// medians and from the fastest times (steadier on a loaded machine).
 fn scale() {
-    use dyc::{Arg, Program, RuntimeOptions, Tier};
-    let src = include_str!("../examples/bytecode.dyc");
-    let program = Program::compile_with("bytecode.dyc", src, RuntimeOptions::default())
-        .expect("the example compiles");
+    use dyc::{Arg, Tier};
+    let program = interpreter();
     let region = program.region("run").expect("region `run`");
     println!(
         "{:>10} {:>8} {:>12} {:>14} {:>14} {:>12} {:>10}",

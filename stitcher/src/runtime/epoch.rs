@@ -273,9 +273,7 @@ pub fn collect() {
         }
     });
     // The next collection is due once as many more wait again.
-    let left = if candidates.is_empty() {
-        GARBAGE.lock().len()
-    } else {
+    let left = {
         let mut g = GARBAGE.lock();
         g.append(&mut candidates);
         PENDING.store(g.len(), Ordering::Relaxed);

@@ -292,8 +292,7 @@ pub fn alloc(bytes: usize) -> Result<Extent, String> {
     };
     for pass in 0..2 {
         if let Some((i, first, count)) = next_fit(&heap, bytes) {
-            heap.rover = (i, (first + count) / 64);
-            return Ok(take(&mut heap.chunks[i], first, count));
+            return Ok(heap.take(i, first, count));
         }
         if pass == 0 {
             heap.chunks.iter_mut().for_each(clean);
@@ -306,8 +305,15 @@ pub fn alloc(bytes: usize) -> Result<Extent, String> {
     )?));
     let i = heap.chunks.len() - 1;
     let count = bytes.div_ceil(heap.chunks[i].map.grain());
-    heap.rover = (i, count / 64);
-    Ok(take(&mut heap.chunks[i], 0, count))
+    Ok(heap.take(i, 0, count))
+}
+
+impl Heap {
+    /// Takes grains `first..first + count` of chunk `i`; the next search starts after them.
+    fn take(&mut self, i: usize, first: usize, count: usize) -> Extent {
+        self.rover = (i, (first + count) / 64);
+        take(&mut self.chunks[i], first, count)
+    }
 }
 
 /// Where `bytes` of code fit (chunk, first grain, grains), by next fit: from the rover
@@ -395,9 +401,7 @@ fn clean(c: &mut Chunk) {
         let back =
             unsafe { region::protect(base, (p - start) * page(), region::Protection::READ_WRITE) };
         if back.is_err() {
-            for q in start..p {
-                c.used[q / 64] |= 1 << (q % 64);
-            }
+            for_words(start, p - start, |w, bits| c.used[w] |= bits);
             c.in_use += p - start;
         }
     }
@@ -689,8 +693,7 @@ mod tests {
         let g = heap.chunks[0].map.grain();
         let fit = |heap: &mut Heap, n: usize| {
             let (i, first, count) = next_fit(heap, n * g).expect("space");
-            heap.rover = (i, (first + count) / 64);
-            take(&mut heap.chunks[i], first, count);
+            heap.take(i, first, count);
             (i, first)
         };
         // Word 0 of chunk 0 taken; grains 0-9 given back (by hand: these chunks are the
