@@ -39,6 +39,7 @@ use smallvec::SmallVec;
 
 use crate::ops::{BinaryOp, Const};
 use crate::params::Known;
+use crate::pool;
 use crate::semantics;
 use crate::template::{Case, Emitter, TOp};
 use crate::types::{Scalar, SrcLoc, Type};
@@ -165,22 +166,104 @@ pub struct Fold<B: Backend> {
     /// by comparing before it is used: callers mostly pass the same few slices (the
     /// executors pass a program's own lists), and comparing is cheaper than hashing.
     recent: [(usize, u32); 16],
-    /// Buffers for the backend's block parameters and for the lowered arguments of the
-    /// two edges of a branch.
-    raw_params: Vec<B::Value>,
-    lowered: [Vec<B::Value>; 2],
-    /// Buffers for an operation's lowered operands and their types ([`Fold::backend_op`]).
-    op_vals: Vec<B::Value>,
-    op_types: Vec<Type>,
-    /// Bounds checks made in the current block: (slice, index) pairs, and per slice the
-    /// largest constant index checked.
-    checked: HashSet<(B::Value, IndexKey<B::Value>), Hasher>,
-    checked_const: HashMap<B::Value, i128, Hasher>,
+    /// The layer's buffers, the thread's, kept from unit to unit ([`Kept`]).
+    b: Kept<B::Value>,
     /// Constant block parameters read off a recorded run ([`crate::params`]), the blocks
     /// created so far (a block's number in that order is its number in the recording),
     /// and the lists of types kept without constant parameters ([`Fold::kept_list`]).
     known: Option<Known>,
     made: u32,
+}
+
+/// The fold layer's buffers and per-block sets.
+struct Buffers<V> {
+    /// The backend's block parameters, and the lowered arguments of the two edges of a
+    /// branch.
+    raw_params: Vec<V>,
+    lowered: [Vec<V>; 2],
+    /// An operation's lowered operands and their types ([`Fold::backend_op`]).
+    op_vals: Vec<V>,
+    op_types: Vec<Type>,
+    /// Bounds checks made in the current block: (slice, index) pairs, and per slice the
+    /// largest constant index checked.
+    checked: HashSet<(V, IndexKey<V>), Hasher>,
+    checked_const: HashMap<V, i128, Hasher>,
+}
+
+impl<V> Default for Buffers<V> {
+    fn default() -> Self {
+        Buffers {
+            raw_params: Vec::new(),
+            lowered: [Vec::new(), Vec::new()],
+            op_vals: Vec::new(),
+            op_types: Vec::new(),
+            checked: HashSet::default(),
+            checked_const: HashMap::default(),
+        }
+    }
+}
+
+impl<V> Buffers<V> {
+    /// Empties every buffer; `false` if one grew past [`KEPT_BUFFER`] (not worth keeping).
+    fn clear(&mut self) -> bool {
+        self.raw_params.clear();
+        self.lowered.iter_mut().for_each(Vec::clear);
+        self.op_vals.clear();
+        self.op_types.clear();
+        self.checked.clear();
+        self.checked_const.clear();
+        let room = [
+            self.raw_params.capacity(),
+            self.lowered[0].capacity(),
+            self.lowered[1].capacity(),
+            self.op_vals.capacity(),
+            self.op_types.capacity(),
+            self.checked.capacity(),
+            self.checked_const.capacity(),
+        ];
+        room.iter().all(|&n| n <= KEPT_BUFFER)
+    }
+}
+
+/// The largest buffer of [`Buffers`] a thread keeps between units (in elements).
+const KEPT_BUFFER: usize = 1 << 12;
+
+thread_local! {
+    /// Each thread's [`Buffers`], one per value type.
+    static BUFFERS: pool::Pool = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A layer's [`Buffers`]: the thread's (a new set if it has none for this value type, as
+/// for a layer inside another's lifetime), given back emptied when the layer is dropped.
+struct Kept<V: 'static>(Option<Box<Buffers<V>>>);
+
+impl<V: 'static> Kept<V> {
+    fn take() -> Self {
+        Kept(Some(pool::take(&BUFFERS).unwrap_or_default()))
+    }
+}
+
+impl<V: 'static> std::ops::Deref for Kept<V> {
+    type Target = Buffers<V>;
+    fn deref(&self) -> &Buffers<V> {
+        self.0.as_ref().expect("the buffers until dropped")
+    }
+}
+
+impl<V: 'static> std::ops::DerefMut for Kept<V> {
+    fn deref_mut(&mut self) -> &mut Buffers<V> {
+        self.0.as_mut().expect("the buffers until dropped")
+    }
+}
+
+impl<V: 'static> Drop for Kept<V> {
+    fn drop(&mut self) {
+        if let Some(mut b) = self.0.take() {
+            if b.clear() {
+                pool::give(&BUFFERS, b, 4);
+            }
+        }
+    }
 }
 
 /// What the fold layer keeps of blocks and their parameter types. The lists a unit's
@@ -275,12 +358,7 @@ impl<B: Backend> Fold<B> {
             static_lens,
             t: Tables::take(),
             recent: [(0, u32::MAX); 16],
-            raw_params: Vec::new(),
-            lowered: [Vec::new(), Vec::new()],
-            op_vals: Vec::new(),
-            op_types: Vec::new(),
-            checked: HashSet::default(),
-            checked_const: HashMap::default(),
+            b: Kept::take(),
             known: None,
             made: 0,
         }
@@ -376,7 +454,7 @@ impl<B: Backend> Fold<B> {
     /// to `dest`, in code (without those of `dest`'s constant parameters); give it back
     /// with [`Fold::give_back`].
     fn lower_into(&mut self, k: usize, dest: B::Block, vs: &[FVal<B::Value>]) -> Vec<B::Value> {
-        let mut out = std::mem::take(&mut self.lowered[k]);
+        let mut out = std::mem::take(&mut self.b.lowered[k]);
         out.clear();
         match self.consts_of(B::block_index(dest)) {
             None => {
@@ -399,7 +477,7 @@ impl<B: Backend> Fold<B> {
     }
 
     fn give_back(&mut self, k: usize, buf: Vec<B::Value>) {
-        self.lowered[k] = buf;
+        self.b.lowered[k] = buf;
     }
 
     /// A new block whose parameters have the types of list `types`, with its constant and
@@ -442,8 +520,8 @@ impl<B: Backend> Fold<B> {
     /// small vectors cost about 140 instructions).
     fn backend_op(&mut self, op: &TOp, args: &[FVal<B::Value>], loc: SrcLoc) -> Option<B::Value> {
         let (mut vals, mut types) = (
-            std::mem::take(&mut self.op_vals),
-            std::mem::take(&mut self.op_types),
+            std::mem::take(&mut self.b.op_vals),
+            std::mem::take(&mut self.b.op_types),
         );
         vals.clear();
         types.clear();
@@ -453,7 +531,7 @@ impl<B: Backend> Fold<B> {
             vals.push(v);
         }
         let v = self.backend.op(op, &vals, &types, loc);
-        (self.op_vals, self.op_types) = (vals, types);
+        (self.b.op_vals, self.b.op_types) = (vals, types);
         v
     }
 
@@ -597,7 +675,7 @@ impl<B: Backend> Fold<B> {
             }
         }
         if let Some(x) = ci {
-            if x >= 0 && self.checked_const.get(&sv).is_some_and(|&k| x <= k) {
+            if x >= 0 && self.b.checked_const.get(&sv).is_some_and(|&k| x <= k) {
                 return;
             }
         }
@@ -606,15 +684,15 @@ impl<B: Backend> Fold<B> {
             (None, FVal::Dyn { v, .. }) => IndexKey::Dyn(v),
             (None, FVal::Const(_)) => unreachable!("a constant index is an integer"),
         };
-        if self.checked.contains(&(sv, key)) {
+        if self.b.checked.contains(&(sv, key)) {
             return;
         }
         let ty = i.ty().scalar().expect("an integer index");
         let iv = self.lower(i);
         self.backend.bounds_check(sv, iv, ty, loc);
-        self.checked.insert((sv, key));
+        self.b.checked.insert((sv, key));
         if let Some(x) = ci.filter(|&x| x >= 0) {
-            let k = self.checked_const.entry(sv).or_insert(x);
+            let k = self.b.checked_const.entry(sv).or_insert(x);
             *k = (*k).max(x);
         }
     }
@@ -714,17 +792,17 @@ impl<B: Backend> Emitter for Fold<B> {
         let (types, kept) = info.map_or((&[][..], &[][..]), |info| {
             (list(info.types), list(info.backend_types))
         });
-        self.raw_params.clear();
-        self.backend.block_params(b, kept, &mut self.raw_params);
+        self.b.raw_params.clear();
+        self.backend.block_params(b, kept, &mut self.b.raw_params);
         let dynamic = |(&v, &ty): (&B::Value, &Type)| FVal::Dyn {
             v,
             ty,
             static_len: None,
         };
         match self.consts_of(i) {
-            None => out.extend(self.raw_params.iter().zip(types).map(dynamic)),
+            None => out.extend(self.b.raw_params.iter().zip(types).map(dynamic)),
             Some(cs) => {
-                let mut raw = self.raw_params.iter();
+                let mut raw = self.b.raw_params.iter();
                 out.extend(types.iter().zip(cs).map(|(ty, c)| match c {
                     Some(c) => FVal::Const(*c),
                     None => dynamic((raw.next().expect("a kept parameter"), ty)),
@@ -734,8 +812,8 @@ impl<B: Backend> Emitter for Fold<B> {
     }
 
     fn switch_to_block(&mut self, b: B::Block) {
-        self.checked.clear();
-        self.checked_const.clear();
+        self.b.checked.clear();
+        self.b.checked_const.clear();
         self.backend.switch_to_block(b);
     }
 
@@ -946,6 +1024,29 @@ impl<B: Backend> Emitter for Fold<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A layer's buffers go back to the thread emptied, with their room, and the next
+    /// layer with the same value type gets them; a set that grew too large is not kept.
+    #[test]
+    fn buffers_come_back_empty_and_a_large_set_is_dropped() {
+        // (A value type of its own: no other test on this thread shares the set.)
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+        struct V(u8);
+        let mut b = Kept::<V>::take();
+        b.raw_params.extend([V(1), V(2)]);
+        b.lowered[1].push(V(3));
+        b.op_types.push(Type::I64);
+        b.checked_const.insert(V(4), 7);
+        drop(b);
+        let mut b = Kept::<V>::take();
+        assert!(b.raw_params.is_empty() && b.lowered[1].is_empty() && b.op_types.is_empty());
+        assert!(b.checked_const.is_empty());
+        assert!(b.raw_params.capacity() >= 2, "the set was kept");
+        b.op_vals.reserve(KEPT_BUFFER + 1);
+        drop(b);
+        let b = Kept::<V>::take();
+        assert_eq!(b.raw_params.capacity(), 0, "a new set");
+    }
 
     /// The type tables stay with the thread from one fold layer to the next, up to their
     /// bounds; a layer made while another holds them gets tables of its own.

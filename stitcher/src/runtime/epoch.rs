@@ -297,10 +297,13 @@ pub fn collect() {
             true
         }
     });
-    // The next collection is due once as many more wait again.
+    // The next collection is due once as many more wait again. (What waits goes back
+    // in the buffer taken, with the room it grew to: the list would otherwise grow from
+    // nothing again after every collection.)
     let left = {
         let mut g = GARBAGE.lock();
-        g.append(&mut candidates);
+        candidates.append(&mut g);
+        std::mem::swap(&mut *g, &mut candidates);
         PENDING.store(g.len(), Ordering::Relaxed);
         g.len()
     };
