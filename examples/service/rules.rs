@@ -71,7 +71,7 @@ impl Rng {
 pub fn rule_set(id: u64, generation: u64) -> Vec<i64> {
     let mut rng = Rng::new(id.wrapping_mul(1_000_003) ^ generation.rotate_left(32));
     let n = 2 + rng.below(8);
-    let mut rules = Vec::new();
+    let mut rules = Vec::with_capacity(4 * n as usize);
     for _ in 0..n {
         rules.push(rng.below(FIELDS as u64) as i64);
         rules.push(rng.below(3) as i64);
