@@ -31,10 +31,10 @@
 //! every defer. (On a virtual machine a `membarrier` with another thread running took
 //! 8-16 us; made under a program's eviction lock, it stalled every thread that missed.)
 //! A collection also waits until [`MIN_INTERVAL`] has passed since the last one (the rule
-//! service, evicting 40,000 units a second on two threads, made a `membarrier` every nine
-//! evictions, 6% of its time): the barrier costs the same however much it frees, so under
-//! heavy eviction the collections batch what a millisecond retires, and their cost stays
-//! bounded whatever the rate. [`HARD_LIMIT`] waiting makes a thread collect at once, even
+//! service, evicting 40,000 versions a second on two threads, made a `membarrier` every
+//! nine evictions, 6% of its samples): the barrier costs the same however much it frees,
+//! so under heavy eviction a collection takes what a millisecond retired, and barriers
+//! cost at most one a millisecond whatever the rate of evictions. [`HARD_LIMIT`] waiting makes a thread collect at once, even
 //! pinned (one that stays pinned for long holds back only what was deferred while it was
 //! pinned), and [`flush`] collects at once.
 
