@@ -53,10 +53,11 @@
 //! starts on a line boundary, so any alignment its code assumes up to 64 bytes holds, as
 //! at a page boundary.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{const_mutex, Mutex};
+
+use super::memory::Counter;
 
 /// Pages per chunk (1 MiB of 4 KiB pages).
 pub const CHUNK_PAGES: usize = 256;
@@ -170,12 +171,12 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 /// Bytes of the heap that units hold (their grains: lines, or pages where pages flip).
-static IN_USE: AtomicUsize = AtomicUsize::new(0);
+static IN_USE: Counter = Counter::new();
 
 /// Bytes of the code heap that units hold now: the memory their code takes (each unit's
 /// code rounded up to its grains), not counting free space in the chunks.
 pub fn in_use_bytes() -> usize {
-    IN_USE.load(Ordering::Relaxed)
+    IN_USE.get()
 }
 
 /// The chunks, and where the last allocation ended: the next search starts there.
@@ -257,7 +258,7 @@ impl Extent {
 
 impl Drop for Extent {
     fn drop(&mut self) {
-        IN_USE.fetch_sub(self.len(), Ordering::Relaxed);
+        IN_USE.sub(self.len());
         let heap = &mut HEAP.lock().chunks;
         if let Some(i) = heap.iter().position(|c| Arc::ptr_eq(&c.map, &self.map)) {
             let c = &mut heap[i];
@@ -364,7 +365,7 @@ fn for_words(first: usize, count: usize, mut f: impl FnMut(usize, u64)) {
 fn take(c: &mut Chunk, first: usize, count: usize) -> Extent {
     for_words(first, count, |w, bits| c.used[w] |= bits);
     c.in_use += count;
-    IN_USE.fetch_add(count * c.map.grain(), Ordering::Relaxed);
+    IN_USE.add(count * c.map.grain());
     Extent {
         map: c.map.clone(),
         first,

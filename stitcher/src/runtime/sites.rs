@@ -80,7 +80,7 @@ pub const INLINE_DISPATCH_VALUES: usize = 8;
 
 impl PromoSite {
     pub fn new(site: Site, types: Vec<Scalar>) -> PromoSite {
-        PROMOTION_SITES.fetch_add(1, Ordering::Relaxed);
+        PROMOTION_SITES.add(1);
         PromoSite {
             site,
             types,
@@ -181,7 +181,7 @@ impl PromoSite {
 
 impl Drop for PromoSite {
     fn drop(&mut self) {
-        PROMOTION_SITES.fetch_sub(1, Ordering::Relaxed);
+        PROMOTION_SITES.sub(1);
     }
 }
 
