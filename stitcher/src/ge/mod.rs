@@ -91,7 +91,7 @@ pub mod values;
 
 pub use cfg::{
     BlockData, Caching, CalleeDecl, Edge, Fast, HostDecl, Layout, Lazy, Op, Operand, Param,
-    ProgramHeader, Run, SetupOp, StitchProgram, Term,
+    ProgramHeader, Recordings, Run, SetupOp, StitchProgram, Term,
 };
 pub use check::{check_cfg, check_plan, CheckError, CheckErrors};
 pub use entities::{Block, CalleeId, HostId, Reg, SiteId};

@@ -112,7 +112,9 @@ pub struct RuntimeOptions {
     /// it reads it), and replays it into the stencil emitter, which reads the first as
     /// constants and leaves both out of blocks and jumps; the replay also merges each
     /// block that one jump enters, stitched right after it, into the jumping block
-    /// ([`dyc_templates::tape::Tape::replay`]) (default `true`).
+    /// ([`dyc_templates::tape::Tape::replay`]) (default `true`). A program whose units'
+    /// recordings stop finding such parameters is recorded only now and then
+    /// ([`crate::ge::Recordings`]).
     pub constant_params: bool,
 }
 
@@ -745,7 +747,11 @@ impl Shared {
         // constant and dead block parameters and its merged blocks read off the recording,
         // and replayed with them into the stencil emitter.
         let (unit, found) = match input.spec {
-            Some(_) if self.opts.constant_params && !variants => {
+            Some(_)
+                if self.opts.constant_params
+                    && !variants
+                    && input.prog.recordings().record_next() =>
+            {
                 // The tape and the shape are the thread's, reused from unit to unit.
                 let (mut tape, mut shape) = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
                 tape.clear();
@@ -757,6 +763,7 @@ impl Shared {
                 tape.shape(&mut shape);
                 let known = shape.solve();
                 let counts = (known.count(), known.dead(), tape.merged());
+                input.prog.recordings().note(known.any());
                 em.set_constant_params(known);
                 let replayed = tape.replay(&mut em);
                 if let Some(known) = em.take_constant_params() {
