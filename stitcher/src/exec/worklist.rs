@@ -361,7 +361,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// invariants put back.
     fn widen_args(&self, b: Block, args: &mut Vec<E::Value>) -> Result<(), SpecError> {
         for &(at, r) in &self.prog.layout(b).invariant_inputs {
-            let Some(v) = self.sc.env_d.get(r.index()).copied().flatten() else {
+            let Some(&Some(v)) = self.sc.env_d.get(r.index()) else {
                 return internal(format!("unit invariant {r} read before it was set"));
             };
             if at as usize > args.len() {
@@ -447,9 +447,12 @@ impl<'a, E: Emitter> Spec<'a, E> {
 
     fn operand(&mut self, o: Operand) -> Result<E::Value, SpecError> {
         match o {
-            Operand::Dyn(r) => match self.sc.env_d.get(r.index()).copied().flatten() {
-                Some(v) => Ok(v),
-                None => internal(format!("dynamic variable {r} read before it was set")),
+            // (Matched on a reference, like the static accessors: a value of the stencil
+            // emitter is five words, and copying the `Option` out whole made the compiler
+            // store it in pieces and read it back whole, a store-forwarding stall.)
+            Operand::Dyn(r) => match self.sc.env_d.get(r.index()) {
+                Some(Some(v)) => Ok(*v),
+                _ => internal(format!("dynamic variable {r} read before it was set")),
             },
             Operand::Static(r) => Ok(match self.get_s(r)? {
                 SVal::Scalar(c) => self.em.constant(c),
