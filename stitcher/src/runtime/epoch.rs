@@ -33,10 +33,10 @@
 //! A collection also waits until [`MIN_INTERVAL`] has passed since the last one (the rule
 //! service, evicting 40,000 versions a second on two threads, made a `membarrier` every
 //! nine evictions, 6% of its samples): the barrier costs the same however much it frees,
-//! so under heavy eviction a collection takes what a millisecond retired, and barriers
-//! cost at most one a millisecond whatever the rate of evictions. [`HARD_LIMIT`] waiting makes a thread collect at once, even
-//! pinned (one that stays pinned for long holds back only what was deferred while it was
-//! pinned), and [`flush`] collects at once.
+//! so under heavy eviction a collection takes what a millisecond retired, and there is at
+//! most one barrier a millisecond whatever the rate of evictions. [`HARD_LIMIT`] waiting
+//! makes a thread collect at once, even pinned (one that stays pinned for long holds back
+//! only what was deferred while it was pinned), and [`flush`] collects at once.
 
 use std::cell::Cell;
 use std::marker::PhantomData;
