@@ -124,11 +124,13 @@ pub trait Backend {
 pub enum FVal<V> {
     /// Known at stitch time.
     Const(Const),
-    /// In code, of this type; `static_len` is the length of a static slice.
+    /// In code, of this type; `static_len` is the length of a static slice (one of
+    /// more than `u32::MAX` elements counts as unknown: values are moved often, and
+    /// this keeps them small).
     Dyn {
         v: V,
         ty: Type,
-        static_len: Option<u64>,
+        static_len: Option<u32>,
     },
 }
 
@@ -670,7 +672,7 @@ impl<B: Backend> Fold<B> {
             FVal::Dyn { .. } => None,
         };
         if let (Some(x), Some(n)) = (ci, static_len) {
-            if x >= 0 && x < n as i128 {
+            if x >= 0 && x < i128::from(n) {
                 return;
             }
         }
@@ -707,7 +709,7 @@ impl<B: Backend> Fold<B> {
                 elem,
                 mutable: true,
             },
-            static_len: Some(elems.len() as u64),
+            static_len: u32::try_from(elems.len()).ok(),
         }
     }
 }
@@ -826,7 +828,8 @@ impl<B: Backend> Emitter for Fold<B> {
         FVal::Dyn {
             v,
             ty,
-            static_len: self.static_lens.get(id as usize).copied().flatten(),
+            static_len: (self.static_lens.get(id as usize).copied().flatten())
+                .and_then(|n| u32::try_from(n).ok()),
         }
     }
 
@@ -886,7 +889,7 @@ impl<B: Backend> Emitter for Fold<B> {
                 FVal::Dyn {
                     static_len: Some(n),
                     ..
-                } => FVal::Const(Const::Int(Scalar::I64, n)),
+                } => FVal::Const(Const::Int(Scalar::I64, u64::from(n))),
                 _ => self.dynamic(op, args, Type::I64, loc),
             },
             TOp::Load => {

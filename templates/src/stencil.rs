@@ -1348,8 +1348,9 @@ pub enum SVal {
     Slice { ptr: u32, len: u32, elem: Scalar },
     /// A constant (its canonical bits).
     Imm(u64, Scalar),
-    /// A slice known now.
-    StaticSlice { ptr: u64, len: u64, elem: Scalar },
+    /// A slice known now. (Its length in 32 bits keeps every value in two words: values
+    /// are moved often. A longer static slice is refused, for Cranelift to compile.)
+    StaticSlice { ptr: u64, len: u32, elem: Scalar },
 }
 
 /// A word of a value: in a frame word, or a constant.
@@ -2393,7 +2394,7 @@ impl<'a> StencilEmitter<'a> {
             SVal::Slot(s, _) => ([Word::Slot(s), Word::Imm(0)], 1),
             SVal::Slice { ptr, len, .. } => ([Word::Slot(ptr), Word::Slot(len)], 2),
             SVal::Imm(bits, _) => ([Word::Imm(bits), Word::Imm(0)], 1),
-            SVal::StaticSlice { ptr, len, .. } => ([Word::Imm(ptr), Word::Imm(len)], 2),
+            SVal::StaticSlice { ptr, len, .. } => ([Word::Imm(ptr), Word::Imm(u64::from(len))], 2),
         }
     }
 
@@ -2437,7 +2438,7 @@ impl<'a> StencilEmitter<'a> {
             SVal::StaticSlice { ptr, len, elem } => {
                 let (p, l) = (self.slot(), self.slot());
                 self.set(p, ptr);
-                self.set(l, len);
+                self.set(l, u64::from(len));
                 SVal::Slice {
                     ptr: p,
                     len: l,
@@ -2506,7 +2507,7 @@ impl<'a> StencilEmitter<'a> {
             }
             SVal::StaticSlice { ptr, len, elem } => {
                 words.push(ptr);
-                words.push(len);
+                words.push(u64::from(len));
                 Form::ConstSlice(elem)
             }
             SVal::Imm(..) => unreachable!("materialized"),
@@ -2791,7 +2792,14 @@ impl Backend for StencilEmitter<'_> {
     fn static_slice(&mut self, id: u32, ty: Type) -> SVal {
         let elem = ty.elem().expect("a slice type");
         match self.static_slices.get(id as usize).copied().flatten() {
-            Some((ptr, len, _)) => SVal::StaticSlice { ptr, len, elem },
+            Some((ptr, len, _)) => match u32::try_from(len) {
+                Ok(len) => SVal::StaticSlice { ptr, len, elem },
+                Err(_) => {
+                    let m = format!("static slice {id} has more than 2^32 elements");
+                    self.fail(StencilError(m));
+                    SVal::Imm(0, Scalar::I64)
+                }
+            },
             None => {
                 self.fail(StencilError(format!("static slice {id} has no storage")));
                 SVal::Imm(0, Scalar::I64)
