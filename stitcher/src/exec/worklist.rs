@@ -73,19 +73,20 @@ pub(super) type Key = SmallVec<[SVal; 4]>;
 /// Values of the operands of an operation, kept inline.
 type Vals<V> = SmallVec<[V; 4]>;
 
-/// A branch target: block and arguments (a buffer of [`Spec::buffer`], given back with
-/// [`Spec::give_back`]).
-type Target<E> = (<E as Emitter>::Block, Vec<<E as Emitter>::Value>);
-
-/// What an edge gives its target: its static key (the static parameters, then the static
-/// live-ins: `params` values, then the rest) and its dynamic inputs.
-struct Inputs<V> {
+/// What an edge gives its target besides its dynamic inputs: its static key (the static
+/// parameters, then the static live-ins: `params` values, then the rest).
+///
+/// (The functions that follow an edge write its target's arguments into a buffer their
+/// caller passes, [`Spec::buffer`], and return only the target block: a block and its
+/// arguments returned together in a `Result` were written to memory in pieces and read
+/// back in overlapping words, a store-forwarding stall on every edge.)
+#[derive(Default)]
+struct Inputs {
     key: Key,
     params: usize,
-    args: Vec<V>,
 }
 
-impl<V> Inputs<V> {
+impl Inputs {
     /// The static parameters and the static live-ins apart (for promotions).
     fn split(&self) -> (Key, Key) {
         let (p, l) = self.key.split_at(self.params);
@@ -279,18 +280,19 @@ impl<'a, E: Emitter> Spec<'a, E> {
         self.sc.memo.get(b, key).ok()
     }
 
-    /// The copy of `b` this unit has made for `inputs` (all of `b`'s key and inputs), if
-    /// any, with `inputs.args` made its arguments ([`Spec::narrow_args`]).
+    /// The copy of `b` this unit has made for `inputs` and `args` (all of `b`'s key and
+    /// inputs), if any, with `args` made its arguments ([`Spec::narrow_args`]).
     fn made_for(
         &mut self,
         b: Block,
-        inputs: &mut Inputs<E::Value>,
+        inputs: &Inputs,
+        args: &mut Vec<E::Value>,
     ) -> Result<Option<E::Block>, SpecError> {
         let key = self.narrow_key(b, &inputs.key);
         let Some(copy) = self.made(b, &key) else {
             return Ok(None);
         };
-        self.narrow_args(b, copy, &mut inputs.args)?;
+        self.narrow_args(b, copy, args)?;
         Ok(Some(copy))
     }
 
@@ -630,12 +632,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             }
         }
         match &sb.term {
-            Term::Jump(e) => {
-                if let Some((t, args)) = self.edge(e)? {
-                    self.em.jump(t, &args);
-                    self.give_back(args);
-                }
-            }
+            Term::Jump(e) => self.jump(e)?,
             Term::Branch {
                 cond,
                 then_edge,
@@ -648,15 +645,13 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     };
                     let e = if taken { then_edge } else { else_edge };
                     self.taken = Some(usize::from(!taken));
-                    if let Some((t, args)) = self.edge(e)? {
-                        self.em.jump(t, &args);
-                        self.give_back(args);
-                    }
+                    self.jump(e)?;
                 }
                 Operand::Dyn(_) => {
                     let c = self.operand(*cond)?;
-                    let (t1, a1) = self.edge_block(then_edge, true)?;
-                    let (t2, a2) = self.edge_block(else_edge, true)?;
+                    let (mut a1, mut a2) = (self.buffer(), self.buffer());
+                    let t1 = self.edge_block(then_edge, true, &mut a1)?;
+                    let t2 = self.edge_block(else_edge, true, &mut a2)?;
                     self.em.brif(c, (t1, &a1), (t2, &a2));
                     self.give_back(a1);
                     self.give_back(a2);
@@ -675,19 +670,18 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     let arm = cases.iter().position(|(c, _)| *c == k);
                     let e = arm.map_or(default, |a| &cases[a].1);
                     self.taken = Some(arm.unwrap_or(cases.len()));
-                    if let Some((t, args)) = self.edge(e)? {
-                        self.em.jump(t, &args);
-                        self.give_back(args);
-                    }
+                    self.jump(e)?;
                 }
                 Operand::Dyn(_) => {
                     let a = self.operand(*arg)?;
                     let mut cs = Vec::new();
                     for (k, e) in cases {
-                        let (t, args) = self.edge_block(e, true)?;
+                        let mut args = self.buffer();
+                        let t = self.edge_block(e, true, &mut args)?;
                         cs.push((*k, t, args));
                     }
-                    let (d, dargs) = self.edge_block(default, true)?;
+                    let mut dargs = self.buffer();
+                    let d = self.edge_block(default, true, &mut dargs)?;
                     self.em.switch(a, &cs, (d, &dargs));
                     for (_, _, args) in cs {
                         self.give_back(args);
@@ -912,11 +906,18 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
     }
 
-    /// The static key and dynamic arguments of an edge's target; static arguments of
-    /// dynamic parameters are emitted as constants in the current block. All of them when
-    /// `all` (for a dispatch block), else without the unit invariants (for a copy of
-    /// the target other than the unit's first: its memo key and parameters).
-    fn target_inputs(&mut self, e: &Edge, all: bool) -> Result<Inputs<E::Value>, SpecError> {
+    /// The static key of an edge's target, and its dynamic arguments appended to `args`;
+    /// static arguments of dynamic parameters are emitted as constants in the current
+    /// block. All of them when `all` (for a dispatch block), else without the unit
+    /// invariants (for a copy of the target other than the unit's first: its memo key and
+    /// parameters).
+    fn target_inputs(
+        &mut self,
+        e: &Edge,
+        all: bool,
+        inputs: &mut Inputs,
+        args: &mut Vec<E::Value>,
+    ) -> Result<(), SpecError> {
         let tb = &self.prog.blocks[e.block];
         if tb.params.len() != e.args.len() {
             return internal(format!(
@@ -925,11 +926,6 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 e.args.len()
             ));
         }
-        let mut inputs = Inputs {
-            key: Key::new(),
-            params: 0,
-            args: self.buffer(),
-        };
         for (p, &a) in tb.params.iter().zip(&e.args) {
             match (p, a) {
                 (Param::Static(_), Operand::Static(r)) => inputs.key.push(self.get_s(r)?),
@@ -939,7 +935,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
                         tb.name
                     ))
                 }
-                (Param::Dyn(..), a) => inputs.args.push(self.operand(a)?),
+                (Param::Dyn(..), a) => args.push(self.operand(a)?),
             }
         }
         inputs.params = inputs.key.len();
@@ -950,8 +946,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
         for &r in statics {
             inputs.key.push(self.get_s(r)?);
         }
-        self.live_args(e.block, &mut inputs.args, all)?;
-        Ok(inputs)
+        self.live_args(e.block, args, all)
     }
 
     /// Appends the values of `b`'s dynamic live-ins (arrays element by element), the unit
@@ -982,20 +977,19 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// when the tree's step reaches it); its static values are the registers this run set,
     /// so no key is built and nothing is looked up: the edge only sets the block's static
     /// parameters (a non-root block with static parameters has this one in-edge).
-    fn tree_edge(&mut self, e: &Edge) -> Result<Target<E>, SpecError> {
+    fn tree_edge(&mut self, e: &Edge, args: &mut Vec<E::Value>) -> Result<E::Block, SpecError> {
         let i = e.block.index();
         let fresh = matches!(self.sc.slots.get(i), Some(None));
         let mut dyns = Vals::new();
         self.tree_params(e, fresh, &mut dyns)?;
-        let mut args = self.buffer();
         args.extend(dyns.iter().map(|&(_, v)| v));
-        self.live_args(e.block, &mut args, false)?;
+        self.live_args(e.block, args, false)?;
         if let Some(Some(slot)) = self.sc.slots.get(i) {
-            return Ok((slot.block, args));
+            return Ok(slot.block);
         }
         let block = self.create_copy(e.block);
         self.fill_slot(e.block, block)?;
-        Ok((block, args))
+        Ok(block)
     }
 
     /// Planned stitcher: the parameters edge `e` to a block of the current tree passes.
@@ -1113,55 +1107,73 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// branch's edge into a lazy block whose copy this unit has not made (when units are
     /// stitched lazily: [`PromotionMode::Units`]), get a dispatch block of their own: a
     /// lazy block is entered like a promotion of no values.
-    fn edge_block(&mut self, e: &Edge, dynamic: bool) -> Result<Target<E>, SpecError> {
+    fn edge_block(
+        &mut self,
+        e: &Edge,
+        dynamic: bool,
+        args: &mut Vec<E::Value>,
+    ) -> Result<E::Block, SpecError> {
         if self.plan.is_some_and(|plan| !plan.is_root(e.block)) {
-            return self.tree_edge(e);
+            return self.tree_edge(e, args);
         }
         let tb = &self.prog.blocks[e.block];
+        let mut inputs = Inputs::default();
         if tb.promote.is_empty() {
             let lazy =
                 tb.lazy.enters_lazily(dynamic) && matches!(self.mode, PromotionMode::Units { .. });
             if !lazy {
-                let mut inputs = self.target_inputs(e, false)?;
+                self.target_inputs(e, false, &mut inputs, args)?;
                 let copy = self.copy_of(e.block, &inputs.key)?;
                 if self.entry == Some(copy) {
-                    self.widen_args(e.block, &mut inputs.args)?;
+                    self.widen_args(e.block, args)?;
                 }
-                return Ok((copy, inputs.args));
+                return Ok(copy);
             }
-            let mut inputs = self.target_inputs(e, true)?;
-            if let Some(copy) = self.made_for(e.block, &mut inputs)? {
-                return Ok((copy, inputs.args));
+            self.target_inputs(e, true, &mut inputs, args)?;
+            if let Some(copy) = self.made_for(e.block, &inputs, args)? {
+                return Ok(copy);
             }
             let stub = self.create_block(e.block);
             self.stubs.push((stub, e.block, inputs.key, Key::new()));
-            return Ok((stub, inputs.args));
+            return Ok(stub);
         }
         // A dispatch block with the promotion block's inputs, filled once the current
         // block is finished (emitters fill one block at a time).
-        let inputs = self.target_inputs(e, true)?;
+        self.target_inputs(e, true, &mut inputs, args)?;
         let stub = self.create_block(e.block);
         let (params, live) = inputs.split();
         self.stubs.push((stub, e.block, params, live));
-        Ok((stub, inputs.args))
+        Ok(stub)
     }
 
-    /// Ends the current block along `e`: returns the target and arguments of a plain jump,
-    /// or `None` when a promotion dispatch was emitted instead.
-    fn edge(&mut self, e: &Edge) -> Result<Option<Target<E>>, SpecError> {
+    /// Ends the current block along `e`: a plain jump to its target, or the dispatch
+    /// into a promotion (or the copy an edge fused into the current block: no jump).
+    fn jump(&mut self, e: &Edge) -> Result<(), SpecError> {
+        let mut args = self.buffer();
+        if let Some(t) = self.edge(e, &mut args)? {
+            self.em.jump(t, &args);
+        }
+        self.give_back(args);
+        Ok(())
+    }
+
+    /// Ends the current block along `e`: returns the target of a plain jump (its
+    /// arguments appended to `args`), or `None` when a promotion dispatch was emitted
+    /// instead, or the copy fused into the current block.
+    fn edge(&mut self, e: &Edge, args: &mut Vec<E::Value>) -> Result<Option<E::Block>, SpecError> {
         let tb = &self.prog.blocks[e.block];
         let lazy = tb.lazy.enters_lazily(false)
             && tb.promote.is_empty()
             && matches!(self.mode, PromotionMode::Units { .. });
+        let mut inputs = Inputs::default();
         if lazy && self.plan.is_none_or(|plan| plan.is_root(e.block)) {
             // A lazy block entered by a jump: its copy in this unit, or a promotion of no
             // values emitted here.
-            let mut inputs = self.target_inputs(e, true)?;
-            if let Some(copy) = self.made_for(e.block, &mut inputs)? {
-                return Ok(Some((copy, inputs.args)));
+            self.target_inputs(e, true, &mut inputs, args)?;
+            if let Some(copy) = self.made_for(e.block, &inputs, args)? {
+                return Ok(Some(copy));
             }
-            self.promotion(e.block, inputs.key, Key::new(), &inputs.args)?;
-            self.give_back(inputs.args);
+            self.promotion(e.block, inputs.key, Key::new(), args)?;
             return Ok(None);
         }
         if tb.promote.is_empty() {
@@ -1169,12 +1181,11 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 self.fuse_edge(e)?;
                 return Ok(None);
             }
-            return Ok(Some(self.edge_block(e, false)?));
+            return Ok(Some(self.edge_block(e, false, args)?));
         }
-        let inputs = self.target_inputs(e, true)?;
+        self.target_inputs(e, true, &mut inputs, args)?;
         let (params, live) = inputs.split();
-        self.promotion(e.block, params, live, &inputs.args)?;
-        self.give_back(inputs.args);
+        self.promotion(e.block, params, live, args)?;
         Ok(None)
     }
 
