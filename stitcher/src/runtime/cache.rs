@@ -211,11 +211,14 @@ impl<V> Default for Cache<V> {
     }
 }
 
-/// Clears the front slots that point at `e` (comparing addresses only).
-fn unlink<V>(front: &[AtomicPtr<Entry<V>>], e: *mut Entry<V>) {
-    for slot in front {
-        let _ = slot.compare_exchange(e, std::ptr::null_mut(), Ordering::AcqRel, Ordering::Relaxed);
-    }
+/// Clears front slot `slot` if it points at `e` (comparing addresses only). An entry is
+/// only ever stored in the slot of its own key ([`front_slot`]), by an insertion or by a
+/// lookup that found it in the map under that key, so that slot is the only one to clear.
+/// (Clearing all 64 slots, an atomic compare-and-swap each, twice per removal, was a
+/// noticeable part of a removal.)
+fn unlink<V>(front: &[AtomicPtr<Entry<V>>], slot: usize, e: *mut Entry<V>) {
+    let _ =
+        front[slot].compare_exchange(e, std::ptr::null_mut(), Ordering::AcqRel, Ordering::Relaxed);
 }
 
 /// Whether two keys are equal, compared inline (slice equality calls `memcmp`, which
@@ -343,7 +346,8 @@ impl<V> Cache<V> {
         let (_, addr) = self.map.remove(key)?;
         self.count.fetch_sub(1, Ordering::Relaxed);
         let e = addr as *mut Entry<V>;
-        unlink(&self.front[..], e);
+        let slot = front_slot(key);
+        unlink(&self.front[..], slot, e);
         // SAFETY: `e` is live until the deferred functions below run (after `_guard`).
         let weight = unsafe { (*e).weight.load(Ordering::Relaxed) };
         self.weight.fetch_sub(weight, Ordering::Relaxed);
@@ -351,7 +355,7 @@ impl<V> Cache<V> {
         let retired = Retired(e);
         epoch::defer(move || {
             let r = retired;
-            unlink(&front[..], r.0);
+            unlink(&front[..], slot, r.0);
             epoch::defer(move || {
                 let r = r;
                 // SAFETY: see `Retired` and above: the entry is in no map or front slot,
