@@ -247,8 +247,9 @@ impl<V> Cache<V> {
         let e = slot.load(Ordering::Acquire);
         if !e.is_null() {
             // SAFETY: front slots hold null or addresses of boxed entries this cache
-            // allocated; an entry is freed only after it was unlinked from every slot and
-            // every thread pinned at that time unpinned, and `guard` pins this thread, so
+            // allocated; an entry is freed only after it was unlinked from its slot (the
+            // only one it can be in, see `unlink`) and every thread pinned at that time
+            // unpinned, and `guard` pins this thread, so
             // `e` (loaded while pinned) is alive for the guard's lifetime. The Acquire load
             // pairs with the Release store that published the entry.
             let e = unsafe { &*e };
@@ -271,8 +272,8 @@ impl<V> Cache<V> {
         let addr = *self.map.get(key)?;
         slot.store(addr as *mut Entry<V>, Ordering::Release);
         // SAFETY: map values are addresses of live boxed entries, protected by the guard as
-        // above. The store above may put an entry into a front slot after a removal of it
-        // cleared the slots: [`Cache::remove`] clears them again once every thread pinned
+        // above. The store above may put an entry into its front slot after a removal of
+        // it cleared the slot: [`Cache::remove`] clears it again once every thread pinned
         // at the removal (so every thread that could make such a store) has unpinned, and
         // frees the entry only one grace period after that.
         Some(unsafe { &*(addr as *const Entry<V>) })
