@@ -249,9 +249,9 @@ impl<V> Cache<V> {
             // SAFETY: front slots hold null or addresses of boxed entries this cache
             // allocated; an entry is freed only after it was unlinked from its slot (the
             // only one it can be in, see `unlink`) and every thread pinned at that time
-            // unpinned, and `guard` pins this thread, so
-            // `e` (loaded while pinned) is alive for the guard's lifetime. The Acquire load
-            // pairs with the Release store that published the entry.
+            // unpinned, and `guard` pins this thread, so `e` (loaded while pinned) is
+            // alive for the guard's lifetime. The Acquire load pairs with the Release
+            // store that published the entry.
             let e = unsafe { &*e };
             if same_words(e.key.words(), key) {
                 return Some(e);
