@@ -39,7 +39,7 @@ use smallvec::SmallVec;
 
 use crate::ops::{BinaryOp, Const};
 use crate::params::Known;
-use crate::pool;
+use crate::pool::{self, Kept};
 use crate::semantics;
 use crate::template::{Case, Emitter, TOp};
 use crate::types::{Scalar, SrcLoc, Type};
@@ -162,14 +162,14 @@ pub struct Fold<B: Backend> {
     /// Lengths of the static slices (by key parameter), for `len` and bounds checks.
     static_lens: Vec<Option<u64>>,
     /// Each created block (by [`Backend::block_index`]) and the interned type lists: the
-    /// thread's, kept from unit to unit ([`Tables`]).
-    t: Tables,
+    /// thread's, kept from unit to unit ([`Kept`]).
+    t: Kept<TypeTables>,
     /// The list last found for a slice at each address (direct-mapped by address), checked
     /// by comparing before it is used: callers mostly pass the same few slices (the
     /// executors pass a program's own lists), and comparing is cheaper than hashing.
     recent: [(usize, u32); 16],
     /// The layer's buffers, the thread's, kept from unit to unit ([`Kept`]).
-    b: Kept<B::Value>,
+    b: Kept<Buffers<B::Value>>,
     /// Constant block parameters read off a recorded run ([`crate::params`]), the blocks
     /// created so far (a block's number in that order is its number in the recording),
     /// and the lists of types kept without constant parameters ([`Fold::kept_list`]).
@@ -205,9 +205,9 @@ impl<V> Default for Buffers<V> {
     }
 }
 
-impl<V> Buffers<V> {
+impl<V: 'static> pool::Reuse for Buffers<V> {
     /// Empties every buffer; `false` if one grew past [`KEPT_BUFFER`] (not worth keeping).
-    fn clear(&mut self) -> bool {
+    fn reset(&mut self) -> bool {
         self.raw_params.clear();
         self.lowered.iter_mut().for_each(Vec::clear);
         self.op_vals.clear();
@@ -231,41 +231,18 @@ impl<V> Buffers<V> {
 const KEPT_BUFFER: usize = 1 << 12;
 
 thread_local! {
-    /// Each thread's [`Buffers`], one per value type.
-    static BUFFERS: pool::Pool = const { std::cell::RefCell::new(Vec::new()) };
+    /// Each thread's [`TypeTables`] and [`Buffers`] (one set per value type), kept from
+    /// one fold layer to the next ([`Kept`]).
+    static KEPT: pool::Pool = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// A layer's [`Buffers`]: the thread's (a new set if it has none for this value type, as
-/// for a layer inside another's lifetime), given back emptied when the layer is dropped.
-struct Kept<V: 'static>(Option<Box<Buffers<V>>>);
+/// At most this many sets in a thread's [`KEPT`] (the tables and a few value types).
+const KEPT_SETS: usize = 8;
 
-impl<V: 'static> Kept<V> {
-    fn take() -> Self {
-        Kept(Some(pool::take(&BUFFERS).unwrap_or_default()))
-    }
-}
-
-impl<V: 'static> std::ops::Deref for Kept<V> {
-    type Target = Buffers<V>;
-    fn deref(&self) -> &Buffers<V> {
-        self.0.as_ref().expect("the buffers until dropped")
-    }
-}
-
-impl<V: 'static> std::ops::DerefMut for Kept<V> {
-    fn deref_mut(&mut self) -> &mut Buffers<V> {
-        self.0.as_mut().expect("the buffers until dropped")
-    }
-}
-
-impl<V: 'static> Drop for Kept<V> {
-    fn drop(&mut self) {
-        if let Some(mut b) = self.0.take() {
-            if b.clear() {
-                pool::give(&BUFFERS, b, 4);
-            }
-        }
-    }
+/// The thread's value of `T` while a fold layer uses it (a fold layer inside another's
+/// lifetime on the same thread gets its own).
+fn kept<T: pool::Reuse>() -> Kept<T> {
+    Kept::take(&KEPT, KEPT_SETS)
 }
 
 /// What the fold layer keeps of blocks and their parameter types. The lists a unit's
@@ -291,54 +268,19 @@ struct TypeTables {
 const KEPT_TYPE_LISTS: usize = 4096;
 const KEPT_BLOCKS: usize = 1 << 16;
 
-thread_local! {
-    static TABLES: std::cell::Cell<Option<Box<TypeTables>>> =
-        const { std::cell::Cell::new(None) };
-}
-
-/// The thread's [`TypeTables`] while a fold layer uses them, given back when it is dropped
-/// (a fold layer inside another's lifetime on the same thread gets tables of its own).
-struct Tables(Option<Box<TypeTables>>);
-
-impl Tables {
-    fn take() -> Tables {
-        let mut t = TABLES
-            .try_with(|c| c.take())
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        t.blocks.clear();
-        if t.blocks.capacity() > KEPT_BLOCKS {
-            t.blocks = Vec::new();
+impl pool::Reuse for TypeTables {
+    /// Empties the block table, and the interned lists past their bound.
+    fn reset(&mut self) -> bool {
+        self.blocks.clear();
+        if self.blocks.capacity() > KEPT_BLOCKS {
+            self.blocks = Vec::new();
         }
-        if t.type_lists.len() > KEPT_TYPE_LISTS {
-            t.type_lists.clear();
-            t.type_index.clear();
-            t.kept_index.clear();
+        if self.type_lists.len() > KEPT_TYPE_LISTS {
+            self.type_lists.clear();
+            self.type_index.clear();
+            self.kept_index.clear();
         }
-        Tables(Some(t))
-    }
-}
-
-impl std::ops::Deref for Tables {
-    type Target = TypeTables;
-    fn deref(&self) -> &TypeTables {
-        self.0.as_ref().expect("the tables until dropped")
-    }
-}
-
-impl std::ops::DerefMut for Tables {
-    fn deref_mut(&mut self) -> &mut TypeTables {
-        self.0.as_mut().expect("the tables until dropped")
-    }
-}
-
-impl Drop for Tables {
-    fn drop(&mut self) {
-        if let Some(t) = self.0.take() {
-            // (`try_with`: a thread being torn down just frees them.)
-            let _ = TABLES.try_with(|c| c.set(Some(t)));
-        }
+        true
     }
 }
 
@@ -358,9 +300,9 @@ impl<B: Backend> Fold<B> {
         Fold {
             backend,
             static_lens,
-            t: Tables::take(),
+            t: kept(),
             recent: [(0, u32::MAX); 16],
-            b: Kept::take(),
+            b: kept(),
             known: None,
             made: 0,
         }
@@ -1035,19 +977,19 @@ mod tests {
         // (A value type of its own: no other test on this thread shares the set.)
         #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
         struct V(u8);
-        let mut b = Kept::<V>::take();
+        let mut b = kept::<Buffers<V>>();
         b.raw_params.extend([V(1), V(2)]);
         b.lowered[1].push(V(3));
         b.op_types.push(Type::I64);
         b.checked_const.insert(V(4), 7);
         drop(b);
-        let mut b = Kept::<V>::take();
+        let mut b = kept::<Buffers<V>>();
         assert!(b.raw_params.is_empty() && b.lowered[1].is_empty() && b.op_types.is_empty());
         assert!(b.checked_const.is_empty());
         assert!(b.raw_params.capacity() >= 2, "the set was kept");
         b.op_vals.reserve(KEPT_BUFFER + 1);
         drop(b);
-        let b = Kept::<V>::take();
+        let b = kept::<Buffers<V>>();
         assert_eq!(b.raw_params.capacity(), 0, "a new set");
     }
 
@@ -1056,7 +998,7 @@ mod tests {
     #[test]
     fn type_tables_are_kept_per_thread_within_bounds() {
         let lists = |n: usize| {
-            let mut t = Tables::take();
+            let mut t = kept::<TypeTables>();
             t.type_lists.clear();
             t.type_index.clear();
             for k in 0..n {
@@ -1071,18 +1013,18 @@ mod tests {
             });
         };
         lists(3);
-        let t = Tables::take();
+        let t = kept::<TypeTables>();
         assert_eq!(t.type_lists.len(), 3, "kept");
         assert!(t.blocks.is_empty(), "the blocks are the unit's");
         // Nested: the inner layer's tables are fresh, the outer's come back.
-        let inner = Tables::take();
+        let inner = kept::<TypeTables>();
         assert!(inner.type_lists.is_empty());
         drop(inner);
         drop(t);
-        assert_eq!(Tables::take().type_lists.len(), 3);
+        assert_eq!(kept::<TypeTables>().type_lists.len(), 3);
         lists(KEPT_TYPE_LISTS + 1);
         assert!(
-            Tables::take().type_lists.is_empty(),
+            kept::<TypeTables>().type_lists.is_empty(),
             "past the bound: afresh"
         );
     }
