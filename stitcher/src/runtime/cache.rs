@@ -157,6 +157,9 @@ struct Entry<V> {
     born: u64,
     /// What the entry counts in [`Cache::weight`].
     weight: AtomicUsize,
+    /// The thread that inserted it (and made its value, in practice), which frees it if
+    /// still alive: see [`epoch::defer_to`].
+    home: epoch::Home,
 }
 
 /// A pointer to a removed entry, moved into the epoch collector's deferred function.
@@ -323,6 +326,7 @@ impl<V> Cache<V> {
             used: AtomicU64::new(now),
             born: self.born.fetch_add(1, Ordering::Relaxed),
             weight: AtomicUsize::new(weight),
+            home: epoch::home(),
         }));
         self.weight.fetch_add(weight, Ordering::Relaxed);
         self.map.insert(Key::new(key), e as usize);
@@ -353,11 +357,13 @@ impl<V> Cache<V> {
         let weight = unsafe { (*e).weight.load(Ordering::Relaxed) };
         self.weight.fetch_sub(weight, Ordering::Relaxed);
         let front = self.front.clone();
+        // SAFETY: as above.
+        let home = unsafe { (*e).home };
         let retired = Retired(e);
         epoch::defer(move || {
             let r = retired;
             unlink(&front[..], slot, r.0);
-            epoch::defer(move || {
+            epoch::defer_to(home, move || {
                 let r = r;
                 // SAFETY: see `Retired` and above: the entry is in no map or front slot,
                 // and every thread that could hold it has unpinned since it left the last

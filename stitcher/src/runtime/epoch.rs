@@ -37,6 +37,17 @@
 //! most one barrier a millisecond whatever the rate of evictions. [`HARD_LIMIT`] waiting
 //! makes a thread collect at once, even pinned (one that stays pinned for long holds back
 //! only what was deferred while it was pinned), and [`flush`] collects at once.
+//!
+//! **Which thread frees.** A function deferred with [`defer_to`] names a thread (its
+//! [`Home`]: in practice, the one that allocated what it frees). When a collection finds it
+//! ready and that thread alive and not the collector, it goes into that thread's mail,
+//! which the thread runs when it next unpins (a load of a flag in its record, which it has
+//! just written, per unpin). Mail still unread at the next collection (a thread that
+//! stopped calling, or exited) is run by that collection, so it waits at most one
+//! collection longer. The C library's allocator keeps an arena per thread, and a block
+//! freed by another thread goes back under its arena's lock, which the owner takes for its
+//! own allocations: with two threads evicting each other's versions, those frees were the
+//! most contended locks of the rule service.
 
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -66,8 +77,11 @@ const FENCES: u8 = 2;
 /// ever pinned at once).
 static REGISTRY: Mutex<Vec<&'static Record>> = const_mutex(Vec::new());
 
-/// Deferred functions with the epoch each waits for.
-static GARBAGE: Mutex<Vec<(u64, Deferred)>> = const_mutex(Vec::new());
+/// Deferred functions with the epoch each waits for and the thread that should run it.
+static GARBAGE: Mutex<Vec<(u64, Option<Home>, Deferred)>> = const_mutex(Vec::new());
+
+/// Collections made so far (numbering the ones that found something waiting).
+static COLLECTIONS: AtomicU64 = AtomicU64::new(0);
 
 /// Number of entries in [`GARBAGE`] (read without its lock).
 static PENDING: AtomicUsize = AtomicUsize::new(0);
@@ -105,6 +119,37 @@ struct Record {
     pinned: AtomicU64,
     /// Whether a live thread owns the record.
     owned: AtomicBool,
+    /// Whether `mail` holds functions (read by the owner at every unpin, set by
+    /// collections).
+    has_mail: AtomicBool,
+    /// Ready functions a collection handed to the owner (see [`defer_to`]).
+    mail: Mutex<Mail>,
+}
+
+/// Functions a collection found ready and handed to the thread that should run them.
+#[derive(Default)]
+struct Mail {
+    items: Vec<Deferred>,
+    /// The collection that posted the first of them: a later collection that finds them
+    /// still there runs them itself, so a thread that stopped unpinning holds them only
+    /// until then.
+    since: u64,
+}
+
+/// A thread that should run a deferred function, if it is still alive when the function
+/// is ready: see [`defer_to`].
+#[derive(Clone, Copy)]
+pub struct Home(&'static Record);
+
+impl Home {
+    fn is(self, r: Option<&'static Record>) -> bool {
+        r.is_some_and(|r| std::ptr::eq(self.0, r))
+    }
+}
+
+/// The calling thread, as the home of what it allocates.
+pub fn home() -> Home {
+    Home(RECORD.with(Cell::get).unwrap_or_else(register))
 }
 
 thread_local! {
@@ -147,8 +192,8 @@ fn register() -> &'static Record {
             Some(r) => *r,
             None => {
                 let r: &'static Record = Box::leak(Box::new(Record {
-                    pinned: AtomicU64::new(0),
                     owned: AtomicBool::new(true),
+                    ..Record::default()
                 }));
                 all.push(r);
                 r
@@ -218,6 +263,9 @@ impl Drop for Guard {
             // Release: every access made while pinned happens before a collection that
             // reads 0 here.
             r.pinned.store(0, Ordering::Release);
+            if r.has_mail.load(Ordering::Relaxed) {
+                read_mail(r);
+            }
             if OWED.with(Cell::get) {
                 collect_owed();
             }
@@ -232,13 +280,32 @@ fn collect_owed() {
     collect();
 }
 
+/// Runs the functions a collection handed to this thread.
+#[cold]
+fn read_mail(r: &'static Record) {
+    r.has_mail.store(false, Ordering::Relaxed);
+    let items = std::mem::take(&mut r.mail.lock().items);
+    run(items);
+}
+
 /// Runs `f` once every thread that may have read what the caller just unlinked has
 /// unpinned. The caller must have unlinked it already: this advances the epoch.
 pub fn defer(f: impl FnOnce() + Send + 'static) {
+    push(None, Box::new(f));
+}
+
+/// [`defer`], with `f` run by the thread `home` if that thread is still alive when `f`
+/// is ready (when it next unpins, or by the next collection if it has not by then): for
+/// what frees memory `home` allocated (see the module documentation).
+pub fn defer_to(home: Home, f: impl FnOnce() + Send + 'static) {
+    push(Some(home), Box::new(f));
+}
+
+fn push(home: Option<Home>, f: Deferred) {
     let e = EPOCH.fetch_add(1, Ordering::SeqCst);
     let n = {
         let mut g = GARBAGE.lock();
-        g.push((e, Box::new(f)));
+        g.push((e, home, f));
         g.len()
     };
     PENDING.store(n, Ordering::Relaxed);
@@ -273,7 +340,12 @@ pub fn collect() {
         PENDING.store(0, Ordering::Relaxed);
         std::mem::take(&mut *g)
     };
+    // Mail a thread has not read since an earlier collection (it stopped unpinning, or
+    // exited) is run here.
+    let number = COLLECTIONS.fetch_add(1, Ordering::Relaxed) + 1;
+    let mut ready = sweep(number, false);
     if candidates.is_empty() {
+        run(ready);
         return;
     }
     LAST.store(clock(), Ordering::Relaxed);
@@ -288,15 +360,20 @@ pub fn collect() {
     } else {
         0
     };
-    let mut ready = Vec::new();
-    candidates.retain_mut(|(e, f)| {
-        if *e < oldest {
-            ready.push(std::mem::replace(f, Box::new(|| {})));
-            false
-        } else {
-            true
+    let me = RECORD.with(Cell::get);
+    let mut mail: Vec<(Home, Deferred)> = Vec::new();
+    candidates.retain_mut(|(e, home, f)| {
+        if *e >= oldest {
+            return true;
         }
+        let f = std::mem::replace(f, Box::new(|| {}));
+        match *home {
+            Some(h) if !h.is(me) && h.0.owned.load(Ordering::Relaxed) => mail.push((h, f)),
+            _ => ready.push(f),
+        }
+        false
     });
+    post(mail, number);
     // The next collection is due once as many more wait again. (What waits goes back
     // in the buffer taken, with the room it grew to: the list would otherwise grow from
     // nothing again after every collection.)
@@ -308,6 +385,48 @@ pub fn collect() {
         g.len()
     };
     DUE.store(left + COLLECT_AT, Ordering::Relaxed);
+    run(ready);
+}
+
+/// Takes the functions waiting in threads' mail since before collection `number` or for
+/// threads that exited (`all`: all of them).
+fn sweep(number: u64, all: bool) -> Vec<Deferred> {
+    let mut ready = Vec::new();
+    for r in REGISTRY.lock().iter() {
+        if r.has_mail.load(Ordering::Relaxed) {
+            let mut m = r.mail.lock();
+            if all || m.since < number || !r.owned.load(Ordering::Relaxed) {
+                r.has_mail.store(false, Ordering::Relaxed);
+                ready.append(&mut m.items);
+            }
+        }
+    }
+    ready
+}
+
+/// Hands each function to its home thread's mail.
+fn post(mut mail: Vec<(Home, Deferred)>, number: u64) {
+    // (Few threads: one pass per home thread, taking its lock once.)
+    while let Some(&(h, _)) = mail.last() {
+        let mut m = h.0.mail.lock();
+        if m.items.is_empty() {
+            m.since = number;
+        }
+        let mut i = 0;
+        while i < mail.len() {
+            if std::ptr::eq(mail[i].0 .0, h.0) {
+                m.items.push(mail.swap_remove(i).1);
+            } else {
+                i += 1;
+            }
+        }
+        h.0.has_mail.store(true, Ordering::Release);
+    }
+}
+
+/// Runs ready functions, marking the thread as collecting meanwhile (what they defer
+/// waits for the next collection).
+fn run(ready: Vec<Deferred>) {
     // (Restored however the functions end.)
     struct Collecting(bool);
     impl Drop for Collecting {
@@ -326,6 +445,9 @@ pub fn flush() {
     for _ in 0..4 {
         let before = pending();
         collect();
+        // (What the collection handed to other threads runs here.)
+        let number = COLLECTIONS.fetch_add(1, Ordering::Relaxed) + 1;
+        run(sweep(number, true));
         if pending() == 0 || pending() >= before {
             break;
         }
