@@ -9,7 +9,10 @@
 //! `cargo bench --bench cache`; each figure is the median of 7 runs of 2,000,000 calls
 //! (200,000 for the slice, 300 for misses), with the range. `--profile-scalars` instead
 //! runs 50,000,000 scalar-key hits and nothing else, for a profiler
-//! (`--profile-one-unchecked`: 100,000,000 hits of the `cache_one_unchecked` region).
+//! (`--profile-one-unchecked`: 100,000,000 hits of the `cache_one_unchecked` region;
+//! `--profile-miss N` and `--profile-evict N`: N misses of `replicate`, and N misses that
+//! evict, 200,000 unless given; with two values of N under `valgrind --tool=callgrind`,
+//! the difference of the counts is the instructions of that many misses).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -95,6 +98,33 @@ fn diff(what: &str, a: (f64, f64, f64), b: (f64, f64, f64)) {
     println!("| {what} | {:.1} | |", a.0 - b.0);
 }
 
+/// The `scalars` region of a program limited to one specialization: calls alternating
+/// two keys each evict the other's version.
+fn evicting_region() -> Region {
+    let one_spec = Program::compile_with(
+        "cache.dyc",
+        SRC,
+        RuntimeOptions {
+            limits: Limits {
+                max_specializations: 1,
+                ..Limits::default()
+            },
+            ..RuntimeOptions::default()
+        },
+    )
+    .expect("compiles");
+    one_spec.region("scalars").expect("region")
+}
+
+/// Call `i` of the evicting region: a miss that evicts the version of the other key.
+fn evict_call(evicting: &Region, i: u64) {
+    black_box(
+        evicting
+            .call(&mut [Arg::from((i % 2) as i64), Arg::from(7i64), Arg::from(1i64)])
+            .expect("runs"),
+    );
+}
+
 fn main() {
     let p = Program::compile(SRC).expect("compiles");
     let scalars = p.region("scalars").expect("region");
@@ -117,6 +147,29 @@ fn main() {
         let r = p.region("one_unchecked").expect("region");
         for i in 0..100_000_000 {
             hit(&r, i);
+        }
+        return;
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let profile = |flag: &str| {
+        let i = args.iter().position(|a| a == flag)?;
+        Some(
+            args.get(i + 1)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(200_000),
+        )
+    };
+    if let Some(runs) = profile("--profile-miss") {
+        let replicate = p.region("replicate").expect("region");
+        for i in 0..runs {
+            hit(&replicate, i);
+        }
+        return;
+    }
+    if let Some(runs) = profile("--profile-evict") {
+        let evicting = evicting_region();
+        for i in 0..runs {
+            evict_call(&evicting, i);
         }
         return;
     }
@@ -163,26 +216,8 @@ fn main() {
     // Misses: a specialization per call, then one that also evicts a version.
     let replicate = p.region("replicate").expect("region");
     let miss = measure(7, 300, |i| hit(&replicate, i));
-    let one_spec = Program::compile_with(
-        "cache.dyc",
-        SRC,
-        RuntimeOptions {
-            limits: Limits {
-                max_specializations: 1,
-                ..Limits::default()
-            },
-            ..RuntimeOptions::default()
-        },
-    )
-    .expect("compiles");
-    let evicting = one_spec.region("scalars").expect("region");
-    let evict = measure(7, 300, |i| {
-        black_box(
-            evicting
-                .call(&mut [Arg::from((i % 2) as i64), Arg::from(7i64), Arg::from(1i64)])
-                .expect("runs"),
-        );
-    });
+    let evicting = evicting_region();
+    let evict = measure(7, 300, |i| evict_call(&evicting, i));
     assert!(evicting.stats().evictions >= 2_000);
     // A lazy arm: its first execution stitches and compiles it and patches the slot.
     let branchy = p.region("branchy").expect("region");

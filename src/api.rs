@@ -47,6 +47,7 @@
 use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::hash::BuildHasherDefault;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
@@ -59,7 +60,7 @@ use dyc_stitcher::exec::ExecutorKind;
 pub use dyc_stitcher::ge::Caching;
 use dyc_stitcher::ge::StitchProgram;
 use dyc_stitcher::ge::{BudgetKind, SVal, SliceData, SpecError};
-use dyc_stitcher::runtime::cache::{hash_bytes, Cache};
+use dyc_stitcher::runtime::cache::{hash_bytes, Cache, WordHasher};
 use dyc_stitcher::runtime::{
     self, const_to_word, OnExceeded, RunError, Runtime, RuntimeOptions, Specialization, Tier,
 };
@@ -584,7 +585,7 @@ struct RegionState {
     /// Keys being specialized: racing misses on one key wait for the first instead of
     /// specializing it again, without any lock held while specializing (which runs pure
     /// host functions).
-    in_flight: Mutex<HashMap<Vec<u64>, Arc<Latch>>>,
+    in_flight: Mutex<HashMap<Vec<u64>, Arc<Latch>, BuildHasherDefault<WordHasher>>>,
     counters: Counters,
     /// The generic code's entry, made on first use.
     generic: OnceLock<Arc<Specialized>>,
@@ -800,7 +801,7 @@ impl RegionState {
             ge,
             caching: entry_caching(m, id),
             cache: Cache::default(),
-            in_flight: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(HashMap::default()),
             counters: Counters::default(),
             generic: OnceLock::new(),
             executor: RwLock::new(executor),

@@ -44,6 +44,7 @@ pub mod sites;
 pub mod wrapper;
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -73,6 +74,7 @@ use crate::ge::{
     SliceData, SpecError, StitchProgram,
 };
 use crate::jit::{host_isa, large_unit_isa, JitOptions, LARGE_UNIT_BLOCKS};
+use cache::WordHasher;
 
 pub use faults::RunError;
 pub use hosts::{const_to_word, word_to_const, HostFn};
@@ -311,7 +313,7 @@ pub(crate) struct Shared {
     code: CodeRegion,
     /// The entry wrapper for each list of unit input types made so far (compiled into
     /// `code` on first use; a handful per module).
-    wrappers: Mutex<HashMap<Vec<Type>, usize>>,
+    wrappers: Mutex<HashMap<Vec<Type>, usize, BuildHasherDefault<WordHasher>>>,
     /// Test hook: the next specialization panics inside the stitcher.
     inject_panic: AtomicBool,
     /// Called (outside every runtime lock) after a promotion stitched a continuation, so
@@ -496,15 +498,17 @@ impl stencil::Services for StitchServices<'_> {
     }
 
     fn helper(&self, h: stencil::Import) -> u64 {
-        let name = match h {
-            stencil::Import::HostCall => "dyc_host_call",
-            stencil::Import::Promote => "dyc_promote",
-            stencil::Import::Fmod => "dyc_fmod",
-            stencil::Import::Frame => "dyc_frame",
+        // (The same functions the symbol table gives Cranelift's modules, without a
+        // lookup by name per unit.)
+        let f = match h {
+            stencil::Import::HostCall => hosts::dyc_host_call as *const (),
+            stencil::Import::Promote => sites::dyc_promote as *const (),
+            stencil::Import::Fmod => hosts::dyc_fmod as *const (),
+            stencil::Import::Frame => dyc_frame as *const (),
             // A callee's address comes with its call (`Callee::Func`), never from here.
             stencil::Import::Callee => return 0,
         };
-        self.shared.symbols.get(name).map_or(0, |&a| a as u64)
+        f as u64
     }
 }
 
@@ -935,7 +939,7 @@ impl Runtime {
             generic: generic.clone(),
             symbols: Arc::new(HashMap::new()),
             code,
-            wrappers: Mutex::new(HashMap::new()),
+            wrappers: Mutex::new(HashMap::default()),
             inject_panic: AtomicBool::new(false),
             growth: std::sync::OnceLock::new(),
         };
