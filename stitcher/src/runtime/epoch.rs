@@ -80,7 +80,8 @@ static REGISTRY: Mutex<Vec<&'static Record>> = const_mutex(Vec::new());
 /// Deferred functions with the epoch each waits for and the thread that should run it.
 static GARBAGE: Mutex<Vec<(u64, Option<Home>, Deferred)>> = const_mutex(Vec::new());
 
-/// Collections made so far (numbering the ones that found something waiting).
+/// Collections (and flushes) made so far: each takes the next number, which dates the
+/// mail it hands out (see [`Mail::since`]).
 static COLLECTIONS: AtomicU64 = AtomicU64::new(0);
 
 /// Number of entries in [`GARBAGE`] (read without its lock).
