@@ -44,6 +44,7 @@
 //! }
 //! ```
 
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -903,13 +904,18 @@ impl Region {
             )));
         }
         let params = self.params();
-        let mut key = Vec::new();
-        let mut slices: Vec<Option<SliceData>> = vec![None; params.len()];
+        let mut key = Vec::with_capacity(keys.len());
+        // (By parameter, up to the last slice: every reader looks a slice up with `get`,
+        // and a region keyed by scalars allocates nothing here.)
+        let mut slices: Vec<Option<SliceData>> = Vec::new();
         for (a, &k) in key_args.iter().zip(keys) {
             check(a, params[k], k)?;
             match a {
                 Arg::Scalar(c) => key.push(SVal::Scalar(*c)),
                 Arg::Slice(s) => {
+                    if slices.len() <= k {
+                        slices.resize(k + 1, None);
+                    }
                     slices[k] = Some(SliceData {
                         elem: s.elem,
                         data: s.contents(),
@@ -1136,9 +1142,12 @@ impl Region {
                 }
             }
         }
-        let key_args: Vec<Arg> = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
         let hosts_gen = inner.hosts_gen.load(Ordering::SeqCst);
-        let version = match self.specialize_in(&key_args, inner.runtime.options().tiers.first) {
+        let specialized = {
+            let key_args: KeyArgs = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
+            self.specialize_in(&key_args, inner.runtime.options().tiers.first)
+        };
+        let version = match specialized {
             Ok(s) => {
                 let c = &st.counters;
                 c.specializations.fetch_add(1, Ordering::Relaxed);
@@ -1195,9 +1204,12 @@ impl Region {
         guard: &Guard,
     ) -> Result<Option<Const>, Error> {
         let st = &*self.state;
-        let key_args: Vec<Arg> = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
         let hosts_gen = self.program.inner.hosts_gen.load(Ordering::SeqCst);
-        let optimized = match self.specialize_in(&key_args, Tier::Optimizing) {
+        let specialized = {
+            let key_args: KeyArgs = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
+            self.specialize_in(&key_args, Tier::Optimizing)
+        };
+        let optimized = match specialized {
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!(region = %self.name(), error = %e, "tier-up failed");
@@ -1380,12 +1392,27 @@ fn reborrow<'b>(a: &'b Arg) -> Arg<'b> {
     }
 }
 
+/// A call's key arguments, inline for up to four.
+type KeyArgs<'a> = smallvec::SmallVec<[Arg<'a>; 4]>;
+
+/// `0, 1, 2, ...`: the positions of the arguments of a specialization's own call.
+static IDENTITY: [usize; 64] = {
+    let mut a = [0; 64];
+    let mut i = 0;
+    while i < 64 {
+        a[i] = i;
+        i += 1;
+    }
+    a
+};
+
 /// Specialized (or generic) code of a region, called with the dynamic arguments.
 pub struct Specialized {
     spec: Specialization,
     params: Vec<Type>,
-    /// `0..params.len()`: where [`Specialized::call`] finds each argument.
-    positions: Vec<usize>,
+    /// `0..params.len()`: where [`Specialized::call`] finds each argument (a slice of
+    /// [`IDENTITY`] unless there are more parameters).
+    positions: Cow<'static, [usize]>,
     /// Calls through a region entry's cache, counted while in a first tier, the time
     /// they took together, and whether one of them has moved the version up.
     calls: AtomicU64,
@@ -1395,9 +1422,13 @@ pub struct Specialized {
 
 impl Specialized {
     fn new(spec: Specialization, params: Vec<Type>) -> Specialized {
+        let n = params.len();
         Specialized {
             spec,
-            positions: (0..params.len()).collect(),
+            positions: match IDENTITY.get(..n) {
+                Some(p) => Cow::Borrowed(p),
+                None => Cow::Owned((0..n).collect()),
+            },
             params,
             calls: AtomicU64::new(0),
             run_ns: AtomicU64::new(0),

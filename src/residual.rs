@@ -425,8 +425,7 @@ pub fn run_with(
         let entry_block = em.func.entry_block().expect("entry");
         let lens = slices
             .iter()
-            .map(|s| s.as_ref().map(|d| d.data.len() as u64))
-            .collect();
+            .map(|s| s.as_ref().map(|d| d.data.len() as u64));
         let mut em = Record::new(Fold::new(em, lens));
         let lookup = |s: &Site| {
             known

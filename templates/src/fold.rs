@@ -159,8 +159,6 @@ type Hasher = FxBuildHasher;
 /// The fold layer over backend `B`.
 pub struct Fold<B: Backend> {
     pub backend: B,
-    /// Lengths of the static slices (by key parameter), for `len` and bounds checks.
-    static_lens: Vec<Option<u64>>,
     /// Each created block (by [`Backend::block_index`]) and the interned type lists: the
     /// thread's, kept from unit to unit ([`Kept`]).
     t: Kept<TypeTables>,
@@ -179,6 +177,8 @@ pub struct Fold<B: Backend> {
 
 /// The fold layer's buffers and per-block sets.
 struct Buffers<V> {
+    /// Lengths of the static slices (by key parameter), for `len` and bounds checks.
+    static_lens: Vec<Option<u64>>,
     /// The backend's block parameters, and the lowered arguments of the two edges of a
     /// branch.
     raw_params: Vec<V>,
@@ -195,6 +195,7 @@ struct Buffers<V> {
 impl<V> Default for Buffers<V> {
     fn default() -> Self {
         Buffers {
+            static_lens: Vec::new(),
             raw_params: Vec::new(),
             lowered: [Vec::new(), Vec::new()],
             op_vals: Vec::new(),
@@ -208,6 +209,7 @@ impl<V> Default for Buffers<V> {
 impl<V: 'static> pool::Reuse for Buffers<V> {
     /// Empties every buffer; `false` if one grew past [`KEPT_BUFFER`] (not worth keeping).
     fn reset(&mut self) -> bool {
+        self.static_lens.clear();
         self.raw_params.clear();
         self.lowered.iter_mut().for_each(Vec::clear);
         self.op_vals.clear();
@@ -215,6 +217,7 @@ impl<V: 'static> pool::Reuse for Buffers<V> {
         self.checked.clear();
         self.checked_const.clear();
         let room = [
+            self.static_lens.capacity(),
             self.raw_params.capacity(),
             self.lowered[0].capacity(),
             self.lowered[1].capacity(),
@@ -295,14 +298,16 @@ struct BlockInfo {
 }
 
 impl<B: Backend> Fold<B> {
-    /// A fold layer over `backend`; `static_lens[k]` is the length of static slice `k`.
-    pub fn new(backend: B, static_lens: Vec<Option<u64>>) -> Fold<B> {
+    /// A fold layer over `backend`; the `k`-th of `static_lens` is the length of static
+    /// slice `k`.
+    pub fn new(backend: B, static_lens: impl IntoIterator<Item = Option<u64>>) -> Fold<B> {
+        let mut b: Kept<Buffers<B::Value>> = kept();
+        b.static_lens.extend(static_lens);
         Fold {
             backend,
-            static_lens,
             t: kept(),
             recent: [(0, u32::MAX); 16],
-            b: kept(),
+            b,
             known: None,
             made: 0,
         }
@@ -770,7 +775,7 @@ impl<B: Backend> Emitter for Fold<B> {
         FVal::Dyn {
             v,
             ty,
-            static_len: (self.static_lens.get(id as usize).copied().flatten())
+            static_len: (self.b.static_lens.get(id as usize).copied().flatten())
                 .and_then(|n| u32::try_from(n).ok()),
         }
     }

@@ -1534,7 +1534,7 @@ pub struct StencilEmitter<'a> {
     lib: &'a StencilLib,
     services: &'a mut dyn Services,
     fuel: bool,
-    static_slices: Vec<Option<(u64, u64, Scalar)>>,
+    static_slices: &'a [Option<(u64, u64, Scalar)>],
     code: Vec<u8>,
     blocks: Vec<BlockInfo>,
     /// The parameters of every block, each block's in one run (see [`BlockInfo::params`]).
@@ -1668,7 +1668,7 @@ impl<'a> StencilEmitter<'a> {
         lib: &'a StencilLib,
         services: &'a mut dyn Services,
         fuel: bool,
-        static_slices: Vec<Option<(u64, u64, Scalar)>>,
+        static_slices: &'a [Option<(u64, u64, Scalar)>],
         inputs: &[Type],
     ) -> StencilEmitter<'a> {
         let mut sc = SCRATCH.with(|c| c.take()).unwrap_or_default();
@@ -3280,7 +3280,7 @@ mod tests {
     /// target (which would drop its jump anyway).
     fn chain(lib: &StencilLib, hops: usize, spin: bool) -> Vec<u8> {
         let mut services = NoServices;
-        let mut em = StencilEmitter::new(lib, &mut services, false, Vec::new(), &[]);
+        let mut em = StencilEmitter::new(lib, &mut services, false, &[], &[]);
         let blocks: Vec<u32> = (0..=hops).map(|_| em.create_block(&[])).collect();
         let order = std::iter::once(0).chain((1..=hops).rev());
         for k in order {
@@ -3308,7 +3308,7 @@ mod tests {
     fn sums(lib: &StencilLib, reuse: bool) -> (Vec<u8>, u32) {
         let mut services = NoServices;
         let i = Type::I64;
-        let mut em = StencilEmitter::new(lib, &mut services, false, Vec::new(), &[i]);
+        let mut em = StencilEmitter::new(lib, &mut services, false, &[], &[i]);
         let b = em.create_block(&[i]);
         em.switch_to_block(b);
         let x = params(&mut em, b, &[i])[0];
@@ -3367,7 +3367,7 @@ mod tests {
     fn compare_and_branch(lib: &StencilLib, pass: bool) -> Vec<u8> {
         let mut services = NoServices;
         let t = [Type::I64];
-        let mut em = StencilEmitter::new(lib, &mut services, false, Vec::new(), &t);
+        let mut em = StencilEmitter::new(lib, &mut services, false, &[], &t);
         let entry = em.create_block(&t);
         let yes_params = if pass {
             vec![Type::I64, Type::BOOL]
@@ -3419,7 +3419,7 @@ mod tests {
     fn with_const(lib: &StencilLib, op: BinaryOp, c: u64, s: Scalar) -> Vec<u8> {
         let mut services = NoServices;
         let t = [Type::Scalar(s)];
-        let mut em = StencilEmitter::new(lib, &mut services, false, Vec::new(), &t);
+        let mut em = StencilEmitter::new(lib, &mut services, false, &[], &t);
         let entry = em.create_block(&t);
         em.switch_to_block(entry);
         let x = params(&mut em, entry, &t)[0];
@@ -3513,7 +3513,7 @@ mod tests {
         let unit = |shape: Shape| {
             let mut services = NoServices;
             let (t, t2) = ([Type::I64], [Type::I64, Type::I64]);
-            let mut em = StencilEmitter::new(&lib, &mut services, false, Vec::new(), &t2);
+            let mut em = StencilEmitter::new(&lib, &mut services, false, &[], &t2);
             let (entry, yes, no, exit) = (
                 em.create_block(&t2),
                 em.create_block(&t),
@@ -3578,7 +3578,7 @@ mod tests {
     fn carried(lib: &StencilLib, hop: bool, rejoin: bool) -> Vec<u8> {
         let mut services = NoServices;
         let t = [Type::I64];
-        let mut em = StencilEmitter::new(lib, &mut services, false, Vec::new(), &t);
+        let mut em = StencilEmitter::new(lib, &mut services, false, &[], &t);
         let (entry, h, b, c) = (
             em.create_block(&t),
             em.create_block(&t),
@@ -3646,7 +3646,7 @@ mod tests {
         let mut services = NoServices;
         let t = [Type::I64];
         let two = [Type::I64; 2];
-        let mut em = StencilEmitter::new(lib, &mut services, false, Vec::new(), &t);
+        let mut em = StencilEmitter::new(lib, &mut services, false, &[], &t);
         let (entry, head, next) = (
             em.create_block(&t),
             em.create_block(&t),
@@ -3689,7 +3689,7 @@ mod tests {
     fn through_run(lib: &StencilLib, late: bool) -> usize {
         let mut services = NoServices;
         let t = [Type::I64];
-        let mut em = StencilEmitter::new(lib, &mut services, false, Vec::new(), &t);
+        let mut em = StencilEmitter::new(lib, &mut services, false, &[], &t);
         let [entry, head, y, other] = [(); 4].map(|_| em.create_block(&t));
         em.switch_to_block(entry);
         let x = params(&mut em, entry, &t)[0];
@@ -3756,7 +3756,7 @@ mod tests {
             },
             Type::I64,
         ];
-        let mut em = StencilEmitter::new(&lib, &mut services, false, Vec::new(), &t);
+        let mut em = StencilEmitter::new(&lib, &mut services, false, &[], &t);
         let entry = em.create_block(&t);
         em.switch_to_block(entry);
         let p = params(&mut em, entry, &t);

@@ -25,6 +25,7 @@
 //! promotion sites, so that tests can assert that dropping what was made gives everything
 //! back (counts, not timings).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -133,12 +134,12 @@ unsafe impl Send for Module {}
 enum ModuleState {
     /// No Cranelift unit yet: what making the module takes (a stitch-tier specialization
     /// never makes one).
-    Pending(OwnedTargetIsa, Box<Lookup>),
+    Pending(OwnedTargetIsa, Symbols),
     Ready(Module),
 }
 
-/// Resolves the symbols a module's code imports.
-type Lookup = dyn Fn(&str) -> Option<*const u8> + Send;
+/// The addresses of the symbols a module's code imports, by name.
+pub(crate) type Symbols = Arc<HashMap<String, usize>>;
 
 /// One module of code with the fault sites its code refers to.
 pub struct CodeRegion {
@@ -155,16 +156,12 @@ pub struct CodeRegion {
 }
 
 impl CodeRegion {
-    /// A new region for code of function `func`; symbols it imports are resolved by
-    /// `lookup` (the runtime's helpers and generic functions).
-    pub(crate) fn new(
-        isa: OwnedTargetIsa,
-        func: Arc<str>,
-        lookup: impl Fn(&str) -> Option<*const u8> + Send + 'static,
-    ) -> CodeRegion {
+    /// A new region for code of function `func`; symbols it imports are resolved in
+    /// `symbols` (the runtime's helpers and generic functions).
+    pub(crate) fn new(isa: OwnedTargetIsa, func: Arc<str>, symbols: Symbols) -> CodeRegion {
         REGIONS.add(1);
         CodeRegion {
-            module: Mutex::new(Some(ModuleState::Pending(isa, Box::new(lookup)))),
+            module: Mutex::new(Some(ModuleState::Pending(isa, symbols))),
             units: Mutex::new(Vec::new()),
             bytes: AtomicUsize::new(0),
             faults: Mutex::new(Vec::new()),
@@ -176,10 +173,12 @@ impl CodeRegion {
     pub(crate) fn with_module<T>(&self, f: impl FnOnce(&mut JITModule) -> T) -> T {
         let mut state = self.module.lock();
         if let Some(ModuleState::Pending(..)) = &*state {
-            if let Some(ModuleState::Pending(isa, lookup)) = state.take() {
+            if let Some(ModuleState::Pending(isa, symbols)) = state.take() {
                 let mut builder =
                     JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
-                builder.symbol_lookup_fn(lookup);
+                builder.symbol_lookup_fn(Box::new(move |name| {
+                    symbols.get(name).map(|&a| a as *const u8)
+                }));
                 *state = Some(ModuleState::Ready(Module(JITModule::new(builder))));
             }
         }

@@ -308,7 +308,7 @@ pub(crate) struct Shared {
     generic: Vec<Arc<StitchProgram>>,
     /// Symbols code regions import: the helpers, and `dyc_generic_{i}` for the generic
     /// code of function `i`.
-    symbols: Arc<HashMap<String, usize>>,
+    symbols: memory::Symbols,
     /// Owns the generic code and the entry wrappers.
     code: CodeRegion,
     /// The entry wrapper for each list of unit input types made so far (compiled into
@@ -549,11 +549,8 @@ struct UnitInput<'a> {
 
 impl UnitInput<'_> {
     /// The lengths of the static slices, which the fold layer checks bounds against.
-    fn static_lens(&self) -> Vec<Option<u64>> {
-        self.static_ptrs
-            .iter()
-            .map(|p| p.map(|(_, len, _)| len))
-            .collect()
+    fn static_lens(&self) -> impl Iterator<Item = Option<u64>> + '_ {
+        self.static_ptrs.iter().map(|p| p.map(|(_, len, _)| len))
     }
 }
 
@@ -614,9 +611,8 @@ impl Shared {
             let opts = ClifOptions {
                 fuel: self.opts.fuel.is_some(),
             };
-            let lens = input.static_lens();
             let em = ClifEmitter::new(b, &mut hooks, opts, input.static_ptrs.clone(), inputs);
-            let mut em = Fold::new(em, lens);
+            let mut em = Fold::new(em, input.static_lens());
             let unit = self.run_executor(&input, &mut em)?;
             em.backend.finish(unit.entry, frontend);
             clif::simplify_cfg(&mut cctx.func);
@@ -740,7 +736,7 @@ impl Shared {
             self.stencils,
             &mut services,
             self.opts.fuel.is_some(),
-            input.static_ptrs.clone(),
+            &input.static_ptrs,
             inputs,
         );
         if variants {
@@ -835,10 +831,7 @@ impl Shared {
 
     /// A new code region that imports the runtime's symbols.
     fn region(&self, func: &str) -> CodeRegion {
-        let symbols = self.symbols.clone();
-        CodeRegion::new(self.isa.clone(), func.into(), move |name| {
-            symbols.get(name).map(|&a| a as *const u8)
-        })
+        CodeRegion::new(self.isa.clone(), func.into(), self.symbols.clone())
     }
 }
 
@@ -924,10 +917,11 @@ impl Runtime {
         );
         symbols.insert("dyc_fmod".into(), hosts::dyc_fmod as *const () as usize);
         symbols.insert("dyc_frame".into(), dyc_frame as *const () as usize);
-        let helpers = Arc::new(symbols.clone());
-        let code = CodeRegion::new(isa.clone(), "generic code".into(), move |name| {
-            helpers.get(name).map(|&a| a as *const u8)
-        });
+        let code = CodeRegion::new(
+            isa.clone(),
+            "generic code".into(),
+            Arc::new(symbols.clone()),
+        );
         let generic: Vec<Arc<StitchProgram>> = generic.into_iter().map(Arc::new).collect();
         let mut shared = Shared {
             opts,
@@ -1143,9 +1137,7 @@ impl Runtime {
             state: Arc::new(state),
             wrapper: self.shared.wrapper(inputs)?,
             entry,
-            inputs: inputs.to_vec(),
             ret: prog.header.ret,
-            name: prog.header.name.clone(),
             stats,
         })
     }
@@ -1178,9 +1170,7 @@ impl Runtime {
                 state: Arc::new(state),
                 wrapper: self.shared.wrapper(&prog.header.param_types)?,
                 entry,
-                inputs: prog.header.param_types.clone(),
                 ret: prog.header.ret,
-                name: prog.header.name.clone(),
                 stats: UnitStats::default(),
             })
         })
@@ -1206,8 +1196,9 @@ pub(crate) struct SpecState {
     units: AtomicUsize,
     /// What the continuation units cost, summed.
     lazy_stats: Mutex<UnitStats>,
-    /// The fault site of failed lazy specializations.
-    lazy_fault: u64,
+    /// The fault site of failed lazy specializations, made at the first (most
+    /// specializations have none).
+    lazy_fault: std::sync::OnceLock<u64>,
     /// The executor of this specialization's units.
     executor: ExecutorKind,
     /// The tier every unit of this specialization is compiled in.
@@ -1246,7 +1237,6 @@ impl SpecState {
             })
             .collect();
         let region = runtime.region(&prog.header.name);
-        let lazy_fault = region.fault_site(FaultKind::Specialization, SrcLoc::default());
         SpecState {
             runtime: runtime.clone(),
             prog,
@@ -1257,7 +1247,7 @@ impl SpecState {
             site_ids: Mutex::new(HashMap::new()),
             units: AtomicUsize::new(0),
             lazy_stats: Mutex::new(UnitStats::default()),
-            lazy_fault,
+            lazy_fault: std::sync::OnceLock::new(),
             executor,
             tier,
         }
@@ -1271,6 +1261,14 @@ impl SpecState {
     pub(crate) unsafe fn of<'a>(ctx: *mut CallCtx) -> &'a SpecState {
         // SAFETY: guaranteed by the caller.
         unsafe { &*((*ctx).owner as *const SpecState) }
+    }
+
+    /// The fault site of failed lazy specializations.
+    pub(crate) fn lazy_fault(&self) -> u64 {
+        *self.lazy_fault.get_or_init(|| {
+            self.region
+                .fault_site(FaultKind::Specialization, SrcLoc::default())
+        })
     }
 
     fn static_ptrs(&self) -> Vec<Option<(u64, u64, Scalar)>> {
@@ -1457,10 +1455,7 @@ pub struct Specialization {
     /// The entry wrapper (in the runtime's region) and the entry unit it calls.
     wrapper: usize,
     entry: usize,
-    /// Types of the dynamic arguments, in order.
-    pub inputs: Vec<Type>,
     pub ret: Option<Type>,
-    name: String,
     /// What making the entry unit cost (zero for generic code).
     pub stats: UnitStats,
 }
@@ -1539,11 +1534,12 @@ impl Specialization {
         };
         ctx.stack_limit = (&ctx as *const CallCtx as u64).saturating_sub(opts.max_stack);
         // SAFETY: `wrapper` is a finalized entry wrapper in the runtime's region for units
-        // taking `self.inputs`, with the signature `extern "C" fn(*mut CallCtx, *const u64,
-        // *const u8) -> u64`; `entry` is a finalized unit taking `self.inputs`, in this
-        // specialization's region or the runtime's. Both regions (and every region the code
-        // can reach: the runtime's generic code) outlive the call through `self`, which
-        // keeps the runtime alive. The caller guarantees the words.
+        // taking this specialization's dynamic inputs (made for them when it was made), with
+        // the signature `extern "C" fn(*mut CallCtx, *const u64, *const u8) -> u64`; `entry`
+        // is a finalized unit taking those inputs, in this specialization's region or the
+        // runtime's. Both regions (and every region the code can reach: the runtime's
+        // generic code) outlive the call through `self`, which keeps the runtime alive. The
+        // caller guarantees the words.
         let f: extern "C" fn(*mut CallCtx, *const u64, *const u8) -> u64 =
             unsafe { std::mem::transmute(self.wrapper) };
         let v = f(&mut ctx, words.as_ptr(), self.entry as *const u8);
@@ -1552,6 +1548,6 @@ impl Specialization {
         }
         // SAFETY: the fault site, if any, was stored by code of a region `self` keeps
         // alive.
-        Err(unsafe { faults::fault_of(&mut ctx, &self.name) })
+        Err(unsafe { faults::fault_of(&mut ctx, &self.state.prog.header.name) })
     }
 }

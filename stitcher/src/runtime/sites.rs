@@ -215,7 +215,7 @@ pub(crate) extern "C" fn dyc_promote(ctx: *mut CallCtx, site: u64, values: *cons
     };
     // SAFETY: as above.
     let c = unsafe { &mut *ctx };
-    c.fault_site = spec.lazy_fault;
+    c.fault_site = spec.lazy_fault();
     c.message = Some(msg);
     0
 }
