@@ -1505,6 +1505,8 @@ struct Scratch {
     also: Vec<u32>,
     loaded: Vec<bool>,
     stores: Vec<u32>,
+    /// The key of the last unit's prologue (the next unit mostly takes the same inputs).
+    prologue: Option<Key>,
 }
 
 thread_local! {
@@ -1733,14 +1735,21 @@ impl<'a> StencilEmitter<'a> {
         let params = &e.params[at as usize..(at + n) as usize];
         e.inputs.extend_from_slice(params);
         e.start = e.new_block((0, 0));
+        let prologue = match e.scratch.as_mut().and_then(|sc| sc.prologue.take()) {
+            Some(Key::Prologue(t)) if t[..] == *inputs => Key::Prologue(t),
+            _ => Key::Prologue(inputs.to_vec()),
+        };
         e.emit(
-            Key::Prologue(inputs.to_vec()),
+            &prologue,
             &[],
             &[],
             SrcLoc::default(),
             Extra::None,
             &[Some(e.start)],
         );
+        if let Some(sc) = e.scratch.as_mut() {
+            sc.prologue = Some(prologue);
+        }
         e
     }
 
@@ -2023,7 +2032,7 @@ impl<'a> StencilEmitter<'a> {
             if self.acc != Some(w) {
                 self.note_read(w);
                 self.emit(
-                    Key::Reload,
+                    &Key::Reload,
                     &[8 * u64::from(w)],
                     &[],
                     SrcLoc::default(),
@@ -2196,7 +2205,7 @@ impl<'a> StencilEmitter<'a> {
     /// follows).
     fn emit(
         &mut self,
-        key: Key,
+        key: &Key,
         args: &[u64],
         res: &[u64],
         loc: SrcLoc,
@@ -2209,9 +2218,9 @@ impl<'a> StencilEmitter<'a> {
             ));
         }
         if self.variants {
-            self.lib.make_variants(&key);
+            self.lib.make_variants(key);
         }
-        let st = match self.stencil(&key) {
+        let st = match self.stencil(key) {
             Ok(s) => s,
             Err(e) => return self.fail(e),
         };
@@ -2402,7 +2411,7 @@ impl<'a> StencilEmitter<'a> {
     fn set(&mut self, dst: u32, v: u64) {
         let wide = v >= 1 << 31;
         self.emit(
-            Key::Set(wide),
+            &Key::Set(wide),
             &[v],
             &[8 * u64::from(dst)],
             SrcLoc::default(),
@@ -2423,7 +2432,7 @@ impl<'a> StencilEmitter<'a> {
             } else {
                 (Key::Move, &[a])
             };
-            self.emit(key, args, &[r], SrcLoc::default(), Extra::None, &[None]);
+            self.emit(&key, args, &[r], SrcLoc::default(), Extra::None, &[None]);
         }
     }
 
@@ -2776,7 +2785,14 @@ impl Backend for StencilEmitter<'_> {
     fn switch_to_block(&mut self, b: u32) {
         self.place(b);
         if self.fuel {
-            self.emit(Key::Fuel, &[], &[], SrcLoc::default(), Extra::None, &[None]);
+            self.emit(
+                &Key::Fuel,
+                &[],
+                &[],
+                SrcLoc::default(),
+                Extra::None,
+                &[None],
+            );
         }
     }
 
@@ -2882,7 +2898,7 @@ impl Backend for StencilEmitter<'_> {
             _ => None,
         };
         self.emit(
-            Key::Op { op, forms, callee },
+            &Key::Op { op, forms, callee },
             &words,
             res,
             loc,
@@ -2924,7 +2940,7 @@ impl Backend for StencilEmitter<'_> {
         self.mark_loaded(u64::from(base), words);
         let (ptr, len) = (self.slot(), self.slot());
         self.emit(
-            Key::FrameAddr,
+            &Key::FrameAddr,
             &[8 * u64::from(base)],
             &[8 * u64::from(ptr)],
             SrcLoc::default(),
@@ -2939,7 +2955,7 @@ impl Backend for StencilEmitter<'_> {
             self.note_read(s);
             let dst = 8 * u64::from(base) + k as u64 * size;
             self.emit(
-                Key::MoveTo(elem),
+                &Key::MoveTo(elem),
                 &[8 * u64::from(s)],
                 &[dst],
                 SrcLoc::default(),
@@ -2956,7 +2972,7 @@ impl Backend for StencilEmitter<'_> {
         let s = self.form(slice, false, &mut used, &mut words);
         let i = self.form(index, true, &mut used, &mut words);
         self.emit(
-            Key::BoundsCheck(s, i),
+            &Key::BoundsCheck(s, i),
             &words,
             &[],
             loc,
@@ -2992,7 +3008,7 @@ impl Backend for StencilEmitter<'_> {
         } else {
             [Some(target), None]
         };
-        self.emit(key, &words, &[], SrcLoc::default(), Extra::None, &conts);
+        self.emit(&key, &words, &[], SrcLoc::default(), Extra::None, &conts);
         self.jump_with(near, near_args, false);
         // A cut branch whose jump to the false side follows its conditional jump: a
         // candidate for `invert_cuts` (forgotten if the false side is placed next).
@@ -3019,7 +3035,7 @@ impl Backend for StencilEmitter<'_> {
             words.truncate(usize::from(matches!(x, Form::Slot(_))));
             words.push(v);
             self.emit(
-                Key::CaseEq(x, v >= 1 << 31),
+                &Key::CaseEq(x, v >= 1 << 31),
                 &words,
                 &[],
                 SrcLoc::default(),
@@ -3035,7 +3051,7 @@ impl Backend for StencilEmitter<'_> {
         let mut words = Words::new();
         let form = value.map(|v| self.form(v, false, &mut Used::default(), &mut words));
         self.emit(
-            Key::Ret(form),
+            &Key::Ret(form),
             &words,
             &[],
             SrcLoc::default(),
@@ -3046,7 +3062,7 @@ impl Backend for StencilEmitter<'_> {
     }
 
     fn trap(&mut self, loc: SrcLoc) {
-        self.emit(Key::Trap, &[], &[], loc, Extra::None, &[]);
+        self.emit(&Key::Trap, &[], &[], loc, Extra::None, &[]);
         self.forget_accs();
     }
 
@@ -3068,7 +3084,7 @@ impl Backend for StencilEmitter<'_> {
             live: forms,
             inline,
         };
-        self.emit(key, &words, &[], SrcLoc::default(), Extra::Site(site), &[]);
+        self.emit(&key, &words, &[], SrcLoc::default(), Extra::Site(site), &[]);
         self.forget_accs();
     }
 

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_jit::{JITBuilder, JITModule};
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 
 use dyc_templates::template::FaultKind;
 use dyc_templates::types::SrcLoc;
@@ -144,8 +145,9 @@ pub(crate) type Symbols = Arc<HashMap<String, usize>>;
 /// One module of code with the fault sites its code refers to.
 pub struct CodeRegion {
     module: Mutex<Option<ModuleState>>,
-    /// Stitch-tier units, space of the code heap each.
-    units: Mutex<Vec<Extent>>,
+    /// Stitch-tier units, space of the code heap each (most regions have one: the entry
+    /// unit, kept inline).
+    units: Mutex<SmallVec<[Extent; 1]>>,
     bytes: AtomicUsize,
     /// In chunks, each filled up to its capacity and never grown, so that a record's
     /// address, which the code stores, never moves (one allocation per chunk, not one per
@@ -162,7 +164,7 @@ impl CodeRegion {
         REGIONS.add(1);
         CodeRegion {
             module: Mutex::new(Some(ModuleState::Pending(isa, symbols))),
-            units: Mutex::new(Vec::new()),
+            units: Mutex::new(SmallVec::new()),
             bytes: AtomicUsize::new(0),
             faults: Mutex::new(Vec::new()),
             func,
