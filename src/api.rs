@@ -586,7 +586,10 @@ struct RegionState {
     /// Keys being specialized: racing misses on one key wait for the first instead of
     /// specializing it again, without any lock held while specializing (which runs pure
     /// host functions).
-    in_flight: Mutex<HashMap<Vec<u64>, Arc<Latch>, BuildHasherDefault<WordHasher>>>,
+    /// (By key, whether a thread waits for it, on `landed`.)
+    in_flight: Mutex<HashMap<Vec<u64>, bool, BuildHasherDefault<WordHasher>>>,
+    /// Signalled when a key that threads wait for leaves `in_flight`.
+    landed: Condvar,
     counters: Counters,
     /// The generic code's entry, made on first use.
     generic: OnceLock<Arc<Specialized>>,
@@ -597,35 +600,19 @@ struct RegionState {
 /// Stripes of a region entry's hit counter.
 const STRIPES: usize = 16;
 
-/// Opened when a key's specialization is over (made, failed or abandoned).
-#[derive(Default)]
-struct Latch {
-    open: Mutex<bool>,
-    opened: Condvar,
-}
-
-impl Latch {
-    fn wait(&self) {
-        let mut open = self.open.lock();
-        while !*open {
-            self.opened.wait(&mut open);
-        }
-    }
-}
-
 /// A claim on specializing one key of a region entry: dropping it (whatever happened)
 /// removes the key from the entry's in-flight set and wakes the threads waiting for it.
 struct Claim<'a> {
     st: &'a RegionState,
     key: &'a [u64],
-    latch: Arc<Latch>,
 }
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
-        self.st.in_flight.lock().remove(self.key);
-        *self.latch.open.lock() = true;
-        self.latch.opened.notify_all();
+        let waited = self.st.in_flight.lock().remove(self.key);
+        if waited == Some(true) {
+            self.st.landed.notify_all();
+        }
     }
 }
 
@@ -803,6 +790,7 @@ impl RegionState {
             caching: entry_caching(m, id),
             cache: Cache::default(),
             in_flight: Mutex::new(HashMap::default()),
+            landed: Condvar::new(),
             counters: Counters::default(),
             generic: OnceLock::new(),
             executor: RwLock::new(executor),
@@ -1125,20 +1113,19 @@ impl Region {
                 if !st.caching.single() && st.cache.len() >= limits.max_versions {
                     return self.fall_back(args, "the region entry has its maximum of versions");
                 }
-                // Claim the key, or wait for the thread that has and look again.
+                // Claim the key, or wait for the thread that has and look again. (Waiters
+                // of every key share one condition: one that wakes for another key's
+                // landing waits again.)
                 let mut in_flight = st.in_flight.lock();
-                match in_flight.get(key) {
-                    Some(latch) => {
-                        let latch = latch.clone();
-                        drop(in_flight);
-                        latch.wait();
+                if in_flight.contains_key(key) {
+                    while let Some(waited) = in_flight.get_mut(key) {
+                        *waited = true;
+                        st.landed.wait(&mut in_flight);
                     }
-                    None => {
-                        let latch = Arc::new(Latch::default());
-                        in_flight.insert(key.to_vec(), latch.clone());
-                        _claim = Some(Claim { st, key, latch });
-                        break;
-                    }
+                } else {
+                    in_flight.insert(key.to_vec(), false);
+                    _claim = Some(Claim { st, key });
+                    break;
                 }
             }
         }
