@@ -587,7 +587,7 @@ struct RegionState {
     /// specializing it again, without any lock held while specializing (which runs pure
     /// host functions).
     /// (By key, whether a thread waits for it, on `landed`.)
-    in_flight: Mutex<HashMap<Vec<u64>, bool, BuildHasherDefault<WordHasher>>>,
+    in_flight: Mutex<HashMap<smallvec::SmallVec<[u64; 4]>, bool, BuildHasherDefault<WordHasher>>>,
     /// Signalled when a key that threads wait for leaves `in_flight`.
     landed: Condvar,
     counters: Counters,
@@ -882,7 +882,7 @@ impl Region {
     }
 
     /// The key values and static slice contents of `key_args`, checked.
-    fn key_of(&self, key_args: &[Arg]) -> Result<(Vec<SVal>, Vec<Option<SliceData>>), Error> {
+    fn key_of(&self, key_args: &[Arg]) -> Result<(KeyVals, Vec<Option<SliceData>>), Error> {
         let keys = &self.state.keys;
         if key_args.len() != keys.len() {
             return Err(Error::Arguments(format!(
@@ -892,7 +892,7 @@ impl Region {
             )));
         }
         let params = self.params();
-        let mut key = Vec::with_capacity(keys.len());
+        let mut key = KeyVals::new();
         // (By parameter, up to the last slice: every reader looks a slice up with `get`,
         // and a region keyed by scalars allocates nothing here.)
         let mut slices: Vec<Option<SliceData>> = Vec::new();
@@ -926,7 +926,7 @@ impl Region {
         let (key, slices) = self.key_of(key_args)?;
         let spec = self.program.inner.runtime.specialize(
             self.state.prog.clone(),
-            key,
+            &key,
             slices,
             self.executor(),
             tier,
@@ -946,7 +946,7 @@ impl Region {
         let (key, slices) = self.key_of(key_args)?;
         Ok(self.program.inner.runtime.entry_unit_ir(
             self.state.prog.clone(),
-            key,
+            &key,
             slices,
             self.executor(),
         )?)
@@ -1123,7 +1123,7 @@ impl Region {
                         st.landed.wait(&mut in_flight);
                     }
                 } else {
-                    in_flight.insert(key.to_vec(), false);
+                    in_flight.insert(smallvec::SmallVec::from_slice(key), false);
                     _claim = Some(Claim { st, key });
                     break;
                 }
@@ -1381,6 +1381,9 @@ fn reborrow<'b>(a: &'b Arg) -> Arg<'b> {
 
 /// A call's key arguments, inline for up to four.
 type KeyArgs<'a> = smallvec::SmallVec<[Arg<'a>; 4]>;
+
+/// A key's static values, inline for up to four.
+type KeyVals = smallvec::SmallVec<[SVal; 4]>;
 
 /// `0, 1, 2, ...`: the positions of the arguments of a specialization's own call.
 static IDENTITY: [usize; 64] = {

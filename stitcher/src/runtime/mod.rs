@@ -1056,7 +1056,7 @@ impl Runtime {
     pub fn specialize(
         &self,
         prog: Arc<StitchProgram>,
-        key: Vec<SVal>,
+        key: &[SVal],
         slices: Vec<Option<SliceData>>,
         executor: ExecutorKind,
         tier: Tier,
@@ -1072,7 +1072,7 @@ impl Runtime {
     pub fn entry_unit_ir(
         &self,
         prog: Arc<StitchProgram>,
-        key: Vec<SVal>,
+        key: &[SVal],
         slices: Vec<Option<SliceData>>,
         executor: ExecutorKind,
     ) -> Result<String, RuntimeError> {
@@ -1093,7 +1093,7 @@ impl Runtime {
     fn specialize_unguarded(
         &self,
         prog: Arc<StitchProgram>,
-        key: Vec<SVal>,
+        key: &[SVal],
         slices: Vec<Option<SliceData>>,
         executor: ExecutorKind,
         tier: Tier,
@@ -1104,7 +1104,7 @@ impl Runtime {
         let input = |ir_text| UnitInput {
             prog: &prog,
             start: prog.entry,
-            key: &key,
+            key,
             slices: &state.slices,
             static_ptrs: state.static_ptrs(),
             callees: Callees::Imported,
