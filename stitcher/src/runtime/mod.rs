@@ -1512,7 +1512,9 @@ impl Specialization {
     /// length) and returns the result's word.
     ///
     /// # Safety
-    /// `words` must match [`Specialization::inputs`]: for each slice, a pointer to `len`
+    /// `words` must match the specialization's dynamic inputs (the entry unit's input
+    /// types: the parameters that are not run-time constants, in order; for generic code,
+    /// all of them): for each slice, a pointer to `len`
     /// valid, initialized elements of the slice's element type, writable if the slice is
     /// `[mut T]`, not accessed by anything else during the call. Scalars may be any bits.
     pub unsafe fn call_words(&self, words: &[u64]) -> Result<u64, RunError> {
