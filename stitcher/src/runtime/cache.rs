@@ -354,11 +354,9 @@ impl<V> Cache<V> {
         let slot = front_slot(key);
         unlink(&self.front[..], slot, e);
         // SAFETY: `e` is live until the deferred functions below run (after `_guard`).
-        let weight = unsafe { (*e).weight.load(Ordering::Relaxed) };
+        let (weight, home) = unsafe { ((*e).weight.load(Ordering::Relaxed), (*e).home) };
         self.weight.fetch_sub(weight, Ordering::Relaxed);
         let front = self.front.clone();
-        // SAFETY: as above.
-        let home = unsafe { (*e).home };
         let retired = Retired(e);
         epoch::defer(move || {
             let r = retired;
