@@ -498,18 +498,37 @@ impl stencil::Services for StitchServices<'_> {
     }
 
     fn helper(&self, h: stencil::Import) -> u64 {
-        // (The same functions the symbol table gives Cranelift's modules, without a
-        // lookup by name per unit.)
-        let f = match h {
-            stencil::Import::HostCall => hosts::dyc_host_call as *const (),
-            stencil::Import::Promote => sites::dyc_promote as *const (),
-            stencil::Import::Fmod => hosts::dyc_fmod as *const (),
-            stencil::Import::Frame => dyc_frame as *const (),
-            // A callee's address comes with its call (`Callee::Func`), never from here.
-            stencil::Import::Callee => return 0,
-        };
-        f as u64
+        // (From the table the symbol table is made of, without a lookup by name per
+        // unit. A callee's address comes with its call, `Callee::Func`, never from here.)
+        helpers()
+            .iter()
+            .find(|&&(import, _, _)| import == h)
+            .map_or(0, |&(_, _, address)| address as u64)
     }
+}
+
+/// The runtime's helpers: what a stencil imports each as, the name a code region imports
+/// it under, and its address.
+fn helpers() -> [(stencil::Import, &'static str, usize); 4] {
+    use stencil::Import;
+    [
+        (
+            Import::HostCall,
+            "dyc_host_call",
+            hosts::dyc_host_call as *const () as usize,
+        ),
+        (
+            Import::Promote,
+            "dyc_promote",
+            sites::dyc_promote as *const () as usize,
+        ),
+        (
+            Import::Fmod,
+            "dyc_fmod",
+            hosts::dyc_fmod as *const () as usize,
+        ),
+        (Import::Frame, "dyc_frame", dyc_frame as *const () as usize),
+    ]
 }
 
 /// Makes the frame of the call `ctx` at least `words` words long (zeroed) and returns it:
@@ -906,17 +925,10 @@ impl Runtime {
                 .map(|p| p.header.hosts.clone())
                 .unwrap_or_default(),
         );
-        let mut symbols: HashMap<String, usize> = HashMap::new();
-        symbols.insert(
-            "dyc_promote".into(),
-            sites::dyc_promote as *const () as usize,
-        );
-        symbols.insert(
-            "dyc_host_call".into(),
-            hosts::dyc_host_call as *const () as usize,
-        );
-        symbols.insert("dyc_fmod".into(), hosts::dyc_fmod as *const () as usize);
-        symbols.insert("dyc_frame".into(), dyc_frame as *const () as usize);
+        let mut symbols: HashMap<String, usize> = helpers()
+            .iter()
+            .map(|&(_, name, address)| (name.to_string(), address))
+            .collect();
         let code = CodeRegion::new(
             isa.clone(),
             "generic code".into(),
