@@ -92,6 +92,10 @@ impl Emitter for Count {
     fn array_store(&mut self, _: Scalar, _: &mut [u32], _: u32, _: u32, _: SrcLoc) {
         self.insts += 1;
     }
+    fn local_array(&mut self, _: Scalar, _: u32, init: &[u32]) -> u32 {
+        self.insts += init.len() + 1;
+        self.value()
+    }
     fn jump(&mut self, _: u32, _: &[u32]) {
         self.insts += 1;
     }

@@ -311,7 +311,8 @@ impl Program {
     fn from_verified(module: Module, opts: RuntimeOptions) -> Result<Program, Error> {
         let mut generic = Vec::new();
         for (id, f) in module.funcs.iter() {
-            let g = ge::build(&module, id, Mode::Generic).map_err(|e| Error::from_ge(e, f))?;
+            let mut g = ge::build(&module, id, Mode::Generic).map_err(|e| Error::from_ge(e, f))?;
+            g.program.set_max_array_values(opts.max_array_values);
             generic.push(g.program);
         }
         let runtime = Runtime::new(generic, opts)?;
@@ -461,8 +462,13 @@ impl Program {
         let state = match slot.get() {
             Some(s) => s.clone(),
             None => {
-                let executor = self.inner.runtime.options().executor;
-                let s = Arc::new(RegionState::new(m, id, executor)?);
+                let opts = self.inner.runtime.options();
+                let s = Arc::new(RegionState::new(
+                    m,
+                    id,
+                    opts.executor,
+                    opts.max_array_values,
+                )?);
                 self.inner.runtime.prepare_stencils(&s.prog);
                 slot.get_or_init(|| s).clone()
             }
@@ -570,8 +576,11 @@ fn evict_to_fit(
 struct RegionState {
     id: FuncId,
     ge: GeneratingExtension,
-    /// The stitch program, shared (not copied) by every specialization.
+    /// The stitch program, shared (not copied) by every specialization of a first tier;
+    /// `optimizing` the one of the optimizing tier, which keeps every local array as
+    /// values (the same program if none is in memory: [`StitchProgram::home`]).
     prog: Arc<StitchProgram>,
+    optimizing: Arc<StitchProgram>,
     params: Vec<Type>,
     /// Positions of the key parameters, increasing.
     keys: Vec<usize>,
@@ -760,9 +769,26 @@ fn entry_caching(m: &Module, id: FuncId) -> Caching {
 }
 
 impl RegionState {
-    fn new(m: &Module, id: FuncId, executor: ExecutorKind) -> Result<RegionState, Error> {
+    fn new(
+        m: &Module,
+        id: FuncId,
+        executor: ExecutorKind,
+        max_array_values: u32,
+    ) -> Result<RegionState, Error> {
         let f = &m.funcs[id];
-        let ge = ge::build(m, id, Mode::Specialize).map_err(|e| Error::from_ge(e, f))?;
+        let mut ge = ge::build(m, id, Mode::Specialize).map_err(|e| Error::from_ge(e, f))?;
+        ge.program.set_max_array_values(max_array_values);
+        let prog = Arc::new(ge.program.clone());
+        // The optimizing tier keeps large local arrays as values too: its code is what
+        // runs long, and Cranelift allocates the elements to registers.
+        let optimizing = match prog.all_homes().is_empty() {
+            true => prog.clone(),
+            false => {
+                let mut p = ge.program.clone();
+                p.set_max_array_values(u32::MAX);
+                Arc::new(p)
+            }
+        };
         if f.sig.ret.is_some_and(|t| t.is_slice()) {
             return Err(Error::Unsupported(vec![(
                 SrcLoc::default(),
@@ -774,7 +800,8 @@ impl RegionState {
         }
         Ok(RegionState {
             id,
-            prog: Arc::new(ge.program.clone()),
+            prog,
+            optimizing,
             keys: ge.program.header.key_params.clone(),
             values: (0..f.sig.params.len())
                 .filter(|i| !ge.program.header.key_params.contains(i))
@@ -924,8 +951,12 @@ impl Region {
     /// [`Region::specialize`] with every unit compiled in `tier`.
     pub fn specialize_in(&self, key_args: &[Arg], tier: Tier) -> Result<Specialized, Error> {
         let (key, slices) = self.key_of(key_args)?;
+        let prog = match tier {
+            Tier::Optimizing => &self.state.optimizing,
+            Tier::Stitch | Tier::Quick => &self.state.prog,
+        };
         let spec = self.program.inner.runtime.specialize(
-            self.state.prog.clone(),
+            prog.clone(),
             &key,
             slices,
             self.executor(),
@@ -945,7 +976,7 @@ impl Region {
     pub fn entry_unit_ir(&self, key_args: &[Arg]) -> Result<String, Error> {
         let (key, slices) = self.key_of(key_args)?;
         Ok(self.program.inner.runtime.entry_unit_ir(
-            self.state.prog.clone(),
+            self.state.optimizing.clone(),
             &key,
             slices,
             self.executor(),
@@ -1607,6 +1638,11 @@ pub(crate) mod tests {
                 },
                 hot_calls: 3,
                 ..runtime::Tiers::default()
+            },
+            // Half of the modules keep every local array in memory.
+            max_array_values: match rng.below(2) {
+                0 => 0,
+                _ => dyc_stitcher::ge::MAX_ARRAY_VALUES,
             },
             ..RuntimeOptions::default()
         };

@@ -180,9 +180,8 @@ impl Backend for ResidualEmitter<'_> {
         self.ins(data, ret, loc)
     }
 
-    /// `array.T N` and a store of each element.
-    fn array_slot(&mut self, elem: Scalar, elems: &[Value]) -> Value {
-        let len = elems.len() as u32;
+    /// `array.T len` and a store of each element given.
+    fn array_slot(&mut self, elem: Scalar, len: u32, elems: &[Value]) -> Value {
         let a = self
             .ins(InstData::ArrayNew { elem, len }, None, SrcLoc::default())
             .expect("an array");
@@ -361,10 +360,12 @@ pub fn run(
         fuel,
         budget,
         ExecutorKind::default(),
+        dyc_stitcher::ge::MAX_ARRAY_VALUES,
     )
 }
 
-/// [`run`] with a chosen executor.
+/// [`run`] with a chosen executor, and local arrays of more than `max_array_values`
+/// elements in memory ([`dyc_stitcher::ge::StitchProgram::home`]).
 #[allow(clippy::too_many_arguments)]
 pub fn run_with(
     m: &Module,
@@ -375,11 +376,13 @@ pub fn run_with(
     fuel: u64,
     budget: Budget,
     executor: ExecutorKind,
+    max_array_values: u32,
 ) -> Result<ResidualRun, ResidualError> {
-    let ge = ge::build(m, fid, Mode::Specialize).map_err(|e| match e {
+    let mut ge = ge::build(m, fid, Mode::Specialize).map_err(|e| match e {
         ge::GeError::Internal(m) => ResidualError::Internal(m),
         e => ResidualError::Unsupported(e.to_string()),
     })?;
+    ge.program.set_max_array_values(max_array_values);
     let prog = &ge.program;
     let mut key = Vec::new();
     let mut slices: Vec<Option<SliceData>> = vec![None; args.len()];
@@ -578,7 +581,22 @@ mod tests {
                     max_ops: 20_000,
                     max_units: 100,
                 };
-                let got = run(&m, id, &args, &mut mem2, &mut hosts, 200_000, budget);
+                // Every other seed keeps every local array in memory.
+                let arrays = match seed % 2 {
+                    0 => 0,
+                    _ => dyc_stitcher::ge::MAX_ARRAY_VALUES,
+                };
+                let got = run_with(
+                    &m,
+                    id,
+                    &args,
+                    &mut mem2,
+                    &mut hosts,
+                    200_000,
+                    budget,
+                    ExecutorKind::default(),
+                    arrays,
+                );
                 // The work-list executor (the reference) makes the same copies and the same
                 // code as the planned stitcher (the default).
                 let mut hosts3 = func::hosts();
@@ -591,6 +609,7 @@ mod tests {
                     200_000,
                     budget,
                     ExecutorKind::WorkList,
+                    arrays,
                 );
                 match (&got, &reference) {
                     (Ok(a), Ok(b)) => {

@@ -291,6 +291,7 @@ fn residual(
         10_000,
         Budget::default(),
         executor,
+        dyc_stitcher::ge::MAX_ARRAY_VALUES,
     )
     .expect("specializes")
 }

@@ -794,11 +794,11 @@ impl Backend for ClifEmitter<'_, '_> {
         })
     }
 
-    fn array_slot(&mut self, elem: Scalar, elems: &[CVal]) -> CVal {
+    fn array_slot(&mut self, elem: Scalar, len: u32, elems: &[CVal]) -> CVal {
         let size = elem_size(elem);
         let slot = self.b.create_sized_stack_slot(StackSlotData::new(
             StackSlotKind::ExplicitSlot,
-            (size as u32) * (elems.len() as u32).max(1),
+            (size as u32) * len.max(1),
             size.trailing_zeros() as u8,
         ));
         for (k, &e) in elems.iter().enumerate() {
@@ -809,7 +809,7 @@ impl Backend for ClifEmitter<'_, '_> {
         }
         CVal::Slice {
             ptr: self.b.ins().stack_addr(types::I64, slot, 0),
-            len: self.b.ins().iconst(types::I64, elems.len() as i64),
+            len: self.b.ins().iconst(types::I64, i64::from(len)),
             elem,
         }
     }

@@ -89,10 +89,12 @@ pub trait Backend {
     fn divides_by_powers_of_two(&self) -> bool {
         false
     }
-    /// A fresh local array in memory holding `elems` (of type `elem`), as a mutable slice
-    /// of their number: where an array whose elements the executor keeps as values is
-    /// accessed at an index known only at run time.
-    fn array_slot(&mut self, elem: Scalar, elems: &[Self::Value]) -> Self::Value;
+    /// A fresh local array in memory of `len` elements of type `elem`, the first
+    /// `elems.len()` of them set to `elems` (the others unset), as a mutable slice of
+    /// `len` elements: where an array whose elements the executor keeps as values is
+    /// accessed at an index known only at run time, and a local array kept in memory
+    /// ([`Emitter::local_array`]).
+    fn array_slot(&mut self, elem: Scalar, len: u32, elems: &[Self::Value]) -> Self::Value;
     /// Faults (out of bounds, with the index and the length) unless `index` (of integer
     /// type `ty`) is below the length of `slice`.
     fn bounds_check(&mut self, slice: Self::Value, index: Self::Value, ty: Scalar, loc: SrcLoc);
@@ -190,6 +192,13 @@ struct Buffers<V> {
     /// largest constant index checked.
     checked: HashSet<(V, IndexKey<V>), Hasher>,
     checked_const: HashMap<V, i128, Hasher>,
+    /// The local arrays of the unit ([`Backend::array_slot`]: memory no other slice and no
+    /// call reaches), with their element types and lengths; in the current block, the
+    /// value each holds at a constant index, as far as known, and whether it is still to
+    /// be stored; and those stores, in order ([`Fold::flush`]).
+    local: HashMap<V, (Scalar, u32), Hasher>,
+    stored: HashMap<(V, u32), (FVal<V>, bool), Hasher>,
+    pending: Vec<(V, u32)>,
 }
 
 impl<V> Default for Buffers<V> {
@@ -202,6 +211,9 @@ impl<V> Default for Buffers<V> {
             op_types: Vec::new(),
             checked: HashSet::default(),
             checked_const: HashMap::default(),
+            local: HashMap::default(),
+            stored: HashMap::default(),
+            pending: Vec::new(),
         }
     }
 }
@@ -216,6 +228,9 @@ impl<V: 'static> pool::Reuse for Buffers<V> {
         self.op_types.clear();
         self.checked.clear();
         self.checked_const.clear();
+        self.local.clear();
+        self.stored.clear();
+        self.pending.clear();
         let room = [
             self.static_lens.capacity(),
             self.raw_params.capacity(),
@@ -225,6 +240,9 @@ impl<V: 'static> pool::Reuse for Buffers<V> {
             self.op_types.capacity(),
             self.checked.capacity(),
             self.checked_const.capacity(),
+            self.local.capacity(),
+            self.stored.capacity(),
+            self.pending.capacity(),
         ];
         room.iter().all(|&n| n <= KEPT_BUFFER)
     }
@@ -606,6 +624,69 @@ impl<B: Backend> Fold<B> {
         self.dynamic(&TOp::Binary(op), &[a, b], ty, loc)
     }
 
+    /// If `s` is a local array ([`Buffers::local`]): it, and `i` if a constant index in
+    /// bounds (`None` for any other index).
+    fn local_index(&self, s: FVal<B::Value>, i: FVal<B::Value>) -> Option<(B::Value, Option<u32>)> {
+        let FVal::Dyn { v: s, .. } = s else {
+            return None;
+        };
+        let &(_, len) = self.b.local.get(&s)?;
+        let k = match i {
+            FVal::Const(c) => semantics::int_value(c)
+                .and_then(|k| u32::try_from(k).ok())
+                .filter(|&k| k < len),
+            FVal::Dyn { .. } => None,
+        };
+        Some((s, k))
+    }
+
+    /// Makes the stores still pending in the current block (to local array `only`, or to
+    /// all): before a jump or a branch (other blocks read the memory), and before an
+    /// access at an index not known now. A block that leaves the unit (a return, a trap, a
+    /// promotion) drops them: nothing reads a unit's local arrays after it.
+    #[inline]
+    fn flush(&mut self, only: Option<B::Value>) {
+        if !self.b.pending.is_empty() {
+            self.flush_pending(only);
+        }
+    }
+
+    #[inline(never)]
+    fn flush_pending(&mut self, only: Option<B::Value>) {
+        let mut pending = std::mem::take(&mut self.b.pending);
+        let mut kept = 0;
+        for j in 0..pending.len() {
+            let (s, k) = pending[j];
+            if only.is_some_and(|o| o != s) {
+                pending[kept] = (s, k);
+                kept += 1;
+                continue;
+            }
+            let Some(&(elem, len)) = self.b.local.get(&s) else {
+                continue;
+            };
+            let Some((v, p)) = self.b.stored.get_mut(&(s, k)) else {
+                continue;
+            };
+            if !std::mem::replace(p, false) {
+                continue;
+            }
+            let v = *v;
+            let slice = FVal::Dyn {
+                v: s,
+                ty: Type::Slice {
+                    elem,
+                    mutable: true,
+                },
+                static_len: Some(len),
+            };
+            let i = FVal::Const(Const::Int(Scalar::I64, u64::from(k)));
+            self.backend_op(&TOp::Store, &[slice, i, v], SrcLoc::default());
+        }
+        pending.truncate(kept);
+        self.b.pending = pending;
+    }
+
     /// Checks `s[i]` unless it is known to be in bounds.
     fn check(&mut self, s: FVal<B::Value>, i: FVal<B::Value>, loc: SrcLoc) {
         let FVal::Dyn {
@@ -646,17 +727,22 @@ impl<B: Backend> Fold<B> {
         }
     }
 
-    /// Local array `elems` stored to a fresh slot of the backend, as a slice of static
-    /// length (so constant indices below it need no check).
-    fn array_slot(&mut self, elem: Scalar, elems: &[FVal<B::Value>]) -> FVal<B::Value> {
+    /// A fresh slot of the backend for `len` elements, the first set to `elems`, as a
+    /// slice of static length (so constant indices below it need no check).
+    fn array_slot(&mut self, elem: Scalar, len: u32, elems: &[FVal<B::Value>]) -> FVal<B::Value> {
         let vals = self.lower_all(elems);
+        let v = self.backend.array_slot(elem, len, &vals);
+        self.b.local.insert(v, (elem, len));
+        for (k, &e) in (0u32..).zip(elems) {
+            self.b.stored.insert((v, k), (e, false));
+        }
         FVal::Dyn {
-            v: self.backend.array_slot(elem, &vals),
+            v,
             ty: Type::Slice {
                 elem,
                 mutable: true,
             },
-            static_len: u32::try_from(elems.len()).ok(),
+            static_len: Some(len),
         }
     }
 }
@@ -763,6 +849,12 @@ impl<B: Backend> Emitter for Fold<B> {
     fn switch_to_block(&mut self, b: B::Block) {
         self.b.checked.clear();
         self.b.checked_const.clear();
+        // (The last block ended in a terminator, which stored what was pending.)
+        debug_assert!(self.b.pending.is_empty(), "stores left pending");
+        self.b.pending.clear();
+        if !self.b.stored.is_empty() {
+            self.b.stored.clear();
+        }
         self.backend.switch_to_block(b);
     }
 
@@ -840,11 +932,38 @@ impl<B: Backend> Emitter for Fold<B> {
                 _ => self.dynamic(op, args, Type::I64, loc),
             },
             TOp::Load => {
+                match self.local_index(args[0], args[1]) {
+                    Some((s, Some(k))) => {
+                        if let Some(&(v, _)) = self.b.stored.get(&(s, k)) {
+                            return Some(v);
+                        }
+                    }
+                    Some((s, None)) => self.flush(Some(s)),
+                    None => {}
+                }
                 self.check(args[0], args[1], loc);
                 let elem = args[0].ty().elem().expect("a slice");
                 self.dynamic(op, args, Type::Scalar(elem), loc)
             }
             TOp::Store => {
+                match self.local_index(args[0], args[1]) {
+                    // A store at a constant index of a local array waits for the end of the
+                    // block (a later one there replaces it).
+                    Some((s, Some(k))) => {
+                        let pending = self.b.stored.insert((s, k), (args[2], true));
+                        if !pending.is_some_and(|(_, p)| p) {
+                            self.b.pending.push((s, k));
+                        }
+                        return None;
+                    }
+                    // At an index not known now, after the stores waiting: what it holds
+                    // anywhere is no longer known.
+                    Some((s, None)) => {
+                        self.flush(Some(s));
+                        self.b.stored.retain(|&(a, _), _| a != s);
+                    }
+                    None => {}
+                }
                 self.check(args[0], args[1], loc);
                 self.backend_op(op, args, loc);
                 return None;
@@ -870,7 +989,7 @@ impl<B: Backend> Emitter for Fold<B> {
         if let Some(k) = const_index(index, elems.len()) {
             return elems[k];
         }
-        let slot = self.array_slot(elem, elems);
+        let slot = self.array_slot(elem, elems.len() as u32, elems);
         self.op(&TOp::Load, &[slot, index], loc)
             .expect("a load has a result")
     }
@@ -887,7 +1006,7 @@ impl<B: Backend> Emitter for Fold<B> {
             elems[k] = value;
             return;
         }
-        let slot = self.array_slot(elem, elems);
+        let slot = self.array_slot(elem, elems.len() as u32, elems);
         self.op(&TOp::Store, &[slot, index, value], loc);
         for (k, e) in elems.iter_mut().enumerate() {
             let i = FVal::Const(Const::Int(Scalar::I64, k as u64));
@@ -897,7 +1016,12 @@ impl<B: Backend> Emitter for Fold<B> {
         }
     }
 
+    fn local_array(&mut self, elem: Scalar, len: u32, init: &[Self::Value]) -> Self::Value {
+        self.array_slot(elem, len, init)
+    }
+
     fn jump(&mut self, dest: B::Block, args: &[Self::Value]) {
+        self.flush(None);
         let a = self.lower_into(0, dest, args);
         self.backend.jump(dest, &a);
         self.give_back(0, a);
@@ -913,6 +1037,7 @@ impl<B: Backend> Emitter for Fold<B> {
             let (b, args) = if c { then_dest } else { else_dest };
             return self.jump(b, args);
         }
+        self.flush(None);
         let c = self.lower(cond);
         let ta = self.lower_into(0, then_dest.0, then_dest.1);
         let ea = self.lower_into(1, else_dest.0, else_dest.1);
@@ -933,6 +1058,7 @@ impl<B: Backend> Emitter for Fold<B> {
                 None => self.jump(default.0, default.1),
             };
         }
+        self.flush(None);
         let ty = arg.ty().scalar().expect("a scalar");
         let a = self.lower(arg);
         let cs: Vec<BCase<B>> = cases
@@ -945,11 +1071,13 @@ impl<B: Backend> Emitter for Fold<B> {
     }
 
     fn ret(&mut self, value: Option<Self::Value>) {
+        self.b.pending.clear();
         let v = value.map(|v| self.lower(v));
         self.backend.ret(v);
     }
 
     fn trap(&mut self, loc: SrcLoc) {
+        self.b.pending.clear();
         self.backend.trap(loc);
     }
 
@@ -962,10 +1090,12 @@ impl<B: Backend> Emitter for Fold<B> {
             })
             .collect();
         let l = self.lower_all(live);
+        self.b.pending.clear();
         self.backend.promote(site, &p, &l);
     }
 
     fn promote_miss(&mut self, site: u32, promoted: &[Self::Value]) {
+        self.b.pending.clear();
         let p = self.lower_all(promoted);
         self.backend.promote_miss(site, &p);
     }

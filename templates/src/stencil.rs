@@ -2932,13 +2932,13 @@ impl Backend for StencilEmitter<'_> {
         result
     }
 
-    fn array_slot(&mut self, elem: Scalar, elems: &[SVal]) -> SVal {
+    fn array_slot(&mut self, elem: Scalar, len: u32, elems: &[SVal]) -> SVal {
         let size = elem_size(elem) as u64;
-        let words = (size * elems.len() as u64).div_ceil(8).max(1) as u32;
+        let words = (size * u64::from(len)).div_ceil(8).max(1) as u32;
         let base = self.slots;
         self.slots += words;
         self.mark_loaded(u64::from(base), words);
-        let (ptr, len) = (self.slot(), self.slot());
+        let (ptr, len_word) = (self.slot(), self.slot());
         self.emit(
             &Key::FrameAddr,
             &[8 * u64::from(base)],
@@ -2947,7 +2947,7 @@ impl Backend for StencilEmitter<'_> {
             Extra::None,
             &[None],
         );
-        self.set(len, elems.len() as u64);
+        self.set(len_word, u64::from(len));
         for (k, &e) in elems.iter().enumerate() {
             let SVal::Slot(s, _) = self.materialize(e) else {
                 unreachable!("elements are scalars")
@@ -2963,7 +2963,11 @@ impl Backend for StencilEmitter<'_> {
                 &[None],
             );
         }
-        SVal::Slice { ptr, len, elem }
+        SVal::Slice {
+            ptr,
+            len: len_word,
+            elem,
+        }
     }
 
     fn bounds_check(&mut self, slice: SVal, index: SVal, _ty: Scalar, loc: SrcLoc) {

@@ -58,6 +58,7 @@ enum Call {
         value: u32,
         loc: SrcLoc,
     },
+    LocalArray(Scalar, u32, Run),
     Jump(u32, Run),
     Brif(u32, (u32, Run), (u32, Run)),
     /// Argument, the run of cases in [`Tape::cases`], default.
@@ -320,6 +321,10 @@ impl Tape {
                         }
                     }
                 }
+                Call::LocalArray(_, _, init) => {
+                    read_all(shape, &tags, nums(*init));
+                    tags.push(Tag::OTHER);
+                }
                 Call::Jump(b, args) if self.merges(*b) => {
                     // Its `SwitchTo` and `BlockParams`, the next two calls.
                     for &a in nums(*args) {
@@ -475,6 +480,10 @@ impl Tape {
                     let (i, v) = (get(vals, *index)?, get(vals, *value)?);
                     em.array_store(*elem, buf, i, v, *loc);
                     vals.extend_from_slice(buf);
+                }
+                Call::LocalArray(elem, len, init) => {
+                    fill(buf, vals, nums(*init))?;
+                    vals.push(em.local_array(*elem, *len, buf));
                 }
                 Call::Jump(b, args) if self.merges(*b) => {
                     // The block's parameters are the arguments; its `SwitchTo` and
@@ -637,6 +646,12 @@ impl Emitter for Tape {
         }
     }
 
+    fn local_array(&mut self, elem: Scalar, len: u32, init: &[u32]) -> u32 {
+        let init = self.run(init.iter().copied());
+        self.calls.push(Call::LocalArray(elem, len, init));
+        self.value()
+    }
+
     fn jump(&mut self, dest: u32, args: &[u32]) {
         self.enter(dest);
         let args = self.run(args.iter().copied());
@@ -765,6 +780,11 @@ mod tests {
                 }
             }
             self.lines.push(format!("store -> {elems:?}"));
+        }
+        fn local_array(&mut self, _: Scalar, len: u32, init: &[u32]) -> u32 {
+            let v = self.v();
+            self.lines.push(format!("{v} = array {len} {init:?}"));
+            v
         }
         fn jump(&mut self, dest: usize, args: &[u32]) {
             self.lines.push(format!("jump {dest} {args:?}"));

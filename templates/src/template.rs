@@ -132,6 +132,14 @@ pub trait Emitter {
         loc: SrcLoc,
     );
 
+    /// A local array of `len` elements of type `elem` kept in memory rather than as
+    /// values: a mutable slice of static length `len`, read and written with [`TOp::Load`]
+    /// and [`TOp::Store`], its first `init.len()` elements set to `init` and the others
+    /// left unset (an executor writes every element before any is read). The executor
+    /// makes it in the unit's first block, so that the value is valid in every block of
+    /// the unit and no edge passes it.
+    fn local_array(&mut self, elem: Scalar, len: u32, init: &[Self::Value]) -> Self::Value;
+
     fn jump(&mut self, dest: Self::Block, args: &[Self::Value]);
     fn brif(
         &mut self,

@@ -88,6 +88,9 @@ impl<E: Emitter> Emitter for Record<E> {
         self.array_accesses += 1;
         self.inner.array_store(elem, elems, index, value, loc)
     }
+    fn local_array(&mut self, elem: Scalar, len: u32, init: &[E::Value]) -> E::Value {
+        self.inner.local_array(elem, len, init)
+    }
     fn jump(&mut self, dest: E::Block, args: &[E::Value]) {
         self.inner.jump(dest, args)
     }

@@ -296,10 +296,10 @@ impl<'a, E: Emitter> Spec<'a, E> {
         Ok(Some(copy))
     }
 
-    /// A new emitter block with all the inputs of `b` (parameter types computed once per
-    /// block): a dispatch block.
+    /// A new emitter block with all the inputs of `b` but the local arrays in memory
+    /// ([`crate::ge::Layout::dispatch_types`]): a dispatch block.
     fn create_block(&mut self, b: Block) -> E::Block {
-        self.em.create_block(self.prog.input_types(b))
+        self.em.create_block(&self.prog.layout(b).dispatch_types)
     }
 
     /// A new emitter block for a copy of `b`: with all its inputs if it is the unit's
@@ -338,18 +338,19 @@ impl<'a, E: Emitter> Spec<'a, E> {
             .collect()
     }
 
-    /// `args`, all of `b`'s inputs, made the arguments of `b`'s copy `copy`: without the
-    /// unit invariants unless `copy` is the unit's first.
+    /// `args`, `b`'s inputs in a dispatch block ([`crate::ge::Layout::dispatch_types`]),
+    /// made the arguments of `b`'s copy `copy`: without the unit invariants, or, if `copy`
+    /// is the unit's first, all of `b`'s inputs ([`Spec::with_homes`]).
     fn narrow_args(
-        &self,
+        &mut self,
         b: Block,
         copy: E::Block,
         args: &mut Vec<E::Value>,
     ) -> Result<(), SpecError> {
         if self.entry == Some(copy) {
-            return Ok(());
+            return self.with_homes(b, args);
         }
-        for &(at, _) in self.prog.layout(b).invariant_inputs.iter().rev() {
+        for &at in self.prog.layout(b).invariant_dispatch.iter().rev() {
             if at as usize >= args.len() {
                 return internal(format!("{}: too few arguments", self.prog.blocks[b].name));
             }
@@ -359,19 +360,61 @@ impl<'a, E: Emitter> Spec<'a, E> {
     }
 
     /// `args`, the arguments of a copy of `b` other than the unit's first, made all of
-    /// `b`'s inputs (for a dispatch block, or the unit's first copy): the unit
-    /// invariants put back.
-    fn widen_args(&self, b: Block, args: &mut Vec<E::Value>) -> Result<(), SpecError> {
-        for &(at, r) in &self.prog.layout(b).invariant_inputs {
-            let Some(&Some(v)) = self.sc.env_d.get(r.index()) else {
-                return internal(format!("unit invariant {r} read before it was set"));
-            };
-            if at as usize > args.len() {
+    /// `b`'s inputs (for the unit's first copy): the unit invariants and the elements of
+    /// the local arrays in memory put back, in the order of their places.
+    fn widen_args(&mut self, b: Block, args: &mut Vec<E::Value>) -> Result<(), SpecError> {
+        let lay = self.prog.layout(b);
+        let (inv, homes) = (&lay.invariant_inputs, &lay.homes);
+        let (mut i, mut h) = (0, 0);
+        while i < inv.len() || h < homes.len() {
+            let invariant = h == homes.len() || (i < inv.len() && inv[i].0 < homes[h].at);
+            let at = if invariant { inv[i].0 } else { homes[h].at } as usize;
+            if at > args.len() {
                 return internal(format!("{}: too few arguments", self.prog.blocks[b].name));
             }
-            args.insert(at as usize, v);
+            if invariant {
+                let r = inv[i].1;
+                i += 1;
+                let Some(&Some(v)) = self.sc.env_d.get(r.index()) else {
+                    return internal(format!("unit invariant {r} read before it was set"));
+                };
+                args.insert(at, v);
+            } else {
+                let home = homes[h];
+                h += 1;
+                let elems = self.load_home(home.reg, home.len)?;
+                args.splice(at..at, elems);
+            }
         }
         Ok(())
+    }
+
+    /// `args`, `b`'s inputs in a dispatch block, made all of its inputs: the elements of
+    /// the local arrays in memory loaded and put in their places (where a unit is left,
+    /// or its first copy entered again).
+    fn with_homes(&mut self, b: Block, args: &mut Vec<E::Value>) -> Result<(), SpecError> {
+        for h in &self.prog.layout(b).homes {
+            if h.at as usize > args.len() {
+                return internal(format!("{}: too few arguments", self.prog.blocks[b].name));
+            }
+            let elems = self.load_home(h.reg, h.len)?;
+            args.splice(h.at as usize..h.at as usize, elems);
+        }
+        Ok(())
+    }
+
+    /// The `len` elements of local array `r`, which lives in memory, loaded.
+    fn load_home(&mut self, r: Reg, len: u32) -> Result<Vec<E::Value>, SpecError> {
+        let a = self.operand(Operand::Dyn(r))?;
+        (0..len)
+            .map(|k| {
+                let i = self.em.constant(Const::Int(Scalar::I64, u64::from(k)));
+                match self.em.op(&TOp::Load, &[a, i], SrcLoc::default()) {
+                    Some(v) => Ok(v),
+                    None => internal("a load without a result"),
+                }
+            })
+            .collect()
     }
 
     /// The error for budget `budget` running out while stitching the current block.
@@ -545,11 +588,18 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     };
                     next += n;
                     match ty {
+                        // (Only a unit's first copy receives a local array in memory.)
+                        Type::Array { elem, len } if first && prog.home(r).is_some() => {
+                            self.make_home(r, elem, len, vals);
+                        }
                         Type::Array { elem, .. } => self.set_a(r, elem, vals.iter().copied()),
                         _ => self.set_d(r, vals[0]),
                     }
                 }
                 self.sc.params = params;
+                if first && !prog.all_homes().is_empty() {
+                    self.make_other_homes(b);
+                }
             }
         }
         // The budget of operations is checked once per block, before any of them runs;
@@ -592,6 +642,15 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 Op::Lift { dst, src } => {
                     let v = self.operand(*src)?;
                     self.set_d(*dst, v);
+                }
+                // A local array in memory: stores and loads of the slice the unit's first
+                // copy made.
+                Op::ArrayNew { dst, .. }
+                | Op::ArrayLoad { arr: dst, .. }
+                | Op::ArrayStore { arr: dst, .. }
+                    if prog.home(*dst).is_some() =>
+                {
+                    self.home_op(op)?;
                 }
                 Op::ArrayNew { dst, elem, len } => {
                     let zero = self.em.constant(Const::zero(*elem));
@@ -703,6 +762,67 @@ impl<'a, E: Emitter> Spec<'a, E> {
             let mut args = Vec::new();
             self.em.block_params(stub, &mut args);
             self.promotion(b, params, live, &args)?;
+        }
+        Ok(())
+    }
+
+    /// Makes local array `r` in memory ([`StitchProgram::home`]) of `len` elements of type
+    /// `elem`, the first `init`: in the unit's first copy, so that every copy reads it.
+    #[inline(never)]
+    fn make_home(&mut self, r: Reg, elem: Scalar, len: u32, init: &[E::Value]) {
+        let a = self.em.local_array(elem, len, init);
+        self.set_d(r, a);
+    }
+
+    /// Makes the unit's local arrays in memory that are not inputs of its first copy, a copy
+    /// of `b` (each is set before it is read: its declaration zeroes it).
+    #[inline(never)]
+    fn make_other_homes(&mut self, b: Block) {
+        let prog = self.prog;
+        for h in prog.all_homes() {
+            if !prog.layout(b).homes.iter().any(|i| i.reg == h.reg) {
+                self.make_home(h.reg, h.elem, h.len, &[]);
+            }
+        }
+    }
+
+    /// Runs `op`, a declaration of, a load from or a store to a local array in memory.
+    #[inline(never)]
+    fn home_op(&mut self, op: &Op) -> Result<(), SpecError> {
+        match *op {
+            Op::ArrayNew { dst, elem, len } => {
+                let a = self.operand(Operand::Dyn(dst))?;
+                let zero = self.em.constant(Const::zero(elem));
+                for k in 0..len {
+                    let i = self.em.constant(Const::Int(Scalar::I64, u64::from(k)));
+                    self.em.op(&TOp::Store, &[a, i, zero], SrcLoc::default());
+                }
+            }
+            Op::ArrayLoad {
+                dst,
+                arr,
+                index,
+                loc,
+            } => {
+                let a = self.operand(Operand::Dyn(arr))?;
+                let i = self.operand(index)?;
+                let Some(v) = self.em.op(&TOp::Load, &[a, i], loc) else {
+                    return internal("a load without a result");
+                };
+                self.set_d(dst, v);
+            }
+            Op::ArrayStore {
+                arr,
+                index,
+                value,
+                loc,
+            } => {
+                let a = self.operand(Operand::Dyn(arr))?;
+                let i = self.operand(index)?;
+                let v = self.operand(value)?;
+                self.em.op(&TOp::Store, &[a, i, v], loc);
+            }
+            _ => return internal("not an access to a local array"),
         }
         Ok(())
     }
@@ -949,8 +1069,8 @@ impl<'a, E: Emitter> Spec<'a, E> {
         self.live_args(e.block, args, all)
     }
 
-    /// Appends the values of `b`'s dynamic live-ins (arrays element by element), the unit
-    /// invariants only if `all`.
+    /// Appends the values of `b`'s dynamic live-ins (arrays element by element; never the
+    /// local arrays in memory), the unit invariants only if `all`.
     fn live_args(
         &mut self,
         b: Block,
@@ -959,7 +1079,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
     ) -> Result<(), SpecError> {
         let prog = self.prog;
         let live = match all {
-            true => &prog.blocks[b].dyn_live_in,
+            true => &prog.layout(b).dispatch_live_in,
             false => &prog.layout(b).copy_dyn_live_in,
         };
         for &(r, ty) in live {
@@ -1198,10 +1318,13 @@ impl<'a, E: Emitter> Spec<'a, E> {
         live_s: Key,
         inputs: &[E::Value],
     ) -> Result<(), SpecError> {
-        let tb = &self.prog.blocks[b];
-        // The register of each input value (arrays give one value per element).
+        let prog = self.prog;
+        let tb = &prog.blocks[b];
+        // The register of each input value (arrays give one value per element; those in
+        // memory none).
         let order: Vec<Option<Reg>> = tb
             .dyn_inputs()
+            .filter(|&(r, _)| prog.home(r).is_none())
             .flat_map(|(r, t)| std::iter::repeat_n((!t.is_array()).then_some(r), t.flat_len()))
             .collect();
         let promoted: Vec<E::Value> = tb
@@ -1245,7 +1368,16 @@ impl<'a, E: Emitter> Spec<'a, E> {
             self.inline_dispatch(b, &site, &promoted, inputs, known)?;
         }
         match global {
-            Some(global) => self.em.promote(global, &promoted, inputs),
+            Some(global) => {
+                // The unit is left: its local arrays in memory go as their elements.
+                if prog.layout(b).homes.is_empty() {
+                    self.em.promote(global, &promoted, inputs);
+                } else {
+                    let mut all = inputs.to_vec();
+                    self.with_homes(b, &mut all)?;
+                    self.em.promote(global, &promoted, &all);
+                }
+            }
             None => self.em.promote_miss(id, &promoted),
         }
         Ok(())

@@ -326,10 +326,17 @@ pub struct StitchProgram {
     pub entry: Block,
     /// The linearized form laid over the blocks, if the static transform made one.
     pub plan: Option<super::linear::Plan>,
+    /// Local arrays of more elements than this live in memory ([`StitchProgram::home`]);
+    /// [`StitchProgram::set_max_array_values`] changes it.
+    max_array_values: u32,
     /// Per block, its [`Layout`] and the number of edges into it, and the program's
     /// constants, made on first use (executors read them on every copy).
     derived: Derived,
 }
+
+/// The default of [`StitchProgram::max_array_values`]: a register file of 32 is kept as
+/// values; an operand stack of 64 lives in memory.
+pub const MAX_ARRAY_VALUES: u32 = 32;
 
 impl StitchProgram {
     /// A program of these blocks, without a plan.
@@ -343,8 +350,110 @@ impl StitchProgram {
             blocks,
             entry,
             plan: None,
+            max_array_values: MAX_ARRAY_VALUES,
             derived: Derived::default(),
         }
+    }
+
+    /// The most elements a local array may have and still be kept as values (each
+    /// element a value of the specialized code, passed from block to block); a longer one
+    /// lives in memory ([`StitchProgram::home`]).
+    pub fn max_array_values(&self) -> u32 {
+        self.max_array_values
+    }
+
+    /// Sets [`StitchProgram::max_array_values`] (and forgets what was derived from the old
+    /// one).
+    pub fn set_max_array_values(&mut self, n: u32) {
+        if n != self.max_array_values {
+            self.max_array_values = n;
+            self.derived = Derived::default();
+        }
+    }
+
+    /// Per register, `Some((elem, len))` if it is a local array that lives in memory: one of
+    /// more than [`StitchProgram::max_array_values`] elements, never passed as a block's
+    /// parameter or an edge's argument (so one register holds it wherever it is live).
+    ///
+    /// **Why.** An array kept as values crosses every edge whole: each element is an
+    /// argument and a block parameter, and stitching pays per element and per edge (an
+    /// interpreter's operand stack of 128 slots cost four times a register file of 8 per
+    /// byte-code, for the same code). An array in memory is made once per unit, in the
+    /// unit's first block, as a slice of static length (so a static index needs no
+    /// bounds check and a dynamic one is checked against it); its elements are loaded and
+    /// stored where the program reads and writes them, and no edge inside the unit passes
+    /// it. Where a unit is left (a promotion, a lazy edge) or entered, the array crosses
+    /// as its elements, as an array of values does ([`Layout::homes`]).
+    pub fn home(&self, r: Reg) -> Option<(Scalar, u32)> {
+        self.homes().0.get(r.index()).copied().flatten()
+    }
+
+    /// The local arrays in memory ([`StitchProgram::home`]): register, element type and
+    /// length, by register.
+    pub fn all_homes(&self) -> &[Home] {
+        &self.homes().1
+    }
+
+    fn homes(&self) -> &Homes {
+        self.derived.homes.get_or_init(|| {
+            let n = self.header.num_regs as usize;
+            let mut home: Vec<Option<(Scalar, u32)>> = vec![None; n];
+            let mut excluded = vec![false; n];
+            let mut exclude = |r: Reg| {
+                if let Some(x) = excluded.get_mut(r.index()) {
+                    *x = true;
+                }
+            };
+            for data in self.blocks.values() {
+                for p in &data.params {
+                    if let Param::Dyn(r, _) = *p {
+                        exclude(r);
+                    }
+                }
+                for &(src, dst) in &data.promote {
+                    exclude(src);
+                    exclude(dst);
+                }
+                for e in data.term.edges() {
+                    for a in &e.args {
+                        let (Operand::Dyn(r) | Operand::Static(r)) = *a;
+                        exclude(r);
+                    }
+                }
+            }
+            for data in self.blocks.values() {
+                for op in &data.ops {
+                    if let Op::ArrayNew { dst, elem, len } = *op {
+                        let Some(h) = home.get_mut(dst.index()) else {
+                            continue;
+                        };
+                        match *h {
+                            None if len > self.max_array_values => *h = Some((elem, len)),
+                            Some(was) if was == (elem, len) => {}
+                            _ => excluded[dst.index()] = true,
+                        }
+                    }
+                }
+            }
+            for (h, x) in home.iter_mut().zip(&excluded) {
+                if *x {
+                    *h = None;
+                }
+            }
+            let all = (0u32..)
+                .zip(&home)
+                .filter_map(|(r, h)| {
+                    let (elem, len) = (*h)?;
+                    Some(Home {
+                        at: 0,
+                        reg: Reg::from_u32(r),
+                        elem,
+                        len,
+                    })
+                })
+                .collect();
+            (home, all)
+        })
     }
 
     /// What recording this program's units found, which decides whether the runtime
@@ -376,32 +485,62 @@ impl StitchProgram {
             invariant_inputs: Vec::new(),
             copy_static_live_in: Vec::new(),
             copy_dyn_live_in: Vec::new(),
+            homes: Vec::new(),
+            dispatch_types: Vec::new(),
+            dispatch_live_in: Vec::new(),
+            invariant_dispatch: Vec::new(),
         };
         let all = self.derived.layouts.get_or_init(|| {
             let constant = self.is_constant();
             let invariant = self.is_invariant();
             let fixed = self.is_fixed();
             let inv = |r: Reg| invariant.get(r.index()) == Some(&true);
+            let home = |r: Reg| self.home(r).is_some();
             self.blocks
                 .values()
                 .map(|data| {
                     let dyn_inputs: Vec<(Reg, Type)> = data.dyn_inputs().collect();
                     let key_regs: Vec<Reg> = data.key_regs().collect();
-                    let mut invariant_inputs = Vec::new();
-                    let mut at = 0;
+                    let (mut invariant_inputs, mut invariant_dispatch) = (Vec::new(), Vec::new());
+                    let mut homes = Vec::new();
+                    let (mut at, mut dispatch_at) = (0, 0);
                     for &(r, t) in &dyn_inputs {
                         if inv(r) {
                             invariant_inputs.push((at, r));
+                            invariant_dispatch.push(dispatch_at);
+                        }
+                        match self.home(r) {
+                            Some((elem, len)) => homes.push(Home {
+                                at,
+                                reg: r,
+                                elem,
+                                len,
+                            }),
+                            None => dispatch_at += t.flat_len() as u32,
                         }
                         at += t.flat_len() as u32;
                     }
                     let copy_inputs: Vec<(Reg, Type)> = dyn_inputs
                         .iter()
                         .copied()
-                        .filter(|&(r, _)| !inv(r))
+                        .filter(|&(r, _)| !inv(r) && !home(r))
                         .collect();
                     Layout {
                         input_types: data.input_types(),
+                        dispatch_types: Type::flatten(
+                            dyn_inputs
+                                .iter()
+                                .filter(|&&(r, _)| !home(r))
+                                .map(|&(_, t)| t),
+                        ),
+                        dispatch_live_in: data
+                            .dyn_live_in
+                            .iter()
+                            .copied()
+                            .filter(|&(r, _)| !home(r))
+                            .collect(),
+                        homes,
+                        invariant_dispatch,
                         copy_types: Type::flatten(copy_inputs.iter().map(|&(_, t)| t)),
                         copy_key_regs: key_regs.iter().copied().filter(|&r| !inv(r)).collect(),
                         invariant_keys: (0u32..)
@@ -421,7 +560,7 @@ impl StitchProgram {
                             .dyn_live_in
                             .iter()
                             .copied()
-                            .filter(|&(r, _)| !inv(r))
+                            .filter(|&(r, _)| !inv(r) && !home(r))
                             .collect(),
                         key_regs,
                         dyn_inputs,
@@ -434,7 +573,7 @@ impl StitchProgram {
                             })
                             .map(|(at, op)| Run {
                                 at,
-                                fast: Fast::of(op, fixed),
+                                fast: Fast::of(op, fixed, &home),
                             })
                             .collect(),
                     }
@@ -635,7 +774,9 @@ pub enum Fast {
 }
 
 impl Fast {
-    fn of(op: &Op, fixed: &[bool]) -> Fast {
+    /// (`home`: whether a register is a local array in memory, whose accesses take the
+    /// general operation.)
+    fn of(op: &Op, fixed: &[bool], home: &dyn Fn(Reg) -> bool) -> Fast {
         let fixed = |r: Reg| fixed.get(r.index()) == Some(&true);
         match *op {
             Op::Setup {
@@ -664,13 +805,13 @@ impl Fast {
                 arr,
                 index: Operand::Static(index),
                 ..
-            } => Fast::Element { dst, arr, index },
+            } if !home(arr) => Fast::Element { dst, arr, index },
             Op::ArrayStore {
                 arr,
                 index: Operand::Static(index),
                 value,
                 ..
-            } => Fast::SetElement { arr, index, value },
+            } if !home(arr) => Fast::SetElement { arr, index, value },
             _ => Fast::None,
         }
     }
@@ -704,9 +845,34 @@ pub struct Layout {
     /// [`Layout::input_types`] (ascending) and registers.
     pub invariant_inputs: Vec<(u32, Reg)>,
     /// [`BlockData::static_live_in`] and [`BlockData::dyn_live_in`] without the unit
-    /// invariants.
+    /// invariants and the local arrays in memory.
     pub copy_static_live_in: Vec<Reg>,
     pub copy_dyn_live_in: Vec<(Reg, Type)>,
+    /// The local arrays in memory ([`StitchProgram::home`]) among the dynamic inputs, in
+    /// order. They cross the edges that enter or leave a unit as their elements, at their
+    /// places in [`Layout::input_types`] (what a unit's first copy receives and a
+    /// promotion passes on); inside a unit no edge passes them (the unit's first copy
+    /// makes them, and every copy reads them there).
+    pub homes: Vec<Home>,
+    /// The inputs a block receives inside its unit (a dispatch block into a promotion or a
+    /// lazy block): [`Layout::input_types`] and [`BlockData::dyn_live_in`] without the
+    /// local arrays in memory. The same as those when there are none.
+    pub dispatch_types: Vec<Type>,
+    pub dispatch_live_in: Vec<(Reg, Type)>,
+    /// The positions of the unit invariants ([`Layout::invariant_inputs`]) among the
+    /// values of [`Layout::dispatch_types`].
+    pub invariant_dispatch: Vec<u32>,
+}
+
+/// A local array in memory among a block's inputs ([`Layout::homes`]): its position in
+/// [`Layout::input_types`] (0 in [`StitchProgram::all_homes`]), register, element type and
+/// length.
+#[derive(Clone, Copy, Debug)]
+pub struct Home {
+    pub at: u32,
+    pub reg: Reg,
+    pub elem: Scalar,
+    pub len: u32,
 }
 
 /// Caches that equal every other (programs compare by what they say), and that a clone
@@ -718,6 +884,7 @@ struct Derived {
     constants: std::sync::OnceLock<Constants>,
     invariant: std::sync::OnceLock<Vec<bool>>,
     fixed: std::sync::OnceLock<Vec<bool>>,
+    homes: std::sync::OnceLock<Homes>,
     recordings: Recordings,
 }
 
@@ -764,6 +931,10 @@ impl Recordings {
 
 /// The constant registers and, per register, whether it is one.
 type Constants = (Vec<(Reg, Const)>, Vec<bool>);
+
+/// Per register, the element type and length of a local array in memory; and those
+/// arrays ([`StitchProgram::home`], [`StitchProgram::all_homes`]).
+type Homes = (Vec<Option<(Scalar, u32)>>, Vec<Home>);
 
 impl Clone for Derived {
     fn clone(&self) -> Derived {

@@ -90,8 +90,8 @@ pub mod print;
 pub mod values;
 
 pub use cfg::{
-    BlockData, Caching, CalleeDecl, Edge, Fast, HostDecl, Layout, Lazy, Op, Operand, Param,
-    ProgramHeader, Recordings, Run, SetupOp, StitchProgram, Term,
+    BlockData, Caching, CalleeDecl, Edge, Fast, Home, HostDecl, Layout, Lazy, Op, Operand, Param,
+    ProgramHeader, Recordings, Run, SetupOp, StitchProgram, Term, MAX_ARRAY_VALUES,
 };
 pub use check::{check_cfg, check_plan, CheckError, CheckErrors};
 pub use entities::{Block, CalleeId, HostId, Reg, SiteId};

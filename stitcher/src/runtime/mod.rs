@@ -118,6 +118,11 @@ pub struct RuntimeOptions {
     /// recordings stop finding such parameters is recorded only now and then
     /// ([`crate::ge::Recordings`]).
     pub constant_params: bool,
+    /// Local arrays of more elements than this live in memory in specialized code (loaded
+    /// and stored where they are accessed, never passed from block to block); shorter
+    /// ones are kept as values ([`crate::ge::StitchProgram::home`]; default
+    /// [`crate::ge::MAX_ARRAY_VALUES`], 32).
+    pub max_array_values: u32,
 }
 
 /// A code-generation tier.
@@ -217,6 +222,7 @@ impl Default for RuntimeOptions {
             limits: Limits::default(),
             tiers: Tiers::default(),
             constant_params: true,
+            max_array_values: crate::ge::MAX_ARRAY_VALUES,
         }
     }
 }
