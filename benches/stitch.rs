@@ -24,6 +24,9 @@
 //! of 17 to 1,025 byte-codes and prints the cost per byte-code and per machine
 //! instruction, the median time of installing the code, and the marginal cost of one
 //! more byte-code (`DYC_SCALE_K=k` runs only the program of `k` loops, for a profiler).
+//! `--stack` specializes a stack machine whose operand stack has 8 to 256 slots, with the
+//! stack in memory and as values, and prints the cost per byte-code, the code made and
+//! the time of a call ([`stack`]).
 //! `--hand` specializes the interpreter to the long program with a generating extension
 //! written by hand in Rust ([`hand_ge`], for what compiling the generating extension can
 //! save) and with the planned stitcher, both into the counting emitter, and prints what
@@ -696,10 +699,112 @@ fn code() {
     );
 }
 
+/// A stack machine whose operand stack has `slots` elements (`sp` and `pc` static), for
+/// `--stack`.
+fn stack_machine(slots: usize) -> String {
+    format!(
+        r#"
+fn run(code: [i64], x: i64) -> i64 {{
+    var st: [i64; {slots}];
+    var sp: i64 = 1;
+    var pc: i64 = 0;
+    st[0] = x;
+    make_static(code, pc, sp: cache_all, eager);
+    loop {{
+        let op = code@[pc];
+        let a = code@[pc + 1];
+        pc = pc + 2;
+        switch op {{
+            case 0: return st[sp - 1];
+            case 1: st[sp] = a; sp = sp + 1;
+            case 2: st[sp - 2] = st[sp - 2] + st[sp - 1]; sp = sp - 1;
+            case 4: st[sp] = st[a]; sp = sp + 1;
+            case 5: st[a] = st[sp - 1]; sp = sp - 1;
+            case 6:
+                if st[sp - 1] < a {{
+                    pc = pc + 2;
+                }}
+                sp = sp - 1;
+            case 7: pc = a;
+            default: trap;
+        }}
+    }}
+}}
+"#
+    )
+}
+
+/// `--stack`: the stack machine of [`stack_machine`] with 8 to 256 slots, its stack in
+/// memory and as values ([`dyc::RuntimeOptions::max_array_values`]), specialized in the
+/// stitch tier on a program of 50 counted loops (651 byte-codes): the median time of a
+/// specialization per byte-code, the instructions made, and the median time of a call of
+/// the stitch tier's code and of the optimizing tier's (which keeps arrays as values).
+fn stack() {
+    use dyc::{Arg, Program, RuntimeOptions, Tier};
+    let mut code = Vec::new();
+    for k in 0..50i64 {
+        let top = code.len() as i64 + 4;
+        code.extend([1, 3, 5, 1]); // st[1] = 3
+        code.extend([4, 1, 1, -1, 2, 0, 5, 1]); // top: st[1] -= 1
+        code.extend([4, 1, 6, 1, 7, top]); // while st[1] >= 1
+        code.extend([4, 0, 1, k, 2, 0, 5, 0]); // st[0] += k
+    }
+    code.extend([4, 0, 0, 0]);
+    let n = code.len() / 2;
+    let want = 5 + (0..50).sum::<i64>();
+    println!(
+        "{:>6} {:>7} | {:>12} {:>7} | {:>12} {:>12}",
+        "slots", "stack", "ns/byte-code", "m-insts", "stitch call", "opt call"
+    );
+    for slots in [8, 16, 32, 64, 128, 256] {
+        for (mode, max) in [("memory", 0), ("values", u32::MAX)] {
+            let opts = RuntimeOptions {
+                max_array_values: max,
+                ..RuntimeOptions::default()
+            };
+            let p =
+                Program::compile_with("stack.dyc", &stack_machine(slots), opts).expect("compiles");
+            let r = p.region("run").expect("region `run`");
+            let key = [Arg::from(&code[..])];
+            let call = |tier| {
+                let s = r.specialize_in(&key, tier).expect("specializes");
+                let mut t = Vec::new();
+                for _ in 0..201 {
+                    let start = Instant::now();
+                    let got = s.call(&mut [Arg::from(5i64)]).expect("runs");
+                    t.push(start.elapsed());
+                    assert_eq!(got.and_then(|c| c.as_i64()), Some(want));
+                }
+                t.sort();
+                (t[t.len() / 2], s.stats().insts)
+            };
+            let ((stitch, insts), (opt, _)) = (call(Tier::Stitch), call(Tier::Optimizing));
+            let mut t = Vec::new();
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(1) || t.len() < 21 {
+                let s0 = Instant::now();
+                std::hint::black_box(r.specialize_in(&key, Tier::Stitch).expect("specializes"));
+                t.push(s0.elapsed());
+            }
+            t.sort();
+            println!(
+                "{slots:>6} {mode:>7} | {:>12.0} {insts:>7} | {:>9.0} ns {:>9.0} ns",
+                t[t.len() / 2].as_nanos() as f64 / n as f64,
+                stitch.as_nanos() as f64,
+                opt.as_nanos() as f64
+            );
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--code") {
         code();
+        return;
+    }
+    if args.iter().any(|a| a == "--stack") {
+        stack();
         return;
     }
     if args.iter().any(|a| a == "--scale") {

@@ -1613,6 +1613,10 @@ pub struct StencilEmitter<'a> {
     /// Where the result store of each operation copied stands (the offset in `code` of
     /// its displacement), ascending, for `drop_dead_stores`.
     stores: Vec<u32>,
+    /// The local arrays in the frame ([`Backend::array_slot`]): the word holding each one's
+    /// address, its first word, element type and length, so that an access at a constant
+    /// index reads or writes the element's word directly.
+    frame_arrays: smallvec::SmallVec<[(u32, u32, Scalar, u32); 2]>,
     /// Also make each stencil's common variants ([`StencilLib::make_variants`]).
     variants: bool,
     /// Stencils copied and their machine instructions.
@@ -1722,6 +1726,7 @@ impl<'a> StencilEmitter<'a> {
             also: std::mem::take(&mut sc.also),
             loaded: std::mem::take(&mut sc.loaded),
             stores: std::mem::take(&mut sc.stores),
+            frame_arrays: smallvec::SmallVec::new(),
             variants: false,
             copies: 0,
             insts: 0,
@@ -2420,6 +2425,39 @@ impl<'a> StencilEmitter<'a> {
         );
     }
 
+    /// A load or a store at a constant index of a local array in the frame whose elements
+    /// are words ([`StencilEmitter::frame_arrays`]): a move from or to the element's word
+    /// (a constant stored is set there), with no address computed. `None` for any other
+    /// operation (unchecked, as every backend's: the fold layer checked the index).
+    fn frame_access(&mut self, op: &TOp, args: &[SVal]) -> Option<Option<SVal>> {
+        let (TOp::Load | TOp::Store, [SVal::Slice { ptr, .. }, SVal::Imm(k, _), rest @ ..]) =
+            (op, args)
+        else {
+            return None;
+        };
+        let &(_, base, elem, len) = self.frame_arrays.iter().find(|a| a.0 == *ptr)?;
+        if elem_size(elem) != 8 || *k >= u64::from(len) {
+            return None;
+        }
+        let w = base + *k as u32;
+        match (op, rest) {
+            (TOp::Load, []) => {
+                let d = self.slot();
+                self.move_word(w, d);
+                Some(Some(SVal::Slot(d, elem)))
+            }
+            (TOp::Store, [SVal::Slot(s, _)]) => {
+                self.move_word(*s, w);
+                Some(None)
+            }
+            (TOp::Store, [SVal::Imm(bits, _)]) => {
+                self.set(w, *bits);
+                Some(None)
+            }
+            _ => None,
+        }
+    }
+
     fn move_word(&mut self, src: u32, dst: u32) {
         if src != dst {
             self.note_read(src);
@@ -2824,6 +2862,9 @@ impl Backend for StencilEmitter<'_> {
     }
 
     fn op(&mut self, op: &TOp, args: &[SVal], _types: &[Type], loc: SrcLoc) -> Option<SVal> {
+        if let Some(r) = self.frame_access(op, args) {
+            return r;
+        }
         // A cast between 64-bit integers changes no bit of the word: the same word, typed
         // anew (reads of it are reads of the word).
         if let (
@@ -2939,6 +2980,7 @@ impl Backend for StencilEmitter<'_> {
         self.slots += words;
         self.mark_loaded(u64::from(base), words);
         let (ptr, len_word) = (self.slot(), self.slot());
+        self.frame_arrays.push((ptr, base, elem, len));
         self.emit(
             &Key::FrameAddr,
             &[8 * u64::from(base)],
