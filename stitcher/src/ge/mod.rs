@@ -67,6 +67,23 @@
 //! as a value (the fold layer keeps constants it can see within a block). All elements of
 //! a live array cross, live or not.
 //!
+//! **Arrays in memory.** So an array kept as values costs stitching per element and per
+//! edge, however few elements the code touches (an operand stack of 128 slots cost four
+//! times a register file of 8 per byte-code). An array longer than
+//! [`StitchProgram::max_array_values`] (32 unless the runtime says otherwise) that one
+//! register holds wherever it is live ([`StitchProgram::home`]) instead lives in memory in
+//! the first tiers: the unit's first copy makes it
+//! ([`dyc_templates::template::Emitter::local_array`]: a mutable slice of static length,
+//! with the elements it received, if any), every copy reads that value, no edge inside
+//! the unit passes it ([`Layout::copy_types`] and [`Layout::dispatch_types`] leave it out),
+//! `ArrayNew` stores zeros, and accesses are loads and stores through it (the fold layer
+//! checks a dynamic index against the static length, forwards a store to a load of the
+//! same constant index within a block, and delays such stores to the block's end, where a
+//! block that leaves the unit drops them). Where a unit is entered or left (its first
+//! copy's inputs, a promotion, a lazy edge), the array crosses as its elements at its
+//! place in [`BlockData::input_types`], as before ([`Layout::homes`]). The optimizing
+//! tier's programs keep every array as values.
+//!
 //! **Unit invariants** ([`StitchProgram::is_invariant`]) do not cross: a register defined
 //! once, in an entry block that no edge enters, and not a local array (a region's
 //! parameters, what its entry block computes from them) holds one value throughout a
