@@ -590,7 +590,9 @@ fn explain_reach(f: &Function, bta: &Bta) -> String {
 /// a value of its environment: an access at a static index is that value (nothing in the
 /// code), while an access at a dynamic index materializes the array (the elements are
 /// stored to a stack slot, the access goes through memory, and after a write the elements
-/// are read back as values).
+/// are read back as values). An array of more than
+/// [`dyc_stitcher::ge::MAX_ARRAY_VALUES`] elements (the runtime's default) lives in memory
+/// in the first tiers instead ([`dyc_stitcher::ge::StitchProgram::home`]).
 fn explain_arrays(f: &Function, bta: &Bta) -> String {
     // Per array: its instruction, the accesses at static indices, those at dynamic ones.
     let mut arrays: Vec<(Value, Inst, usize, Vec<String>)> = Vec::new();
@@ -618,10 +620,25 @@ fn explain_arrays(f: &Function, bta: &Bta) -> String {
     if arrays.is_empty() {
         return String::new();
     }
-    let mut out = String::from("local arrays (elements kept as values):\n");
+    let max = dyc_stitcher::ge::MAX_ARRAY_VALUES;
+    let in_memory = |v: Value| match f.value_type(v) {
+        Type::Array { len, .. } => len > max,
+        _ => false,
+    };
+    let mut out = match arrays.iter().any(|a| in_memory(a.0)) {
+        false => String::from("local arrays (elements kept as values):\n"),
+        true => String::from("local arrays:\n"),
+    };
     for (v, i, at_static, at_dynamic) in arrays {
         let accesses = |n: usize| format!("{n} access{}", if n == 1 { "" } else { "es" });
         let how = match (at_static, at_dynamic.len()) {
+            _ if in_memory(v) => format!(
+                "more than {max} elements: in memory in the stitch and quick tiers ({} at \
+                 static indices, each a load or a store at a fixed place; {} at dynamic \
+                 indices, checked against its length), as values in the optimizing tier",
+                accesses(at_static),
+                at_dynamic.len()
+            ),
             (0, 0) => "never accessed".to_string(),
             (s, 0) => format!(
                 "{}, all at static indices: no memory, no checks",
