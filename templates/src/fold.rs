@@ -185,6 +185,10 @@ pub struct Fold<B: Backend> {
     made: u32,
 }
 
+/// What the fold layer knows of an element of a local array: the block it learned it in,
+/// the value, and whether storing it waits for the block's end.
+type Held<V> = (u32, Option<FVal<V>>, bool);
+
 /// The fold layer's buffers and per-block sets.
 struct Buffers<V> {
     /// Lengths of the static slices (by key parameter), for `len` and bounds checks.
@@ -201,12 +205,14 @@ struct Buffers<V> {
     checked: HashSet<(V, IndexKey<V>), Hasher>,
     checked_const: HashMap<V, i128, Hasher>,
     /// The local arrays of the unit ([`Backend::array_slot`]: memory no other slice and no
-    /// call reaches), with their element types and lengths; in the current block, the
-    /// value each holds at a constant index, as far as known, and whether it is still to
-    /// be stored; and those stores, in order ([`Fold::flush`]).
-    local: HashMap<V, (Scalar, u32), Hasher>,
-    stored: HashMap<(V, u32), (FVal<V>, bool), Hasher>,
-    pending: Vec<(V, u32)>,
+    /// call reaches), by number: the slice, element type and length, and per element what
+    /// the current block knows it holds (valid if stamped with `block`) and whether that
+    /// is still to be stored; and those stores, in order ([`Fold::flush`]).
+    locals: Vec<(V, Scalar, u32)>,
+    elems: Vec<Vec<Held<V>>>,
+    pending: Vec<(u32, u32)>,
+    /// The current block's stamp (the number of blocks switched to).
+    block: u32,
 }
 
 impl<V> Default for Buffers<V> {
@@ -219,9 +225,10 @@ impl<V> Default for Buffers<V> {
             op_types: Vec::new(),
             checked: HashSet::default(),
             checked_const: HashMap::default(),
-            local: HashMap::default(),
-            stored: HashMap::default(),
+            locals: Vec::new(),
+            elems: Vec::new(),
             pending: Vec::new(),
+            block: 0,
         }
     }
 }
@@ -236,8 +243,8 @@ impl<V: 'static> pool::Reuse for Buffers<V> {
         self.op_types.clear();
         self.checked.clear();
         self.checked_const.clear();
-        self.local.clear();
-        self.stored.clear();
+        self.locals.clear();
+        self.elems.iter_mut().for_each(Vec::clear);
         self.pending.clear();
         let room = [
             self.static_lens.capacity(),
@@ -248,8 +255,8 @@ impl<V: 'static> pool::Reuse for Buffers<V> {
             self.op_types.capacity(),
             self.checked.capacity(),
             self.checked_const.capacity(),
-            self.local.capacity(),
-            self.stored.capacity(),
+            self.locals.capacity(),
+            self.elems.iter().map(Vec::capacity).sum(),
             self.pending.capacity(),
         ];
         room.iter().all(|&n| n <= KEPT_BUFFER)
@@ -632,20 +639,41 @@ impl<B: Backend> Fold<B> {
         self.dynamic(&TOp::Binary(op), &[a, b], ty, loc)
     }
 
-    /// If `s` is a local array ([`Buffers::local`]): it, and `i` if a constant index in
-    /// bounds (`None` for any other index).
-    fn local_index(&self, s: FVal<B::Value>, i: FVal<B::Value>) -> Option<(B::Value, Option<u32>)> {
+    /// If `s` is a local array ([`Buffers::locals`]): its number, and `i` if a constant
+    /// index in bounds (`None` for any other index). (The last made first: a slot for an
+    /// access at a dynamic index is used at once.)
+    fn local_index(&self, s: FVal<B::Value>, i: FVal<B::Value>) -> Option<(u32, Option<u32>)> {
         let FVal::Dyn { v: s, .. } = s else {
             return None;
         };
-        let &(_, len) = self.b.local.get(&s)?;
+        let n = self.b.locals.iter().rposition(|l| l.0 == s)?;
+        let len = self.b.locals[n].2;
         let k = match i {
             FVal::Const(c) => semantics::int_value(c)
                 .and_then(|k| u32::try_from(k).ok())
                 .filter(|&k| k < len),
             FVal::Dyn { .. } => None,
         };
-        Some((s, k))
+        Some((n as u32, k))
+    }
+
+    /// What the current block knows element `k` of local array `n` holds.
+    fn held(&self, n: u32, k: u32) -> Option<FVal<B::Value>> {
+        match self.b.elems[n as usize].get(k as usize) {
+            Some(&(at, v, _)) if at == self.b.block => v,
+            _ => None,
+        }
+    }
+
+    /// Element `k` of local array `n` holds `v` in the current block, to be stored at its
+    /// end ([`Fold::flush`]).
+    fn store_later(&mut self, n: u32, k: u32, v: FVal<B::Value>) {
+        let b = &mut *self.b;
+        let e = &mut b.elems[n as usize][k as usize];
+        if !(e.0 == b.block && e.2) {
+            b.pending.push((n, k));
+        }
+        *e = (b.block, Some(v), true);
     }
 
     /// Makes the stores still pending in the current block (to local array `only`, or to
@@ -653,33 +681,28 @@ impl<B: Backend> Fold<B> {
     /// access at an index not known now. A block that leaves the unit (a return, a trap, a
     /// promotion) drops them: nothing reads a unit's local arrays after it.
     #[inline]
-    fn flush(&mut self, only: Option<B::Value>) {
+    fn flush(&mut self, only: Option<u32>) {
         if !self.b.pending.is_empty() {
             self.flush_pending(only);
         }
     }
 
     #[inline(never)]
-    fn flush_pending(&mut self, only: Option<B::Value>) {
+    fn flush_pending(&mut self, only: Option<u32>) {
         let mut pending = std::mem::take(&mut self.b.pending);
         let mut kept = 0;
         for j in 0..pending.len() {
-            let (s, k) = pending[j];
-            if only.is_some_and(|o| o != s) {
-                pending[kept] = (s, k);
+            let (n, k) = pending[j];
+            if only.is_some_and(|o| o != n) {
+                pending[kept] = (n, k);
                 kept += 1;
                 continue;
             }
-            let Some(&(elem, len)) = self.b.local.get(&s) else {
+            let (s, elem, len) = self.b.locals[n as usize];
+            let e = &mut self.b.elems[n as usize][k as usize];
+            let (Some(v), true) = (e.1, std::mem::replace(&mut e.2, false)) else {
                 continue;
             };
-            let Some((v, p)) = self.b.stored.get_mut(&(s, k)) else {
-                continue;
-            };
-            if !std::mem::replace(p, false) {
-                continue;
-            }
-            let v = *v;
             let slice = FVal::Dyn {
                 v: s,
                 ty: Type::Slice {
@@ -740,10 +763,16 @@ impl<B: Backend> Fold<B> {
     fn array_slot(&mut self, elem: Scalar, len: u32, elems: &[FVal<B::Value>]) -> FVal<B::Value> {
         let vals = self.lower_all(elems);
         let v = self.backend.array_slot(elem, len, &vals);
-        self.b.local.insert(v, (elem, len));
-        for (k, &e) in (0u32..).zip(elems) {
-            self.b.stored.insert((v, k), (e, false));
+        let n = self.b.locals.len();
+        self.b.locals.push((v, elem, len));
+        if self.b.elems.len() <= n {
+            self.b.elems.resize_with(n + 1, Vec::new);
         }
+        let block = self.b.block;
+        let known = &mut self.b.elems[n];
+        known.clear();
+        known.extend(elems.iter().map(|&e| (block, Some(e), false)));
+        known.resize(len as usize, (0, None, false));
         FVal::Dyn {
             v,
             ty: Type::Slice {
@@ -860,9 +889,7 @@ impl<B: Backend> Emitter for Fold<B> {
         // (The last block ended in a terminator, which stored what was pending.)
         debug_assert!(self.b.pending.is_empty(), "stores left pending");
         self.b.pending.clear();
-        if !self.b.stored.is_empty() {
-            self.b.stored.clear();
-        }
+        self.b.block += 1;
         self.backend.switch_to_block(b);
     }
 
@@ -941,12 +968,12 @@ impl<B: Backend> Emitter for Fold<B> {
             },
             TOp::Load => {
                 match self.local_index(args[0], args[1]) {
-                    Some((s, Some(k))) => {
-                        if let Some(&(v, _)) = self.b.stored.get(&(s, k)) {
+                    Some((n, Some(k))) => {
+                        if let Some(v) = self.held(n, k) {
                             return Some(v);
                         }
                     }
-                    Some((s, None)) => self.flush(Some(s)),
+                    Some((n, None)) => self.flush(Some(n)),
                     None => {}
                 }
                 self.check(args[0], args[1], loc);
@@ -957,18 +984,15 @@ impl<B: Backend> Emitter for Fold<B> {
                 match self.local_index(args[0], args[1]) {
                     // A store at a constant index of a local array waits for the end of the
                     // block (a later one there replaces it).
-                    Some((s, Some(k))) => {
-                        let pending = self.b.stored.insert((s, k), (args[2], true));
-                        if !pending.is_some_and(|(_, p)| p) {
-                            self.b.pending.push((s, k));
-                        }
+                    Some((n, Some(k))) => {
+                        self.store_later(n, k, args[2]);
                         return None;
                     }
                     // At an index not known now, after the stores waiting: what it holds
                     // anywhere is no longer known.
-                    Some((s, None)) => {
-                        self.flush(Some(s));
-                        self.b.stored.retain(|&(a, _), _| a != s);
+                    Some((n, None)) => {
+                        self.flush(Some(n));
+                        self.b.elems[n as usize].iter_mut().for_each(|e| e.1 = None);
                     }
                     None => {}
                 }
