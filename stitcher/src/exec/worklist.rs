@@ -122,6 +122,8 @@ pub(super) struct Spec<'a, E: Emitter> {
     /// or a unit invariant, set by the unit's first copy), so that a copy starting from
     /// a key leaves it set.
     fixed: &'a [bool],
+    /// Whether the program has local arrays in memory ([`StitchProgram::home`]).
+    homes: bool,
     /// The unit's first copy (the only one whose parameters and key hold the unit
     /// invariants), and its whole key.
     entry: Option<E::Block>,
@@ -200,6 +202,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
             blocks: 0,
             ops: 0,
             fixed: prog.is_fixed(),
+            homes: !prog.all_homes().is_empty(),
             entry: None,
             entry_key: Key::new(),
             stubs: Vec::new(),
@@ -575,31 +578,14 @@ impl<'a, E: Emitter> Spec<'a, E> {
                 let mut params = std::mem::take(&mut self.sc.params);
                 params.clear();
                 self.em.block_params(res, &mut params);
-                let mut next = 0;
-                let inputs = if first {
-                    &lay.dyn_inputs
-                } else {
-                    &lay.copy_inputs
+                // (Only a unit's first copy receives or makes local arrays in memory: the
+                // other copies bind their inputs without asking.)
+                let bound = match first && self.homes {
+                    true => self.bind_first(b, &params),
+                    false => self.bind(b, first, &params, false),
                 };
-                for &(r, ty) in inputs {
-                    let n = ty.flat_len();
-                    let Some(vals) = params.get(next..next + n) else {
-                        return internal(format!("{}: too few block parameters", sb.name));
-                    };
-                    next += n;
-                    match ty {
-                        // (Only a unit's first copy receives a local array in memory.)
-                        Type::Array { elem, len } if first && prog.home(r).is_some() => {
-                            self.make_home(r, elem, len, vals);
-                        }
-                        Type::Array { elem, .. } => self.set_a(r, elem, vals.iter().copied()),
-                        _ => self.set_d(r, vals[0]),
-                    }
-                }
                 self.sc.params = params;
-                if first && !prog.all_homes().is_empty() {
-                    self.make_other_homes(b);
-                }
+                bound?;
             }
         }
         // The budget of operations is checked once per block, before any of them runs;
@@ -643,16 +629,13 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     let v = self.operand(*src)?;
                     self.set_d(*dst, v);
                 }
-                // A local array in memory: stores and loads of the slice the unit's first
-                // copy made.
-                Op::ArrayNew { dst, .. }
-                | Op::ArrayLoad { arr: dst, .. }
-                | Op::ArrayStore { arr: dst, .. }
-                    if prog.home(*dst).is_some() =>
-                {
-                    self.home_op(op)?;
-                }
                 Op::ArrayNew { dst, elem, len } => {
+                    // (A local array in memory: stores and loads of the slice the unit's
+                    // first copy made, here and below.)
+                    if prog.home(*dst).is_some() {
+                        self.home_op(op)?;
+                        continue;
+                    }
                     let zero = self.em.constant(Const::zero(*elem));
                     self.set_a(*dst, *elem, std::iter::repeat_n(zero, *len as usize));
                 }
@@ -662,6 +645,10 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     index,
                     loc,
                 } => {
+                    if prog.home(*arr).is_some() {
+                        self.home_op(op)?;
+                        continue;
+                    }
                     // (A static index in bounds was taken by `Fast::Element`: what the
                     // fold layer makes of a constant index, done before any emitter sees
                     // it. Any other index goes to the emitter, which bounds-checks it.)
@@ -679,6 +666,10 @@ impl<'a, E: Emitter> Spec<'a, E> {
                     value,
                     loc,
                 } => {
+                    if prog.home(*arr).is_some() {
+                        self.home_op(op)?;
+                        continue;
+                    }
                     // (A static index in bounds was taken by `Fast::SetElement`.)
                     let i = self.operand(*index)?;
                     let v = self.operand(*value)?;
@@ -763,6 +754,50 @@ impl<'a, E: Emitter> Spec<'a, E> {
             self.em.block_params(stub, &mut args);
             self.promotion(b, params, live, &args)?;
         }
+        Ok(())
+    }
+
+    /// Binds the dynamic inputs of a copy of `b` (the unit's first if `first`) to `params`,
+    /// its block parameters; `homes`: making the local arrays in memory among them.
+    #[inline(always)]
+    fn bind(
+        &mut self,
+        b: Block,
+        first: bool,
+        params: &[E::Value],
+        homes: bool,
+    ) -> Result<(), SpecError> {
+        let prog = self.prog;
+        let lay = prog.layout(b);
+        let inputs = if first {
+            &lay.dyn_inputs
+        } else {
+            &lay.copy_inputs
+        };
+        let mut next = 0;
+        for &(r, ty) in inputs {
+            let n = ty.flat_len();
+            let Some(vals) = params.get(next..next + n) else {
+                return internal(format!("{}: too few block parameters", prog.blocks[b].name));
+            };
+            next += n;
+            match ty {
+                Type::Array { elem, len } if homes && prog.home(r).is_some() => {
+                    self.make_home(r, elem, len, vals);
+                }
+                Type::Array { elem, .. } => self.set_a(r, elem, vals.iter().copied()),
+                _ => self.set_d(r, vals[0]),
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Spec::bind`] for the unit's first copy, a copy of `b`, in a program with local
+    /// arrays in memory: it makes all of them.
+    #[inline(never)]
+    fn bind_first(&mut self, b: Block, params: &[E::Value]) -> Result<(), SpecError> {
+        self.bind(b, true, params, true)?;
+        self.make_other_homes(b);
         Ok(())
     }
 
