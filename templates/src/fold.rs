@@ -46,7 +46,7 @@ use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 
 use crate::ops::{BinaryOp, Const};
-use crate::params::Known;
+use crate::params::{Known, LiveMemory};
 use crate::pool::{self, Kept};
 use crate::semantics;
 use crate::template::{Case, Emitter, TOp};
@@ -183,6 +183,12 @@ pub struct Fold<B: Backend> {
     /// and the lists of types kept without constant parameters ([`Fold::kept_list`]).
     known: Option<Known>,
     made: u32,
+    /// What later code may read of the local arrays in memory, at each block's end
+    /// ([`Fold::set_live_memory`]), the arrays made ([`Emitter::local_array`]), and the
+    /// number (in the order of creation) of the block being filled.
+    live: Option<LiveMemory>,
+    arrays: u32,
+    current: u32,
 }
 
 /// What the fold layer knows of an element of a local array: the block it learned it in,
@@ -208,7 +214,7 @@ struct Buffers<V> {
     /// call reaches), by number: the slice, element type and length, and per element what
     /// the current block knows it holds (valid if stamped with `block`) and whether that
     /// is still to be stored; and those stores, in order ([`Fold::flush`]).
-    locals: Vec<(V, Scalar, u32)>,
+    locals: Vec<(V, Scalar, u32, u32)>,
     elems: Vec<Vec<Held<V>>>,
     pending: Vec<(u32, u32)>,
     /// The current block's stamp (the number of blocks switched to).
@@ -343,6 +349,9 @@ impl<B: Backend> Fold<B> {
             b,
             known: None,
             made: 0,
+            live: None,
+            arrays: 0,
+            current: 0,
         }
     }
 
@@ -353,6 +362,15 @@ impl<B: Backend> Fold<B> {
     /// gets no constants.
     pub fn set_constant_params(&mut self, known: Known) {
         self.known = Some(known);
+    }
+
+    /// What later code may read of the local arrays in memory at each block's end, read
+    /// off a recorded run ([`crate::params::Shape::live_memory`]): a store still waiting at
+    /// a block's end to an element no later code reads is not made. Sound because the
+    /// replay makes the recorded calls: every load of such an element after this block is
+    /// preceded, on every path, by a store to it.
+    pub fn set_live_memory(&mut self, live: Option<LiveMemory>) {
+        self.live = live;
     }
 
     /// The constant parameters given, if any parameter is constant or dead (else they
@@ -698,11 +716,16 @@ impl<B: Backend> Fold<B> {
                 kept += 1;
                 continue;
             }
-            let (s, elem, len) = self.b.locals[n as usize];
+            let (s, elem, len, array) = self.b.locals[n as usize];
             let e = &mut self.b.elems[n as usize][k as usize];
             let (Some(v), true) = (e.1, std::mem::replace(&mut e.2, false)) else {
                 continue;
             };
+            // (At the block's end, a store no later code reads is left out.)
+            let dead = |live: &LiveMemory| !live.live_out(self.current, array, k);
+            if only.is_none() && array != u32::MAX && self.live.as_ref().is_some_and(dead) {
+                continue;
+            }
             let slice = FVal::Dyn {
                 v: s,
                 ty: Type::Slice {
@@ -764,7 +787,7 @@ impl<B: Backend> Fold<B> {
         let vals = self.lower_all(elems);
         let v = self.backend.array_slot(elem, len, &vals);
         let n = self.b.locals.len();
-        self.b.locals.push((v, elem, len));
+        self.b.locals.push((v, elem, len, u32::MAX));
         if self.b.elems.len() <= n {
             self.b.elems.resize_with(n + 1, Vec::new);
         }
@@ -890,6 +913,13 @@ impl<B: Backend> Emitter for Fold<B> {
         debug_assert!(self.b.pending.is_empty(), "stores left pending");
         self.b.pending.clear();
         self.b.block += 1;
+        if self.live.is_some() {
+            self.current = self
+                .t
+                .blocks
+                .get(B::block_index(b))
+                .map_or(u32::MAX, |i| i.made);
+        }
         self.backend.switch_to_block(b);
     }
 
@@ -1049,7 +1079,12 @@ impl<B: Backend> Emitter for Fold<B> {
     }
 
     fn local_array(&mut self, elem: Scalar, len: u32, init: &[Self::Value]) -> Self::Value {
-        self.array_slot(elem, len, init)
+        let a = self.array_slot(elem, len, init);
+        if let Some(l) = self.b.locals.last_mut() {
+            l.3 = self.arrays;
+        }
+        self.arrays += 1;
+        a
     }
 
     fn jump(&mut self, dest: B::Block, args: &[Self::Value]) {

@@ -124,6 +124,31 @@ pub struct Shape {
     passes: Vec<(u32, u32)>,
     /// The buffers of a [`Known`] given back ([`Shape::recycle`]), for the next.
     spare: (Vec<u32>, Vec<Option<Const>>),
+    /// What the run does with its local arrays in memory ([`Shape::live_memory`]).
+    memory: Memory,
+}
+
+/// An element index standing for every element of an array (an access at an index not
+/// known now).
+const ALL: u32 = u32::MAX;
+
+/// What a recorded run does with its local arrays in memory ([`crate::template::Emitter::
+/// local_array`]), filled by [`crate::tape::Tape::shape`] when it made any.
+#[derive(Default)]
+struct Memory {
+    on: bool,
+    /// Per recorded block, its number among the blocks the replay makes (`u32::MAX` for a
+    /// merged one), and how many those are.
+    replayed: Vec<u32>,
+    blocks: u32,
+    /// The replayed block the calls being read fill.
+    current: u32,
+    /// The values that are local arrays in memory, by number.
+    arrays: Vec<u32>,
+    /// Accesses in the order made: block, array, element (or [`ALL`]), whether a store.
+    accesses: Vec<(u32, u32, u32, bool)>,
+    /// Edges: from a replayed block to a recorded one.
+    edges: Vec<(u32, u32)>,
 }
 
 impl Shape {
@@ -193,6 +218,148 @@ impl Shape {
         self.tags.clear();
         self.scalar.clear();
         self.used.clear();
+        let m = &mut self.memory;
+        m.on = false;
+        m.replayed.clear();
+        m.blocks = 0;
+        m.arrays.clear();
+        m.accesses.clear();
+        m.edges.clear();
+    }
+
+    /// A recorded block (merged into the one jumping to it or not), for the memory.
+    pub(crate) fn memory_block(&mut self, merged: bool) {
+        let m = &mut self.memory;
+        m.on = true;
+        match merged {
+            true => m.replayed.push(u32::MAX),
+            false => {
+                m.replayed.push(m.blocks);
+                m.blocks += 1;
+            }
+        }
+    }
+
+    /// The recording goes on in recorded block `b`.
+    pub(crate) fn memory_switch(&mut self, b: u32) {
+        if let Some(&r) = self.memory.replayed.get(b as usize) {
+            if r != u32::MAX {
+                self.memory.current = r;
+            }
+        }
+    }
+
+    /// Value `v` is a local array in memory.
+    pub(crate) fn memory_array(&mut self, v: u32) {
+        self.memory.arrays.push(v);
+    }
+
+    /// A load or (`store`) a store of slice value `slice` at the index tagged `index`.
+    pub(crate) fn memory_access(&mut self, slice: u32, index: Option<Tag>, store: bool) {
+        let Some(a) = self.memory.arrays.iter().position(|&v| v == slice) else {
+            return;
+        };
+        let k = index
+            .and_then(|t| self.constant_of(t))
+            .and_then(crate::semantics::int_value)
+            .and_then(|k| u32::try_from(k).ok())
+            .filter(|&k| k != ALL);
+        // A store at an index not known now writes nothing for certain (and the fold
+        // layer makes what waits before it).
+        let k = match (k, store) {
+            (Some(k), _) => k,
+            (None, true) => return,
+            (None, false) => ALL,
+        };
+        let m = &mut self.memory;
+        m.accesses.push((m.current, a as u32, k, store));
+    }
+
+    /// An edge from the block being recorded to recorded block `b`.
+    #[inline]
+    pub(crate) fn memory_edge(&mut self, b: u32) {
+        if self.memory.on {
+            let m = &mut self.memory;
+            if let Some(&r) = m.replayed.get(b as usize) {
+                m.edges.push((m.current, r));
+            }
+        }
+    }
+
+    /// The elements of local arrays in memory that may be read after the end of each
+    /// block the replay makes before they are written (`None` if the run made no such
+    /// array): a store still waiting at a block's end to an element not among them is
+    /// one no later code reads ([`crate::fold::Fold::set_live_memory`]).
+    ///
+    /// Backward liveness on the blocks the replay makes, an element a variable: a block
+    /// reads what it loads before storing it (every element, for a load at an index not
+    /// known now) and kills what it stores at a constant index; a return, a trap or a
+    /// promotion ends a block with nothing live (what a promotion passes on, the block
+    /// loads first). Merged blocks are part of the block they are merged into, as for the
+    /// fold layer, which keeps what it knows across them.
+    pub fn live_memory(&self) -> Option<LiveMemory> {
+        let m = &self.memory;
+        if !m.on || m.arrays.is_empty() {
+            return None;
+        }
+        let n = m.blocks as usize;
+        let key = |a: u32, k: u32| u64::from(a) << 32 | u64::from(k);
+        let (mut reads, mut kills) = (vec![Vec::new(); n], vec![Vec::new(); n]);
+        for &(b, a, k, store) in &m.accesses {
+            let (Some(r), Some(w)) = (reads.get_mut(b as usize), kills.get_mut(b as usize)) else {
+                continue;
+            };
+            match store {
+                true => w.push(key(a, k)),
+                false if w.contains(&key(a, k)) => {}
+                false => r.push(key(a, k)),
+            }
+        }
+        for v in reads.iter_mut().chain(kills.iter_mut()) {
+            v.sort_unstable();
+            v.dedup();
+        }
+        let mut succ = vec![Vec::new(); n];
+        for &(from, to) in &m.edges {
+            if let (Some(s), true) = (succ.get_mut(from as usize), (to as usize) < n) {
+                s.push(to);
+            }
+        }
+        let mut live_in: Vec<Vec<u64>> = reads.clone();
+        let mut live_out: Vec<Vec<u64>> = vec![Vec::new(); n];
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for b in (0..n).rev() {
+                let mut out: Vec<u64> = succ[b]
+                    .iter()
+                    .flat_map(|&s| live_in[s as usize].iter().copied())
+                    .collect();
+                out.sort_unstable();
+                out.dedup();
+                let mut inn: Vec<u64> = out
+                    .iter()
+                    .copied()
+                    .filter(|x| kills[b].binary_search(x).is_err())
+                    .chain(reads[b].iter().copied())
+                    .collect();
+                inn.sort_unstable();
+                inn.dedup();
+                if inn != live_in[b] {
+                    live_in[b] = inn;
+                    changed = true;
+                }
+                live_out[b] = out;
+            }
+        }
+        let mut start = Vec::with_capacity(n + 1);
+        let mut pairs = Vec::new();
+        for out in live_out {
+            start.push(pairs.len() as u32);
+            pairs.extend(out);
+        }
+        start.push(pairs.len() as u32);
+        Some(LiveMemory { start, pairs })
     }
 
     /// The constant parameters of the unit just stitched, by block in the order of their
@@ -385,6 +552,29 @@ fn same(a: Const, b: Const) -> bool {
     }
 }
 
+/// The elements of a unit's local arrays in memory that later code may read, at the end of
+/// each block, by block in the order of their creation ([`Shape::live_memory`]).
+#[derive(Clone, Debug, Default)]
+pub struct LiveMemory {
+    start: Vec<u32>,
+    /// Per block, sorted: array number (in the order made) and element, or every element.
+    pairs: Vec<u64>,
+}
+
+impl LiveMemory {
+    /// Whether element `k` of array `a` (numbered in the order made) may be read after the
+    /// end of the `n`th block created (true for a block the run did not record).
+    pub fn live_out(&self, n: u32, a: u32, k: u32) -> bool {
+        let (Some(&s), Some(&e)) = (self.start.get(n as usize), self.start.get(n as usize + 1))
+        else {
+            return true;
+        };
+        let live = &self.pairs[s as usize..e as usize];
+        let key = |k: u32| u64::from(a) << 32 | u64::from(k);
+        live.binary_search(&key(k)).is_ok() || live.binary_search(&key(ALL)).is_ok()
+    }
+}
+
 /// The constant parameters of a unit's blocks, by block in the order of their creation
 /// (of the blocks the replay creates: those it merges are left out).
 #[derive(Clone, Debug, Default)]
@@ -506,6 +696,56 @@ mod tests {
         );
         assert_eq!(k.count(), 2);
         assert!(k.block(3).is_none());
+    }
+
+    /// entry makes a local array in memory, stores elements 0, 1 and 2, and branches to a
+    /// block that reads element 0 and returns, or to one that stores element 0, then reads
+    /// elements 0 and 2 and returns: at the entry's end 0 and 2 are live and 1 and 3 are
+    /// not. With the first block's read at an index not known now, every element is.
+    #[test]
+    fn the_elements_later_code_reads_are_live_at_a_blocks_end() {
+        let store = |t: &mut Tape, a: u32, k: i64, v: u32| {
+            let i = t.constant(int(k));
+            t.op(&TOp::Store, &[a, i, v], SrcLoc::default());
+        };
+        let load = |t: &mut Tape, a: u32, i: u32| t.op(&TOp::Load, &[a, i], SrcLoc::default());
+        let live = |t: &Tape| {
+            let mut shape = Shape::default();
+            t.shape(&mut shape);
+            shape.live_memory().expect("a local array in memory")
+        };
+        for dynamic in [false, true] {
+            let mut t = unit(&[1, 0, 0]);
+            let x = params(&mut t, 0)[0];
+            let a = t.local_array(Scalar::I64, 4, &[]);
+            for k in 0..3 {
+                store(&mut t, a, k, x);
+            }
+            t.brif(x, (1, &[]), (2, &[]));
+            apart(&mut t, 1);
+            let i = if dynamic { x } else { t.constant(int(0)) };
+            let v = load(&mut t, a, i).expect("a load's result");
+            t.ret(Some(v));
+            apart(&mut t, 2);
+            store(&mut t, a, 0, x);
+            let (i0, i2) = (t.constant(int(0)), t.constant(int(2)));
+            let (v0, v2) = (load(&mut t, a, i0), load(&mut t, a, i2));
+            read(&mut t, &[v0.expect("a result"), v2.expect("a result")]);
+            t.ret(None);
+            let m = live(&t);
+            assert!(m.live_out(0, 0, 0) && m.live_out(0, 0, 2));
+            assert_eq!(m.live_out(0, 0, 1), dynamic, "element 1");
+            assert_eq!(m.live_out(0, 0, 3), dynamic, "element 3");
+            // Blocks that return leave nothing live.
+            assert!(!m.live_out(1, 0, 0) && !m.live_out(2, 0, 0));
+        }
+        // A run without local arrays in memory has nothing to say.
+        let mut t = unit(&[0]);
+        params(&mut t, 0);
+        t.ret(None);
+        let mut shape = Shape::default();
+        t.shape(&mut shape);
+        assert!(shape.live_memory().is_none());
     }
 
     /// Different constants on two paths, `0.0` against `-0.0`, and a NaN met with itself.

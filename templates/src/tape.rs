@@ -89,6 +89,8 @@ pub struct Tape {
     /// a program's own lists): copies of one block share their list, so a replay passes
     /// one slice for all of them, which emitters cache by address.
     lists: Vec<(usize, Run)>,
+    /// Local arrays in memory made ([`Emitter::local_array`]).
+    local_arrays: u32,
 }
 
 /// The working vectors of a replay into emitters of one type (values, blocks, and the
@@ -156,6 +158,7 @@ impl Tape {
         self.runs.clear();
         self.values = 0;
         self.lists.clear();
+        self.local_arrays = 0;
     }
 
     /// A new block whose parameter types are `run`.
@@ -235,6 +238,7 @@ impl Tape {
         let nums = |r: Run| &self.nums[r.0 as usize..(r.0 + r.1) as usize];
         let tag = |tags: &[Tag], v: u32| tags.get(v as usize).copied().unwrap_or(Tag::OTHER);
         let edge = |shape: &mut Shape, tags: &[Tag], b: u32, args: Run| {
+            shape.memory_edge(b);
             let first = shape.first_param(b);
             for (j, &a) in nums(args).iter().enumerate() {
                 match first {
@@ -255,6 +259,9 @@ impl Tape {
         };
         // A merged block has no parameters: its values are the jump's arguments.
         let mut made = 0;
+        // The local arrays in memory: what each block reads and writes of them, and where
+        // it goes on (for [`Shape::live_memory`]), only if the run made any.
+        let memory = self.local_arrays > 0;
         let mut calls = self.calls.iter();
         while let Some(call) = calls.next() {
             match call {
@@ -264,6 +271,9 @@ impl Tape {
                         shape.merged_block();
                     } else {
                         shape.block(types);
+                    }
+                    if memory {
+                        shape.memory_block(self.merges(made));
                     }
                     made += 1;
                 }
@@ -275,11 +285,22 @@ impl Tape {
                         f => Tag::param(f + j),
                     }));
                 }
-                Call::SwitchTo(_) => {}
+                Call::SwitchTo(b) => {
+                    if memory {
+                        shape.memory_switch(*b);
+                    }
+                }
                 Call::Constant(c) => tags.push(shape.constant(*c)),
                 Call::StaticSlice(..) => tags.push(Tag::OTHER),
-                Call::Op { args, result, .. } => {
-                    read_all(shape, &tags, nums(*args));
+                Call::Op {
+                    op, args, result, ..
+                } => {
+                    let a = nums(*args);
+                    read_all(shape, &tags, a);
+                    if memory && matches!(op, TOp::Load | TOp::Store) {
+                        let index = a.get(1).map(|&i| tag(&tags, i));
+                        shape.memory_access(a[0], index, matches!(op, TOp::Store));
+                    }
                     if *result {
                         tags.push(Tag::OTHER);
                     }
@@ -323,6 +344,7 @@ impl Tape {
                 }
                 Call::LocalArray(_, _, init) => {
                     read_all(shape, &tags, nums(*init));
+                    shape.memory_array(tags.len() as u32);
                     tags.push(Tag::OTHER);
                 }
                 Call::Jump(b, args) if self.merges(*b) => {
@@ -647,6 +669,7 @@ impl Emitter for Tape {
     }
 
     fn local_array(&mut self, elem: Scalar, len: u32, init: &[u32]) -> u32 {
+        self.local_arrays += 1;
         let init = self.run(init.iter().copied());
         self.calls.push(Call::LocalArray(elem, len, init));
         self.value()

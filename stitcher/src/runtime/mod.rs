@@ -769,13 +769,16 @@ impl Shared {
         }
         let mut em = Fold::new(em, input.static_lens());
         // A specialization (generic code has no constants to find) is recorded, its
-        // constant and dead block parameters and its merged blocks read off the recording,
-        // and replayed with them into the stencil emitter.
+        // constant and dead block parameters, its merged blocks and the stores to its local
+        // arrays in memory that nothing reads read off the recording, and replayed with
+        // them into the stencil emitter. (A program with local arrays in memory has each
+        // unit recorded: the stores it saves pay for it.)
         let (unit, found) = match input.spec {
             Some(_)
                 if self.opts.constant_params
                     && !variants
-                    && input.prog.recordings().record_next() =>
+                    && (!input.prog.all_homes().is_empty()
+                        || input.prog.recordings().record_next()) =>
             {
                 // The tape and the shape are the thread's, reused from unit to unit.
                 let (mut tape, mut shape) = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
@@ -786,6 +789,7 @@ impl Shared {
                     return Err(RuntimeError::Spec(SpecError::Internal(m.into())));
                 }
                 tape.shape(&mut shape);
+                em.set_live_memory(shape.live_memory());
                 let known = shape.solve();
                 let counts = (known.count(), known.dead(), tape.merged());
                 input.prog.recordings().note(known.any());
