@@ -24,9 +24,10 @@
 //!   block, a load at a constant index reads the value last stored there (or the slot's
 //!   initial element), and stores at constant indices wait for the block's end, where the
 //!   last one per element is made before a jump or a branch (other blocks read the
-//!   memory) and none before a return, a trap or a promotion (nothing reads a unit's
-//!   arrays after it); an access at an index not known now makes the waiting stores of
-//!   its array first;
+//!   memory: with [`Fold::set_live_memory`], only those of elements later code may read)
+//!   and none before a return, a trap or a promotion (nothing reads a unit's arrays after
+//!   it); an access at an index not known now makes the waiting stores of its array
+//!   first;
 //! - **constant block parameters**: with [`Fold::set_constant_params`], the parameters
 //!   found constant on every path of a recorded run ([`crate::params`]) are read as
 //!   constants, and left out of the backend's blocks and of the jumps into them.

@@ -79,7 +79,8 @@
 //! `ArrayNew` stores zeros, and accesses are loads and stores through it (the fold layer
 //! checks a dynamic index against the static length, forwards a store to a load of the
 //! same constant index within a block, and delays such stores to the block's end, where a
-//! block that leaves the unit drops them). Where a unit is entered or left (its first
+//! block that leaves the unit drops them, and a recorded unit's liveness drops those no
+//! later code reads). Where a unit is entered or left (its first
 //! copy's inputs, a promotion, a lazy edge), the array crosses as its elements at its
 //! place in [`BlockData::input_types`], as before ([`Layout::homes`]). The optimizing
 //! tier's programs keep every array as values.
