@@ -332,3 +332,36 @@ fn stores_a_returning_unit_never_reads_are_not_made() {
         "{memory} instructions in memory, {values} as values"
     );
 }
+
+/// A stack in memory makes the same code whatever its size: in a program of counted loops,
+/// the stack's zeroing and the temporaries above the stack pointer are stores no later
+/// code reads (the recorded unit's liveness), and are left out.
+#[test]
+fn a_stack_in_memory_makes_the_same_code_whatever_its_size() {
+    let mut code = Vec::new();
+    for k in 0..10i64 {
+        let top = code.len() as i64 + 4;
+        code.extend([1, 3, 5, 9]); // st[9] = 3
+        code.extend([4, 9, 1, -1, 2, 0, 5, 9]); // top: st[9] -= 1
+        code.extend([4, 9, 6, 1, 7, top]); // while st[9] >= 1
+        code.extend([4, 0, 1, k, 2, 0, 5, 0]); // st[0] += k
+    }
+    code.extend([4, 0, 0, 0]);
+    let insts = |slots: &str| {
+        let src = source("eager").replace("[i64; 64]", slots);
+        let opts = RuntimeOptions {
+            max_array_values: 0,
+            ..RuntimeOptions::default()
+        };
+        let p = Program::compile_with("stack.dyc", &src, opts).expect("compiles");
+        let s = p
+            .region("run")
+            .expect("region")
+            .specialize_in(&[Arg::from(&code[..])], Tier::Stitch)
+            .expect("specializes");
+        let r = s.call(&mut [Arg::from(2i64)]).expect("runs");
+        assert_eq!(r, Some(Const::from(2 + (0..10).sum::<i64>())));
+        s.stats().insts
+    };
+    assert_eq!(insts("[i64; 16]"), insts("[i64; 256]"));
+}

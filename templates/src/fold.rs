@@ -19,10 +19,9 @@
 //!   block, a check already made (same slice and index, or a constant index not above one
 //!   already checked against the same slice) is not made again. Every other access gets an
 //!   explicit [`Backend::bounds_check`] before the backend's (unchecked) load or store.
-//! - **local arrays in memory** ([`Emitter::local_array`] and the slots of
-//!   [`Backend::array_slot`]: memory that no other slice and no call reaches): within a
-//!   block, a load at a constant index reads the value last stored there (or the slot's
-//!   initial element), and stores at constant indices wait for the block's end, where the
+//! - **local arrays in memory** ([`Emitter::local_array`]: memory that no other slice and
+//!   no call reaches): within a block, a load at a constant index reads the value last
+//!   stored there (or the array's initial element), and stores at constant indices wait for the block's end, where the
 //!   last one per element is made before a jump or a branch (other blocks read the
 //!   memory: with [`Fold::set_live_memory`], only those of elements later code may read)
 //!   and none before a return, a trap or a promotion (nothing reads a unit's arrays after
@@ -185,10 +184,9 @@ pub struct Fold<B: Backend> {
     known: Option<Known>,
     made: u32,
     /// What later code may read of the local arrays in memory, at each block's end
-    /// ([`Fold::set_live_memory`]), the arrays made ([`Emitter::local_array`]), and the
-    /// number (in the order of creation) of the block being filled.
+    /// ([`Fold::set_live_memory`]), and the number (in the order of creation) of the block
+    /// being filled.
     live: Option<LiveMemory>,
-    arrays: u32,
     current: u32,
 }
 
@@ -211,11 +209,12 @@ struct Buffers<V> {
     /// largest constant index checked.
     checked: HashSet<(V, IndexKey<V>), Hasher>,
     checked_const: HashMap<V, i128, Hasher>,
-    /// The local arrays of the unit ([`Backend::array_slot`]: memory no other slice and no
-    /// call reaches), by number: the slice, element type and length, and per element what
+    /// The local arrays in memory of the unit ([`Emitter::local_array`]: memory no other
+    /// slice and no call reaches), numbered in the order made (as [`LiveMemory`] numbers
+    /// them): the slice, element type and length, and per element what
     /// the current block knows it holds (valid if stamped with `block`) and whether that
     /// is still to be stored; and those stores, in order ([`Fold::flush`]).
-    locals: Vec<(V, Scalar, u32, u32)>,
+    locals: Vec<(V, Scalar, u32)>,
     elems: Vec<Vec<Held<V>>>,
     pending: Vec<(u32, u32)>,
     /// The current block's stamp (the number of blocks switched to).
@@ -351,7 +350,6 @@ impl<B: Backend> Fold<B> {
             known: None,
             made: 0,
             live: None,
-            arrays: 0,
             current: 0,
         }
     }
@@ -658,14 +656,13 @@ impl<B: Backend> Fold<B> {
         self.dynamic(&TOp::Binary(op), &[a, b], ty, loc)
     }
 
-    /// If `s` is a local array ([`Buffers::locals`]): its number, and `i` if a constant
-    /// index in bounds (`None` for any other index). (The last made first: a slot for an
-    /// access at a dynamic index is used at once.)
+    /// If `s` is a local array in memory ([`Buffers::locals`]): its number, and `i` if a
+    /// constant index in bounds (`None` for any other index).
     fn local_index(&self, s: FVal<B::Value>, i: FVal<B::Value>) -> Option<(u32, Option<u32>)> {
         let FVal::Dyn { v: s, .. } = s else {
             return None;
         };
-        let n = self.b.locals.iter().rposition(|l| l.0 == s)?;
+        let n = self.b.locals.iter().position(|l| l.0 == s)?;
         let len = self.b.locals[n].2;
         let k = match i {
             FVal::Const(c) => semantics::int_value(c)
@@ -717,14 +714,14 @@ impl<B: Backend> Fold<B> {
                 kept += 1;
                 continue;
             }
-            let (s, elem, len, array) = self.b.locals[n as usize];
+            let (s, elem, len) = self.b.locals[n as usize];
             let e = &mut self.b.elems[n as usize][k as usize];
             let (Some(v), true) = (e.1, std::mem::replace(&mut e.2, false)) else {
                 continue;
             };
             // (At the block's end, a store no later code reads is left out.)
-            let dead = |live: &LiveMemory| !live.live_out(self.current, array, k);
-            if only.is_none() && array != u32::MAX && self.live.as_ref().is_some_and(dead) {
+            let dead = |live: &LiveMemory| !live.live_out(self.current, n, k);
+            if only.is_none() && self.live.as_ref().is_some_and(dead) {
                 continue;
             }
             let slice = FVal::Dyn {
@@ -787,16 +784,6 @@ impl<B: Backend> Fold<B> {
     fn array_slot(&mut self, elem: Scalar, len: u32, elems: &[FVal<B::Value>]) -> FVal<B::Value> {
         let vals = self.lower_all(elems);
         let v = self.backend.array_slot(elem, len, &vals);
-        let n = self.b.locals.len();
-        self.b.locals.push((v, elem, len, u32::MAX));
-        if self.b.elems.len() <= n {
-            self.b.elems.resize_with(n + 1, Vec::new);
-        }
-        let block = self.b.block;
-        let known = &mut self.b.elems[n];
-        known.clear();
-        known.extend(elems.iter().map(|&e| (block, Some(e), false)));
-        known.resize(len as usize, (0, None, false));
         FVal::Dyn {
             v,
             ty: Type::Slice {
@@ -1081,10 +1068,19 @@ impl<B: Backend> Emitter for Fold<B> {
 
     fn local_array(&mut self, elem: Scalar, len: u32, init: &[Self::Value]) -> Self::Value {
         let a = self.array_slot(elem, len, init);
-        if let Some(l) = self.b.locals.last_mut() {
-            l.3 = self.arrays;
+        let FVal::Dyn { v, .. } = a else {
+            unreachable!("a slot is a value in code")
+        };
+        let n = self.b.locals.len();
+        self.b.locals.push((v, elem, len));
+        if self.b.elems.len() <= n {
+            self.b.elems.resize_with(n + 1, Vec::new);
         }
-        self.arrays += 1;
+        let block = self.b.block;
+        let known = &mut self.b.elems[n];
+        known.clear();
+        known.extend(init.iter().map(|&e| (block, Some(e), false)));
+        known.resize(len as usize, (0, None, false));
         a
     }
 

@@ -136,9 +136,9 @@ const ALL: u32 = u32::MAX;
 /// local_array`]), filled by [`crate::tape::Tape::shape`] when it made any.
 #[derive(Default)]
 struct Memory {
-    on: bool,
     /// Per recorded block, its number among the blocks the replay makes (`u32::MAX` for a
-    /// merged one), and how many those are.
+    /// merged one; empty when the run made no local array in memory), and how many those
+    /// are.
     replayed: Vec<u32>,
     blocks: u32,
     /// The replayed block the calls being read fill.
@@ -219,7 +219,6 @@ impl Shape {
         self.scalar.clear();
         self.used.clear();
         let m = &mut self.memory;
-        m.on = false;
         m.replayed.clear();
         m.blocks = 0;
         m.arrays.clear();
@@ -230,7 +229,6 @@ impl Shape {
     /// A recorded block (merged into the one jumping to it or not), for the memory.
     pub(crate) fn memory_block(&mut self, merged: bool) {
         let m = &mut self.memory;
-        m.on = true;
         match merged {
             true => m.replayed.push(u32::MAX),
             false => {
@@ -278,7 +276,7 @@ impl Shape {
     /// An edge from the block being recorded to recorded block `b`.
     #[inline]
     pub(crate) fn memory_edge(&mut self, b: u32) {
-        if self.memory.on {
+        if !self.memory.replayed.is_empty() {
             let m = &mut self.memory;
             if let Some(&r) = m.replayed.get(b as usize) {
                 m.edges.push((m.current, r));
@@ -299,7 +297,7 @@ impl Shape {
     /// fold layer, which keeps what it knows across them.
     pub fn live_memory(&self) -> Option<LiveMemory> {
         let m = &self.memory;
-        if !m.on || m.arrays.is_empty() {
+        if m.arrays.is_empty() {
             return None;
         }
         let n = m.blocks as usize;

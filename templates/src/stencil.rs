@@ -2435,7 +2435,8 @@ impl<'a> StencilEmitter<'a> {
         else {
             return None;
         };
-        let &(_, base, elem, len) = self.frame_arrays.iter().find(|a| a.0 == *ptr)?;
+        // (The last made first: a slot for an access at a dynamic index is used at once.)
+        let &(_, base, elem, len) = self.frame_arrays.iter().rev().find(|a| a.0 == *ptr)?;
         if elem_size(elem) != 8 || *k >= u64::from(len) {
             return None;
         }
