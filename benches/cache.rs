@@ -5,7 +5,8 @@
 //! of a miss that specializes (`replicate`) and of one that also evicts and reclaims a
 //! version (a program limited to one specialization, alternating two keys); and the
 //! first hit of a lazy stub (stitching and compiling the arm, patching its slot) against
-//! a call through the patched slot. Run with
+//! a call through the patched slot; and `Specialized::call` of a stitch-tier unit that
+//! keeps values in frame words (a slice argument). Run with
 //! `cargo bench --bench cache`; each figure is the median of 7 runs of 2,000,000 calls
 //! (200,000 for the slice, 300 for misses), with the range. `--profile-scalars` instead
 //! runs 50,000,000 scalar-key hits and nothing else, for a profiler
@@ -17,7 +18,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use dyc::{Arg, Limits, Program, Region, RuntimeOptions, Specialized};
+use dyc::{Arg, Limits, Program, Region, RuntimeOptions, Specialized, Tier};
 
 const SRC: &str = "
 fn scalars(a: i64, b: i64, x: i64) -> i64 {
@@ -47,6 +48,10 @@ fn slice(w: [i64], x: i64) -> i64 {
 fn slice_unchecked(w: [i64], x: i64) -> i64 {
     make_static(w: cache_all_unchecked);
     return x + len(w);
+}
+fn framed(k: i64, xs: [i64]) -> i64 {
+    make_static(k);
+    return xs[k] + len(xs);
 }
 fn branchy(k: i64, x: i64) -> i64 {
     make_static(k: lazy);
@@ -213,6 +218,16 @@ fn main() {
     let region_s = slice_call(&slice);
     let slice_unchecked = p.region("slice_unchecked").expect("region");
     let region_su = slice_call(&slice_unchecked);
+    // A stitch-tier unit that keeps values in frame words (a slice argument's two words).
+    let xs = [5i64; 4];
+    let spec_f = p
+        .region("framed")
+        .expect("region")
+        .specialize_in(&[Arg::from(1i64)], Tier::Stitch)
+        .expect("specializes");
+    let framed = measure(7, n, |_| {
+        black_box(spec_f.call(&mut [Arg::from(&xs[..])]).expect("runs"));
+    });
     // Misses: a specialization per call, then one that also evicts a version.
     let replicate = p.region("replicate").expect("region");
     let miss = measure(7, 300, |i| hit(&replicate, i));
@@ -268,6 +283,10 @@ fn main() {
         "cache hit beyond `Specialized::call`, 1,000-element slice, `cache_all_unchecked`",
         region_su,
         spec_s,
+    );
+    row(
+        "`Specialized::call`, 1 slice argument, stitch tier (a unit with frame words)",
+        framed,
     );
     row("miss: specialize and call (`replicate`)", miss);
     row("miss: specialize, evict the other version, call", evict);

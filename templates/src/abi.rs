@@ -52,8 +52,9 @@ pub struct CallCtx {
     pub stack_limit: u64,
     /// The runtime object of the specialization being called (opaque to the code).
     pub owner: *const (),
-    /// The frame of stitch-tier units: their values live in its words, which the unit's
-    /// prologue makes room for through `dyc_frame` (null and 0 until then).
+    /// The frame of stitch-tier units: their values live in its words. A call starts with
+    /// a frame on the caller's stack; a unit's prologue that needs more words makes room
+    /// through `dyc_frame`.
     pub frame: *mut u64,
     pub frame_words: u64,
     /// The message of a failing host function or lazy specialization.

@@ -537,6 +537,12 @@ fn helpers() -> [(stencil::Import, &'static str, usize); 4] {
     ]
 }
 
+/// The words of the frame a call of a specialization starts with, on the stack of
+/// [`Specialization::call_words`]: enough for most stitch-tier units (an
+/// interpreter's take 14 to 65 words, a packet filter's about 100), whose prologue then
+/// needs no [`dyc_frame`].
+const INLINE_FRAME_WORDS: usize = 128;
+
 /// Makes the frame of the call `ctx` at least `words` words long (zeroed) and returns it:
 /// called by a stitch-tier unit's prologue, when every live value is in a register, so
 /// the old frame's contents do not matter.
@@ -1557,13 +1563,24 @@ impl Specialization {
             frame_store: Vec::new(),
         };
         ctx.stack_limit = (&ctx as *const CallCtx as u64).saturating_sub(opts.max_stack);
+        // The frame of stitch-tier units, on this stack while it is large enough: a frame
+        // allocated per call (and freed after it) cost a call more than its code, and
+        // zeroing this one cost a small call a third more. A unit writes every word it
+        // reads, so it is left as it is (debug builds fill it with a pattern, so that code
+        // reading a word it did not write shows in the tests).
+        let mut frame = std::mem::MaybeUninit::<[u64; INLINE_FRAME_WORDS]>::uninit();
+        #[cfg(debug_assertions)]
+        frame.write([0xa5a5_a5a5_a5a5_a5a5; INLINE_FRAME_WORDS]);
+        ctx.frame = frame.as_mut_ptr().cast::<u64>();
+        ctx.frame_words = INLINE_FRAME_WORDS as u64;
         // SAFETY: `wrapper` is a finalized entry wrapper in the runtime's region for units
         // taking this specialization's dynamic inputs (made for them when it was made), with
         // the signature `extern "C" fn(*mut CallCtx, *const u64, *const u8) -> u64`; `entry`
         // is a finalized unit taking those inputs, in this specialization's region or the
         // runtime's. Both regions (and every region the code can reach: the runtime's
         // generic code) outlive the call through `self`, which keeps the runtime alive. The
-        // caller guarantees the words.
+        // caller guarantees the words. `frame` lives on this stack until the call returns,
+        // and only this call's code (on this thread) writes it.
         let f: extern "C" fn(*mut CallCtx, *const u64, *const u8) -> u64 =
             unsafe { std::mem::transmute(self.wrapper) };
         let v = f(&mut ctx, words.as_ptr(), self.entry as *const u8);
