@@ -228,6 +228,7 @@ pub fn build_with(
             g = r;
         }
         crate::placement::place(&mut g);
+        crate::placement::number(&mut g);
         crate::promote::auto_promote(m, &mut g);
         crate::divide::poly_divide(m, &mut g);
         prepared = g;

@@ -35,13 +35,32 @@
 //! the terminator), moved operands before moved users; each block's list is rebuilt once.
 //! Common dominators and the search up the dominator path use jump pointers, so the pass
 //! costs O((n + uses) log n) whatever the depth of the dominator tree.
+//!
+//! **Value numbering in each block** ([`number`], after placement): placement gathers
+//! copies of one computation into one block (an interpreter's handlers each compute
+//! `len(input)` for a bounds test, and all of them move before the dispatch loop), where
+//! the later ones compute what the first already has. Within each block, a movable
+//! instruction (but a constant) with the same operator and operands as an earlier one is
+//! removed and its result replaced by the earlier one's everywhere (the earlier dominates
+//! every use of the later). This is the local part of Click's global value numbering, the
+//! half of the paper placement does not do; it never makes a value live longer than one of
+//! the copies already was. Each merged value is one dynamic value fewer passed between the
+//! specialized blocks. Constants are left alone: placement remakes them where they are
+//! needed, and `0.0 == -0.0` would merge two different ones. One pass in reverse
+//! post-order, a hash table per block: linear in the function.
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+
+use cranelift_entity::packed_option::PackedOption;
 use cranelift_entity::SecondaryMap;
 
 use crate::analysis::cfg::ControlFlowGraph;
 use crate::analysis::dominators::DominatorTree;
 use crate::analysis::loops::LoopForest;
-use crate::ir::{BinaryOp, Block, Function, Inst, InstData, Type, Value, ValueDef};
+use crate::ir::{
+    BinaryOp, Block, CmpOp, Function, Inst, InstData, Scalar, Type, UnaryOp, Value, ValueDef,
+};
 
 /// The largest loop (in blocks, nested loops included) code is hoisted out of: a value
 /// moved out of a loop is live across all of its blocks, and each copy of a block carries
@@ -240,6 +259,94 @@ pub fn place(f: &mut Function) -> usize {
     late_order.len()
 }
 
+/// A movable computation other than a constant, by operator and operands (see
+/// [`number`]).
+#[derive(PartialEq, Eq, Hash)]
+enum Computation {
+    Unary(UnaryOp, Value),
+    Binary(BinaryOp, [Value; 2]),
+    Cmp(CmpOp, [Value; 2]),
+    Select(Value, [Value; 2]),
+    Cast(Scalar, Value),
+    Len(Value),
+}
+
+impl Computation {
+    fn of(f: &Function, data: &InstData) -> Option<Computation> {
+        if !movable(f, data) {
+            return None;
+        }
+        Some(match *data {
+            InstData::Unary { op, arg } => Computation::Unary(op, arg),
+            InstData::Binary { op, args } => Computation::Binary(op, args),
+            InstData::Cmp { op, args } => Computation::Cmp(op, args),
+            InstData::Select { cond, args } => Computation::Select(cond, args),
+            InstData::Cast { to, arg } => Computation::Cast(to, arg),
+            InstData::Len { arg } => Computation::Len(arg),
+            _ => return None,
+        })
+    }
+}
+
+/// Value numbering within each block (see the module doc): removes the movable
+/// instructions (but constants) that repeat an earlier one of their block, their results
+/// replaced by its. Returns how many were removed. Run after [`place`].
+pub fn number(f: &mut Function) -> usize {
+    let cfg = ControlFlowGraph::compute(f);
+    let forest = LoopForest::compute(&cfg);
+    let mut alias: SecondaryMap<Value, PackedOption<Value>> = SecondaryMap::new();
+    let mut seen: HashMap<Computation, Value> = HashMap::new();
+    let mut removed = 0;
+    // Reverse post-order: a definition's block before every block that uses it.
+    let mut visited: SecondaryMap<Block, bool> = SecondaryMap::new();
+    for &b in forest.rpo() {
+        visited[b] = true;
+        seen.clear();
+        let mut keep = Vec::new();
+        let mut dropped = false;
+        for &i in f.layout.block_insts(b) {
+            f.insts[i].visit_operands_mut(|v| {
+                if let Some(a) = alias[*v].expand() {
+                    *v = a;
+                }
+            });
+            if let Some(c) = Computation::of(f, &f.insts[i]) {
+                let r = f.first_result(i);
+                match seen.entry(c) {
+                    Entry::Occupied(e) => {
+                        alias[r] = (*e.get()).into();
+                        dropped = true;
+                        removed += 1;
+                        continue;
+                    }
+                    Entry::Vacant(e) => {
+                        e.insert(r);
+                    }
+                }
+            }
+            keep.push(i);
+        }
+        if dropped {
+            f.layout.set_block_insts(b, &keep);
+        }
+    }
+    if removed > 0 {
+        // Blocks no path reaches were not visited: their uses too.
+        let blocks = f.layout.blocks().to_vec();
+        for b in blocks.into_iter().filter(|&b| !visited[b]) {
+            for k in 0..f.layout.block_insts(b).len() {
+                let i = f.layout.block_insts(b)[k];
+                f.insts[i].visit_operands_mut(|v| {
+                    if let Some(a) = alias[*v].expand() {
+                        *v = a;
+                    }
+                });
+            }
+        }
+    }
+    removed
+}
+
 /// The dominator tree with jump pointers (binary lifting): common ancestors and searches up
 /// a path in O(log n), however deep the tree (a chain of 100,000 blocks is one).
 struct Lifting {
@@ -377,5 +484,53 @@ mod tests {
     #[test]
     fn placed_functions_verify_and_compute_the_same() {
         crate::gen::tests::pass_keeps_semantics("placement", place);
+    }
+
+    /// The same with value numbering after placement.
+    #[test]
+    fn numbered_functions_verify_and_compute_the_same() {
+        crate::gen::tests::pass_keeps_semantics("placement and numbering", |f| {
+            place(f);
+            number(f)
+        });
+    }
+
+    /// Two handlers of an interpreter loop that each test `len(input)`: placement moves
+    /// both out of the loop, into one block, and numbering leaves one, which every copy
+    /// of the loop's blocks then passes on as one value instead of two; the stitcher
+    /// processes fewer operations for the same result.
+    #[test]
+    fn repeated_computations_placement_gathers_become_one() {
+        let src = "fn f(code: [i64], input: [i64]) -> i64 {
+    var pc = 0;
+    var acc = 0;
+    make_static(code, pc);
+    loop {
+        let op = code@[pc];
+        pc += 1;
+        switch op {
+            case 0: return acc;
+            case 1: if 3 < len(input) { acc = acc + input[3]; }
+            case 2: if 5 < len(input) { acc = acc * input[5]; }
+            default: trap;
+        }
+    }
+}";
+        let m = crate::lang::compile("t.dyc", src).expect("compiles");
+        let id = m.func_by_name("f").expect("f");
+        let lens = |f: &Function| {
+            let blocks = f.layout.blocks().iter();
+            blocks
+                .flat_map(|&b| f.layout.block_insts(b))
+                .filter(|&&i| matches!(f.insts[i], InstData::Len { .. }))
+                .count()
+        };
+        let mut f = m.funcs[id].clone();
+        assert_eq!(lens(&f), 2);
+        place(&mut f);
+        assert_eq!(lens(&f), 2);
+        assert_eq!(number(&mut f), 1);
+        assert_eq!(lens(&f), 1);
+        crate::verifier::verify_function_in(&m, &f).expect("verifies");
     }
 }
