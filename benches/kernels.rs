@@ -22,6 +22,7 @@ enum Val {
     Ints(Vec<i64>),
     Floats(Vec<f64>),
     MutInts(Vec<i64>),
+    Bytes(Vec<u8>),
 }
 
 impl Val {
@@ -31,6 +32,7 @@ impl Val {
             Val::Ints(v) => Arg::from(&v[..]),
             Val::Floats(v) => Arg::from(&v[..]),
             Val::MutInts(v) => Arg::from(&mut v[..]),
+            Val::Bytes(v) => Arg::from(&v[..]),
         }
     }
 }
@@ -321,7 +323,131 @@ fn kernels() -> Vec<Kernel> {
                 hits as f64
             },
         },
+        Kernel {
+            name: "packet_filter",
+            keys: vec![Val::Ints(tcp_port_filter(80))],
+            dyns: {
+                let (pkts, ends) = packets(2_000);
+                vec![Val::Bytes(pkts), Val::Ints(ends)]
+            },
+            rust: |k, d| {
+                let code = ints(&k[0]);
+                let [Val::Bytes(pkts), Val::Ints(ends)] = d else {
+                    panic!("packets and their ends")
+                };
+                let mut total = 0;
+                let mut start = 0;
+                for &end in ends.iter() {
+                    let pkt = &pkts[start as usize..end as usize];
+                    total += run_filter(code, pkt);
+                    start = end;
+                }
+                total as f64
+            },
+        },
     ]
+}
+
+/// `tcpdump -d "tcp port P"` as (op, jt, jf, k) instructions of `packet_filter`, its jumps
+/// relative to the next instruction.
+fn tcp_port_filter(port: i64) -> Vec<i64> {
+    let listing: [(i64, i64, i64, i64); 20] = [
+        (1, 0, 0, 12),
+        (22, 2, 8, 0x86dd),
+        (0, 0, 0, 20),
+        (22, 4, 19, 6),
+        (1, 0, 0, 54),
+        (22, 18, 6, port),
+        (1, 0, 0, 56),
+        (22, 18, 19, port),
+        (22, 9, 19, 0x800),
+        (0, 0, 0, 23),
+        (22, 11, 19, 6),
+        (1, 0, 0, 20),
+        (25, 19, 13, 0x1fff),
+        (7, 0, 0, 14),
+        (4, 0, 0, 14),
+        (22, 18, 16, port),
+        (4, 0, 0, 16),
+        (22, 18, 19, port),
+        (27, 0, 0, 262144),
+        (27, 0, 0, 0),
+    ];
+    let mut code = Vec::new();
+    for (pc, &(op, jt, jf, k)) in (0i64..).zip(&listing) {
+        let rel = |t| {
+            if (22..=26).contains(&op) {
+                t - pc - 1
+            } else {
+                t
+            }
+        };
+        code.extend([op, rel(jt), rel(jf), k]);
+    }
+    code
+}
+
+/// `n` Ethernet frames of 42 to 101 bytes, one after the other, and where each ends: IPv4
+/// and IPv6, TCP and UDP, to and from port 80 or others, some fragments.
+fn packets(n: usize) -> (Vec<u8>, Vec<i64>) {
+    let mut pkts = Vec::new();
+    let mut ends = Vec::new();
+    let mut r = lcg(4 * n, 9);
+    for _ in 0..n {
+        let mut p = vec![0u8; 42 + (r.next().expect("endless") % 60) as usize];
+        let x = r.next().expect("endless");
+        let port = if x.is_multiple_of(3) {
+            80u16
+        } else {
+            1024 + (x % 5000) as u16
+        };
+        let tcp = !x.is_multiple_of(5);
+        if x.is_multiple_of(4) {
+            p[12..14].copy_from_slice(&[0x86, 0xdd]);
+            p[20] = if tcp { 6 } else { 17 };
+            if p.len() >= 58 {
+                p[56..58].copy_from_slice(&port.to_be_bytes());
+            }
+        } else {
+            p[12..14].copy_from_slice(&[8, 0]);
+            p[14] = 0x45;
+            p[23] = if tcp { 6 } else { 17 };
+            p[20] = u8::from(x.is_multiple_of(7)); // a fragment
+            p[36..38].copy_from_slice(&port.to_be_bytes());
+        }
+        pkts.extend(p);
+        ends.push(pkts.len() as i64);
+    }
+    (pkts, ends)
+}
+
+/// The filter machine of `packet_filter` in plain Rust, on one packet.
+fn run_filter(code: &[i64], pkt: &[u8]) -> i64 {
+    let (mut a, mut x) = (0u32, 0u32);
+    let n = pkt.len() as i64;
+    let mut pc = 0;
+    loop {
+        let (op, jt, jf, k) = (code[pc], code[pc + 1], code[pc + 2], code[pc + 3]);
+        pc += 4;
+        let half = |i: i64| (pkt[i as usize] as u32) << 8 | pkt[i as usize + 1] as u32;
+        let skip = |c: bool| 4 * if c { jt } else { jf } as usize;
+        match op {
+            0 if k >= n => return 0,
+            0 => a = pkt[k as usize] as u32,
+            1 if k + 1 >= n => return 0,
+            1 => a = half(k),
+            4 if x as i64 + k + 1 >= n => return 0,
+            4 => a = half(x as i64 + k),
+            7 if k >= n => return 0,
+            7 => x = ((pkt[k as usize] & 15) as u32) << 2,
+            14 => a &= k as u32,
+            22 => pc += skip(a == k as u32),
+            25 => pc += skip(a & k as u32 != 0),
+            27 => return k,
+            28 => return a as i64,
+            _ => panic!("operation {op}"),
+        }
+    }
 }
 
 /// Plain Rust, generic code, then for the optimizing tier and the stitch tier: a call of
