@@ -10,6 +10,9 @@
 use dyc::interp::{parse_args, Interpreter, Memory, Val};
 use dyc::ir::{Const, Module};
 use dyc::{Arg, Error, Program, RuntimeOptions, Tier, Tiers};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
 
 const FILTER: &str = include_str!("../examples/filter.dyc");
 
@@ -86,6 +89,9 @@ fn source(policy: &str) -> String {
 }
 
 fn program(policy: &str, max_array_values: u32) -> Program {
+    // No fuel: the code is what a program without fuel runs (fuel checks make every block
+    // non-empty, which hides how empty blocks are laid out). A filter's jumps go forward,
+    // so any run of correct code is short; `watchdog` catches one that is not.
     let opts = RuntimeOptions {
         tiers: Tiers {
             hot_calls: u64::MAX,
@@ -119,8 +125,30 @@ fn outcome(r: Result<Option<Const>, Error>) -> String {
     }
 }
 
+/// Ends the process with `what()` if `progress` has not changed for 30 seconds: code
+/// that runs forever (a jump laid out to the wrong place) fails the test instead of
+/// hanging it.
+fn watchdog(progress: &'static AtomicU64, what: fn() -> String) {
+    std::thread::spawn(move || {
+        let mut last = u64::MAX;
+        loop {
+            std::thread::sleep(Duration::from_secs(30));
+            let now = progress.load(Ordering::Relaxed);
+            if now == last {
+                eprintln!("no progress for 30 s: {}", what());
+                std::process::exit(101);
+            }
+            last = now;
+        }
+    });
+}
+
+static PROGRESS: AtomicU64 = AtomicU64::new(0);
+static SEED: Mutex<String> = Mutex::new(String::new());
+
 #[test]
 fn a_packet_filter_agrees_with_the_interpreter_in_every_tier() {
+    watchdog(&PROGRESS, || SEED.lock().expect("not poisoned").clone());
     let cases = std::env::var("DYC_PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -149,6 +177,9 @@ fn a_packet_filter_agrees_with_the_interpreter_in_every_tier() {
                 faults += usize::from(want.starts_with("->"));
                 accepted += usize::from(want.starts_with("= Int") && !want.ends_with(", 0)"));
                 for (k, s) in specs.iter().enumerate() {
+                    *SEED.lock().expect("not poisoned") =
+                        format!("{policy}, seed {seed}, spec {k}, packet {pkt:?}: {code:?}");
+                    PROGRESS.fetch_add(1, Ordering::Relaxed);
                     let got = outcome(s.call(&mut [Arg::from(&pkt[..])]));
                     assert_eq!(
                         got, want,
@@ -245,4 +276,39 @@ fn a_tcp_port_filter_accepts_what_it_should() {
         insts[0],
         insts[1]
     );
+}
+
+/// A cut branch (its false side laid out first) whose false side is a chain of blocks
+/// that only jump, one of which the true side jumps to after its own code: the chain's
+/// blocks share one address, so the branch is not inverted (inverting it made the true
+/// side's jump land on itself: the code ran forever).
+#[test]
+fn a_chain_of_jumps_after_a_cut_branch_keeps_its_jump() {
+    watchdog(&PROGRESS, || {
+        "the filter of a_chain_of_jumps_after_a_cut_branch".into()
+    });
+    // jset #55270 (to ja, else to ld); ja 4 (to ret); ld [1] (a word); jset #1 (to add
+    // #210, else to add #0); add #210; add #0; ret #1. The add of 0 makes no code: a block
+    // that only jumps, as the ja's block and the last ones before the ret.
+    let code: [i64; 28] = [
+        25, 0, 1, 55270, 21, 0, 0, 4, 2, 0, 0, 1, 25, 0, 1, 1, 10, 0, 0, 210, 10, 0, 0, 0, 27, 0,
+        0, 1,
+    ];
+    for max in [32, 0] {
+        let p = program("eager", max);
+        let s = p
+            .region("filter")
+            .expect("region")
+            .specialize_in(&[Arg::from(&code[..])], Tier::Stitch)
+            .expect("specializes");
+        for (pkt, want) in [
+            (&[0u8, 1, 2, 3, 4][..], 1i64),
+            (&[0, 1, 2, 3, 5], 1),
+            (&[0, 1, 2, 3], 0),
+        ] {
+            PROGRESS.fetch_add(1, Ordering::Relaxed);
+            let got = s.call(&mut [Arg::from(pkt)]).expect("runs");
+            assert_eq!(got, Some(Const::from(want)), "{pkt:?}");
+        }
+    }
 }

@@ -1531,6 +1531,11 @@ pub fn recycle_code(code: Vec<u8>) {
     });
 }
 
+/// In a cut branch's record ([`StencilEmitter`]'s `cuts`): the false side's jump was
+/// dropped, and so was the jump of the block placed there, and maybe more: several blocks
+/// share the address of the jump that remains, and any of them may be jumped to.
+const CHAINED: u32 = u32::MAX - 1;
+
 /// The stitch-tier backend: builds one unit by copying stencils (see the module doc).
 pub struct StencilEmitter<'a> {
     lib: &'a StencilLib,
@@ -1549,7 +1554,8 @@ pub struct StencilEmitter<'a> {
     fixups: Vec<(u32, u32)>,
     /// The entries of `fixups` that are cut branches' conditional jumps followed by the
     /// branch's jump to its false side, and the block placed there when that jump was
-    /// dropped (`u32::MAX` while it stands; see `invert_cuts`).
+    /// dropped (`u32::MAX` while it stands, [`CHAINED`] when that block's own jump was
+    /// dropped too; see `invert_cuts`).
     cuts: Vec<(u32, u32)>,
     /// Cold parts of checks, placed after the code by `finish`, and the `rel32` fields
     /// (in `code`) of the jumps to them with their offsets in `cold`.
@@ -1809,7 +1815,10 @@ impl<'a> StencilEmitter<'a> {
     /// negated (a near `jcc` is `0f 8c` with `c` a condition code whose lowest bit negates
     /// it), the `jcc` goes where the `jmp` went and the `jmp` becomes a five-byte `nop`:
     /// the true side falls through and the false side takes the one jump. In the second
-    /// shape only if nothing jumps to `F` (its code is then reached only from the branch).
+    /// shape only if nothing jumps to `F` (its code is then reached only from the branch),
+    /// and not when `F` itself fell into a block placed after it: every block of such a
+    /// chain stands at the jump's address, and one another block jumps to would run into
+    /// the true side instead of reaching `G`.
     /// (Done here, not when `T` is placed: a block placed next may turn out to have no
     /// code, an alias of another, and jumps to `F` may come later.)
     fn invert_cuts(&mut self) {
@@ -1826,9 +1835,13 @@ impl<'a> StencilEmitter<'a> {
                 && self.code.get(mu - 1) == Some(&0xe9)
                 && self.code[ju - 2] == 0x0f
                 && self.code[ju - 1] & 0xf0 == 0x80;
-            let alone = f_block == u32::MAX || {
-                let fb = &self.blocks[f_block as usize];
-                fb.alias.is_none() && fb.at == Some(j + 4) && fb.entries == 0
+            let alone = match f_block {
+                u32::MAX => true,
+                CHAINED => false,
+                f_block => {
+                    let fb = &self.blocks[f_block as usize];
+                    fb.alias.is_none() && fb.at == Some(j + 4) && fb.entries == 0
+                }
             };
             if !shape || !alone || self.blocks[self.resolve(t) as usize].at != Some(m + 4) {
                 continue;
@@ -1958,9 +1971,16 @@ impl<'a> StencilEmitter<'a> {
             if at as usize + 5 == self.code.len() && to_b {
                 self.code.truncate(at as usize);
                 self.fixups.pop();
+                // The dropped jump was a cut branch's jump to its false side: `b` is that
+                // side. A second such drop (the false side's own jump, to a block placed
+                // next too) makes a chain of blocks at one address, any of which other
+                // code may jump to: the cut is then left alone (see `invert_cuts`).
                 if let Some(cut) = self.cuts.last_mut() {
                     if cut.0 as usize + 1 == self.fixups.len() {
-                        cut.1 = b;
+                        cut.1 = match cut.1 {
+                            u32::MAX => b,
+                            _ => CHAINED,
+                        };
                     }
                 }
                 let info = &mut self.blocks[b as usize];
@@ -3561,7 +3581,8 @@ mod tests {
     /// becomes a `nop`, so the true side falls through; with the false side placed next,
     /// the condition stays, the true side is jumped to, and the false side follows with
     /// no jump. A false side placed next whose only code is a jump elsewhere is bypassed
-    /// the same way, unless something else jumps to it.
+    /// the same way, unless something else jumps to it, or it falls into more blocks
+    /// that only jump (which share its address), one of which the true side jumps to.
     #[test]
     fn a_cut_branch_is_inverted_when_its_true_side_follows() {
         use crate::ops::CmpOp;
@@ -3571,6 +3592,10 @@ mod tests {
             FalseFirst,
             FalseOnlyJumps,
             FalseOnlyJumpsAndIsEntered,
+            /// `no` jumps to `mid`, `mid` to `last`, `last` to `exit`, all placed one
+            /// after the other (no code of their own but `last`'s jump), and the true
+            /// side adds 1 and jumps to `mid`.
+            FalseChainIsEntered,
         }
         let lib = StencilLib::new(test_isa());
         let unit = |shape: Shape| {
@@ -3583,6 +3608,7 @@ mod tests {
                 em.create_block(&t),
                 em.create_block(&t),
             );
+            let (mid, last) = (em.create_block(&t), em.create_block(&t));
             em.switch_to_block(entry);
             let xy = params(&mut em, entry, &t2);
             let x = xy[0];
@@ -3593,6 +3619,7 @@ mod tests {
             let order = match shape {
                 Shape::TrueFirst => vec![yes, no],
                 Shape::FalseFirst => vec![no, yes],
+                Shape::FalseChainIsEntered => vec![no, mid, last, yes, exit],
                 _ => vec![no, yes, exit],
             };
             for b in order {
@@ -3603,6 +3630,15 @@ mod tests {
                         em.jump(exit, &[v])
                     }
                     Shape::FalseOnlyJumpsAndIsEntered if b == yes => em.jump(no, &[v]),
+                    Shape::FalseChainIsEntered if b == no => em.jump(mid, &[v]),
+                    Shape::FalseChainIsEntered if b == mid => em.jump(last, &[v]),
+                    Shape::FalseChainIsEntered if b == last => em.jump(exit, &[v]),
+                    Shape::FalseChainIsEntered if b == yes => {
+                        let one = em.constant(Const::Int(Scalar::I64, 1));
+                        let add = TOp::Binary(BinaryOp::Add);
+                        let w = em.op(&add, &[v, one], &t2, SrcLoc::default());
+                        em.jump(mid, &[w.expect("a result")])
+                    }
                     _ => em.ret(Some(v)),
                 }
             }
@@ -3622,6 +3658,7 @@ mod tests {
             (Shape::TrueFirst, true),
             (Shape::FalseOnlyJumps, true),
             (Shape::FalseOnlyJumpsAndIsEntered, false),
+            (Shape::FalseChainIsEntered, false),
         ] {
             let (got, next) = last_jcc(&unit(shape));
             if inverted {
