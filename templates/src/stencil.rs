@@ -2,7 +2,8 @@
 //! ahead by Cranelift) and patching their **holes**, with no Cranelift call per unit.
 //!
 //! **Values live in a frame.** A stitch-tier unit keeps every value in a word of a frame
-//! (the call context's `frame`, grown by the unit's prologue through `dyc_frame`); a
+//! (the call context's `frame`: 128 words on the caller's stack to begin with, grown by a
+//! unit's prologue through `dyc_frame` when it needs more); a
 //! stencil reads its operands from frame words, writes its result to one, and continues
 //! with the next stencil. A stencil is a Cranelift function in the `tail` convention,
 //! `(ctx, frame) -> (value, value2, status)`, that ends in a tail call of a colocated name
