@@ -514,6 +514,71 @@ fn strength_reduced_divisions_agree_with_the_interpreter() {
     }
 }
 
+/// A comparison in a region's entry block that other blocks read without its being passed
+/// to them (a `make_dynamic` of it is a unit invariant) and that a branch tests: the stitch
+/// tier fused the comparison into the branch and never stored it, so the other block read
+/// a frame word nothing wrote. Every tier returns what the interpreter does.
+#[test]
+fn a_compared_unit_invariant_that_a_branch_tests_is_stored() {
+    let src = "
+        fn f(x: i32) -> bool {
+            let c = x != 7;
+            make_dynamic(c);
+            if c {
+                return c;
+            }
+            return true;
+        }
+        fn g(x: i64, y: i64) -> i64 {
+            let lt = x < y;
+            make_dynamic(lt);
+            var r = 0;
+            if lt {
+                r = 1;
+            }
+            if lt {
+                r = r + 10;
+            }
+            return r;
+        }
+    ";
+    let m = dyc::lang::compile("inv.dyc", src).expect("compiles");
+    for tier in [Tier::Stitch, Tier::Quick, Tier::Optimizing] {
+        let p = Program::from_module(m.clone(), in_tier(tier)).expect("program");
+        for (name, args) in [("f", vec![5i64, 7, -1]), ("g", vec![-3, 0, 9])] {
+            let id = m.func_by_name(name).expect("function");
+            let region = p.region(name).expect("region");
+            let params = &m.funcs[id].sig.params;
+            for &x in &args {
+                let vals: Vec<Val> = params
+                    .iter()
+                    .enumerate()
+                    .map(|(k, t)| {
+                        let v = if k == 0 { x } else { 2 };
+                        Val::Scalar(dyc_templates::semantics::int(
+                            t.scalar().expect("int"),
+                            v as u64,
+                        ))
+                    })
+                    .collect();
+                let expected = Interpreter::new(&m)
+                    .call(id, &vals, &mut Memory::default())
+                    .expect("runs");
+                let s = region.specialize_in(&[], tier).expect("specializes");
+                let mut args: Vec<Arg> = vals
+                    .iter()
+                    .map(|v| match v {
+                        Val::Scalar(c) => Arg::Scalar(*c),
+                        _ => unreachable!("scalars"),
+                    })
+                    .collect();
+                let got = s.call(&mut args).expect("runs");
+                assert_eq!(expected, got.map(Val::Scalar), "{tier:?} {name}({x})");
+            }
+        }
+    }
+}
+
 /// A loop with a side entry is copied until it has one entry before specialization, and
 /// the specialized code computes what the interpreter does; a state machine whose copies
 /// would outgrow the budget is refused with an error at the branch of a side entry.

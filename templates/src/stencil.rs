@@ -2725,7 +2725,9 @@ impl<'a> StencilEmitter<'a> {
     /// the last code copied and its result is read nowhere else (a stitched block reads
     /// only its own values and its parameters, so the branch's edge arguments are the
     /// only other readers): the comparison's copy is taken back, and the fused stencil
-    /// and its operand words are returned to be copied instead.
+    /// and its operand words are returned to be copied instead. Never in the unit's first
+    /// block, whose values other blocks may read unpassed (the executor's unit
+    /// invariants: a `make_dynamic` of a comparison in a region's entry block).
     fn fused_compare(
         &mut self,
         cond: SVal,
@@ -2736,6 +2738,11 @@ impl<'a> StencilEmitter<'a> {
             return None;
         };
         let lc = self.last_cmp.take()?;
+        // Not in the unit's first block: a value it computes may be a unit invariant,
+        // which later blocks read from its frame word without its being passed to them.
+        if self.current == Some(self.start + 1) {
+            return None;
+        }
         let passed = then_args
             .iter()
             .chain(else_args)
@@ -3447,12 +3454,14 @@ mod tests {
 
     /// The code of a unit taking an `i64` `x` that branches on `x < 5`, each side
     /// returning `x`; with `pass`, the true side also takes the comparison's result as a
-    /// parameter (so the result is read after the branch).
-    fn compare_and_branch(lib: &StencilLib, pass: bool) -> Vec<u8> {
+    /// parameter (so the result is read after the branch). The branch is in a block the
+    /// entry jumps to, or with `first` in the entry itself.
+    fn compare_and_branch(lib: &StencilLib, pass: bool, first: bool) -> Vec<u8> {
         let mut services = NoServices;
         let t = [Type::I64];
         let mut em = StencilEmitter::new(lib, &mut services, false, &[], &t);
         let entry = em.create_block(&t);
+        let test = em.create_block(&t);
         let yes_params = if pass {
             vec![Type::I64, Type::BOOL]
         } else {
@@ -3461,7 +3470,12 @@ mod tests {
         let yes = em.create_block(&yes_params);
         let no = em.create_block(&t);
         em.switch_to_block(entry);
-        let x = params(&mut em, entry, &t)[0];
+        let mut x = params(&mut em, entry, &t)[0];
+        if !first {
+            em.jump(test, &[x]);
+            em.switch_to_block(test);
+            x = params(&mut em, test, &t)[0];
+        }
         let lt = TOp::Cmp(crate::ops::CmpOp::Lt);
         let five = SVal::Imm(5, Scalar::I64);
         let c = em
@@ -3478,12 +3492,12 @@ mod tests {
     }
 
     /// A branch on a comparison nothing else reads is one stencil (compare and jump),
-    /// which neither makes the `bool` nor stores it.
+    /// which neither makes the `bool` nor stores it; but not in the unit's first block.
     #[test]
     fn a_comparison_branched_on_is_fused_with_the_branch() {
         let lib = StencilLib::new(test_isa());
-        let fused = compare_and_branch(&lib, false);
-        let kept = compare_and_branch(&lib, true);
+        let fused = compare_and_branch(&lib, false, false);
+        let kept = compare_and_branch(&lib, true, false);
         // The fused stencil saves the `setcc`, its widening, the store and the `test`.
         assert!(
             fused.len() < kept.len(),
@@ -3497,6 +3511,9 @@ mod tests {
         };
         assert!(setcc(&kept), "{kept:x?}");
         assert!(!setcc(&fused), "{fused:x?}");
+        // Not in the unit's first block, whose values later blocks may read unpassed.
+        let first = compare_and_branch(&lib, false, true);
+        assert!(setcc(&first), "{first:x?}");
     }
 
     /// A unit returning `x op c` for a constant `c` of type `s`.
