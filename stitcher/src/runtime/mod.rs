@@ -1566,11 +1566,20 @@ impl Specialization {
         // The frame of stitch-tier units, on this stack while it is large enough: a frame
         // allocated per call (and freed after it) cost a call more than its code, and
         // zeroing this one cost a small call a third more. A unit writes every word it
-        // reads, so it is left as it is (debug builds fill it with a pattern, so that code
-        // reading a word it did not write shows in the tests).
+        // reads, so it is left as it is. (Debug builds fill it, with zeros and with a
+        // pattern on alternate calls, so that code reading a word it did not write gives
+        // a wrong result in the tests whatever the right one: a `bool` read as the pattern
+        // is `true`.)
         let mut frame = std::mem::MaybeUninit::<[u64; INLINE_FRAME_WORDS]>::uninit();
         #[cfg(debug_assertions)]
-        frame.write([0xa5a5_a5a5_a5a5_a5a5; INLINE_FRAME_WORDS]);
+        {
+            static CALLS: AtomicUsize = AtomicUsize::new(0);
+            let fill = match CALLS.fetch_add(1, Ordering::Relaxed) % 2 {
+                0 => 0,
+                _ => 0xa5a5_a5a5_a5a5_a5a5,
+            };
+            frame.write([fill; INLINE_FRAME_WORDS]);
+        }
         ctx.frame = frame.as_mut_ptr().cast::<u64>();
         ctx.frame_words = INLINE_FRAME_WORDS as u64;
         // SAFETY: `wrapper` is a finalized entry wrapper in the runtime's region for units
