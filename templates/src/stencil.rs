@@ -505,6 +505,8 @@ fn imm_ok(op: &TOp, k: usize) -> bool {
         )
         | TOp::Cmp(_) => true,
         TOp::Select => k > 0,
+        // A load's index (a static offset into a dynamic slice: a packet filter's fields).
+        TOp::Load => k == 1,
         TOp::Store => k == 2,
         _ => false,
     }
