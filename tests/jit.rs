@@ -514,12 +514,15 @@ fn strength_reduced_divisions_agree_with_the_interpreter() {
     }
 }
 
-/// A comparison in a region's entry block that other blocks read without its being passed
-/// to them (a `make_dynamic` of it is a unit invariant) and that a branch tests: the stitch
-/// tier fused the comparison into the branch and never stored it, so the other block read
-/// a frame word nothing wrote. Every tier returns what the interpreter does.
+/// Values of a region's entry block that later blocks read without their being passed to
+/// them (unit invariants: its parameters, what it computes from them and keeps with
+/// `make_dynamic`). In the stitch tier, a comparison among them that a branch tests was
+/// fused into the branch and never stored (`f`, `g`); and a loop's parameter whose first
+/// value was one of them was given its frame word, so the loop's jumps back overwrote it
+/// (`h`: `x` after the loop was the loop's last `p`; `k`: the same with a computed
+/// value). Every tier returns what the interpreter does.
 #[test]
-fn a_compared_unit_invariant_that_a_branch_tests_is_stored() {
+fn the_values_of_a_units_first_block_keep_their_words() {
     let src = "
         fn f(x: i32) -> bool {
             let c = x != 7;
@@ -541,11 +544,36 @@ fn a_compared_unit_invariant_that_a_branch_tests_is_stored() {
             }
             return r;
         }
+        fn h(x: i64, n: i64) -> i64 {
+            var p = x;
+            var i = 0;
+            while i < n {
+                p = p + 1;
+                i += 1;
+            }
+            return p * 1000 + x;
+        }
+        fn k(x: i64, n: i64) -> i64 {
+            let c = x + 1;
+            make_dynamic(c);
+            var p = c;
+            var i = 0;
+            while i < n {
+                p = p + 1;
+                i += 1;
+            }
+            return p * 1000 + c;
+        }
     ";
     let m = dyc::lang::compile("inv.dyc", src).expect("compiles");
     for tier in [Tier::Stitch, Tier::Quick, Tier::Optimizing] {
         let p = Program::from_module(m.clone(), in_tier(tier)).expect("program");
-        for (name, args) in [("f", vec![5i64, 7, -1]), ("g", vec![-3, 0, 9])] {
+        for (name, args) in [
+            ("f", vec![5i64, 7, -1]),
+            ("g", vec![-3, 0, 9]),
+            ("h", vec![5, 0, -4]),
+            ("k", vec![5, 0, -4]),
+        ] {
             let id = m.func_by_name(name).expect("function");
             let region = p.region(name).expect("region");
             let params = &m.funcs[id].sig.params;

@@ -1507,6 +1507,7 @@ struct Scratch {
     passes: Vec<(u32, u32)>,
     also: Vec<u32>,
     loaded: Vec<bool>,
+    pinned: Vec<bool>,
     stores: Vec<u32>,
     /// The key of the last unit's prologue (the next unit mostly takes the same inputs).
     prologue: Option<Key>,
@@ -1619,6 +1620,11 @@ pub struct StencilEmitter<'a> {
     /// copy (a constant operand equal to a word's offset counts too, which can only keep
     /// more stores), or a word of an array in the frame (read through its address).
     loaded: Vec<bool>,
+    /// Per frame word, whether it holds a value of the unit's first block (a parameter or
+    /// a result): other blocks may read it without its being passed to them (the
+    /// executor's unit invariants, a local array in memory), so no parameter of another
+    /// block is ever bound to it (see `pass_args`).
+    pinned: Vec<bool>,
     /// Where the result store of each operation copied stands (the offset in `code` of
     /// its displacement), ascending, for `drop_dead_stores`.
     stores: Vec<u32>,
@@ -1671,6 +1677,7 @@ impl Drop for StencilEmitter<'_> {
             passes,
             also,
             loaded,
+            pinned,
             stores
         );
         SCRATCH.with(|c| c.set(Some(sc)));
@@ -1734,6 +1741,7 @@ impl<'a> StencilEmitter<'a> {
             passes: std::mem::take(&mut sc.passes),
             also: std::mem::take(&mut sc.also),
             loaded: std::mem::take(&mut sc.loaded),
+            pinned: std::mem::take(&mut sc.pinned),
             stores: std::mem::take(&mut sc.stores),
             frame_arrays: smallvec::SmallVec::new(),
             variants: false,
@@ -2012,6 +2020,12 @@ impl<'a> StencilEmitter<'a> {
         }
         self.forget_accs();
         self.current = Some(b);
+        if b == self.start + 1 {
+            for k in 0..self.blocks[b as usize].params.1 {
+                let v = self.params[(self.blocks[b as usize].params.0 + k) as usize];
+                self.pin_if_first(v);
+            }
+        }
         if inherit {
             self.acc = self.jump_acc;
             self.acc_inherited = self.acc.is_some();
@@ -2086,6 +2100,23 @@ impl<'a> StencilEmitter<'a> {
         self.acc = None;
         self.facc = None;
         self.acc_inherited = false;
+    }
+
+    /// Pins the words of `v` when it is a value of the unit's first block (see `pinned`).
+    fn pin_if_first(&mut self, v: SVal) {
+        if self.current != Some(self.start + 1) {
+            return;
+        }
+        let (words, n) = Self::words(v);
+        for w in &words[..n] {
+            if let Word::Slot(w) = *w {
+                let w = w as usize;
+                if w >= self.pinned.len() {
+                    self.pinned.resize(w + 1, false);
+                }
+                self.pinned[w] = true;
+            }
+        }
     }
 
     /// Frame words `w..w + n` may be loaded (see `loaded`).
@@ -2173,9 +2204,14 @@ impl<'a> StencilEmitter<'a> {
     /// - nothing read or wrote `d` after it (a read by the operation itself comes before
     ///   its write) nor will (`d` is the source of no move: `moves` are the jump's).
     ///
-    /// So a loop's back edge moves nothing for values computed in its body. Returns
-    /// whether the move was dropped.
+    /// So a loop's back edge moves nothing for values computed in its body. Never for a
+    /// value of the unit's first block (`pinned`: other blocks may read `s` unpassed).
+    /// Returns whether the move was dropped.
     fn retarget(&mut self, b: u32, d: u32, s: u32, args: &[SVal], moves: &[(u32, Word)]) -> bool {
+        // (A value of the unit's first block may be read later without being passed.)
+        if self.pinned.get(s as usize).copied().unwrap_or(false) {
+            return false;
+        }
         let Some(k) = self.defs.iter().rposition(|def| def.word == s) else {
             return false;
         };
@@ -2468,6 +2504,7 @@ impl<'a> StencilEmitter<'a> {
             (TOp::Load, []) => {
                 let d = self.slot();
                 self.move_word(w, d);
+                self.pin_if_first(SVal::Slot(d, elem));
                 Some(Some(SVal::Slot(d, elem)))
             }
             (TOp::Store, [SVal::Slot(s, _)]) => {
@@ -2612,21 +2649,27 @@ impl<'a> StencilEmitter<'a> {
     ///
     /// **Coalescing.** The first jump to a block not yet placed, whose parameters nobody
     /// has asked for, gives each parameter the frame words of the value it passes (when
-    /// no other parameter took them), so that edge moves nothing. This is sound because
-    /// a stitched block reads only its parameters and the values it defines (every value
-    /// another block needs is passed as an argument): a frame word shared by a value and
-    /// the parameters bound to it is written only where one of them is defined (an
-    /// operation's result, a jump into a block), and each of them is read only after
-    /// that write on every path, before control leaves its block.
+    /// no other parameter took them, and they are not `pinned`), so that edge moves
+    /// nothing. This is sound because a stitched block reads only its parameters and the
+    /// values it defines (every value another block needs is passed as an argument): a
+    /// frame word shared by a value and the parameters bound to it is written only where
+    /// one of them is defined (an operation's result, a jump into a block), and each of
+    /// them is read only after that write on every path, before control leaves its
+    /// block. The values of the unit's first block are the exception (the executor's unit
+    /// invariants: other blocks read them unpassed), and their words are pinned: a
+    /// parameter bound to one would have later jumps into its block overwrite it.
     fn pass_args(&mut self, b: u32, args: &[SVal], retarget: bool) {
         let info = &mut self.blocks[b as usize];
         let (at, n) = info.params;
         let params = &mut self.params[at as usize..(at + n) as usize];
         if !std::mem::replace(&mut info.fixed, true) {
             self.binding += 1;
-            let (taken, stamp) = (&mut self.taken, self.binding);
+            let (taken, stamp, pinned) = (&mut self.taken, self.binding, &self.pinned);
             let mut free = |s: u32| {
                 let s = s as usize;
+                if pinned.get(s).copied().unwrap_or(false) {
+                    return false;
+                }
                 if s >= taken.len() {
                     taken.resize(s + 1, 0);
                 }
@@ -2944,6 +2987,9 @@ impl Backend for StencilEmitter<'_> {
         };
         let ty = Self::result_type(&op, args);
         let result = ty.map(|t| self.new_value(t));
+        if let Some(r) = result {
+            self.pin_if_first(r);
+        }
         let mut res = [0u64; 2];
         let nres = result.map_or(0, |r| {
             let (ws, n) = Self::words(r);
@@ -3622,6 +3668,8 @@ mod tests {
             let mut services = NoServices;
             let (t, t2) = ([Type::I64], [Type::I64, Type::I64]);
             let mut em = StencilEmitter::new(&lib, &mut services, false, &[], &t2);
+            // (The unit's first block only jumps on: its values are pinned.)
+            let first = em.create_block(&t2);
             let (entry, yes, no, exit) = (
                 em.create_block(&t2),
                 em.create_block(&t),
@@ -3629,6 +3677,9 @@ mod tests {
                 em.create_block(&t),
             );
             let (mid, last) = (em.create_block(&t), em.create_block(&t));
+            em.switch_to_block(first);
+            let xy0 = params(&mut em, first, &t2);
+            em.jump(entry, &xy0);
             em.switch_to_block(entry);
             let xy = params(&mut em, entry, &t2);
             let x = xy[0];
@@ -3662,7 +3713,7 @@ mod tests {
                     _ => em.ret(Some(v)),
                 }
             }
-            em.finish(entry).expect("stitched").0
+            em.finish(first).expect("stitched").0
         };
         // The last conditional jump (`0f 8x`) of a unit (the prologue's frame check has
         // one of its own, first) and the instruction after it.
@@ -3699,12 +3750,17 @@ mod tests {
         let mut services = NoServices;
         let t = [Type::I64];
         let mut em = StencilEmitter::new(lib, &mut services, false, &[], &t);
+        // (The unit's first block only jumps on: its values are pinned.)
+        let first = em.create_block(&t);
         let (entry, h, b, c) = (
             em.create_block(&t),
             em.create_block(&t),
             em.create_block(&t),
             em.create_block(&t),
         );
+        em.switch_to_block(first);
+        let x0 = params(&mut em, first, &t);
+        em.jump(entry, &x0);
         // `v op k` for a constant `k`.
         let op_k = |em: &mut StencilEmitter, op: BinaryOp, v: SVal, k: u64| {
             let tys = [Type::I64, Type::I64];
@@ -3734,7 +3790,7 @@ mod tests {
             (true, false) => em.jump(b, &[x]),
             (false, _) => em.ret(Some(x)),
         }
-        em.finish(entry).expect("stitched").0
+        em.finish(first).expect("stitched").0
     }
 
     /// The accumulator is carried into a block the code before falls into, and a later
@@ -3842,18 +3898,20 @@ mod tests {
     #[test]
     fn results_are_written_where_the_jump_passes_them() {
         let lib = StencilLib::new(test_isa());
-        // Every unit copies the prologue and `p + 1`. Neither the prologue's jump (the
-        // entry's parameter is `x`'s own word) nor the loop's jump back moves anything.
-        assert_eq!(back_edge(&lib, false, false), 2);
+        // Every unit copies the prologue, the move of `x` into the loop's parameter (`x`
+        // is a value of the unit's first block, whose words are pinned), and `p + 1`.
+        // Neither the prologue's jump (the entry's parameter is `x`'s own word) nor the
+        // loop's jump back moves anything.
+        assert_eq!(back_edge(&lib, false, false), 3);
         // Also `p * 2`, and the move of `q`.
-        assert_eq!(back_edge(&lib, true, false), 4);
+        assert_eq!(back_edge(&lib, true, false), 5);
         // Also the move of `q` into `b`; and `ret`.
-        assert_eq!(back_edge(&lib, false, true), 4);
+        assert_eq!(back_edge(&lib, false, true), 5);
         // Also through a block the code falls into, which passes `q` on: `p + 1` writes
         // `p`'s word. A later jump into that block then writes both `q`'s word (the
         // block's parameter) and `p`'s.
-        assert_eq!(through_run(&lib, false), 3);
-        assert_eq!(through_run(&lib, true), 4);
+        assert_eq!(through_run(&lib, false), 4);
+        assert_eq!(through_run(&lib, true), 5);
     }
 
     /// A bounds check's failure path is cold: the check falls through to the code that
