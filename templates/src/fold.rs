@@ -106,6 +106,8 @@ pub trait Backend {
     /// Faults (out of bounds, with the index and the length) unless `index` (of integer
     /// type `ty`) is below the length of `slice`.
     fn bounds_check(&mut self, slice: Self::Value, index: Self::Value, ty: Scalar, loc: SrcLoc);
+    /// See [`Emitter::keep`].
+    fn keep(&mut self, _v: Self::Value) {}
 
     fn jump(&mut self, dest: Self::Block, args: &[Self::Value]);
     fn brif(
@@ -1082,6 +1084,13 @@ impl<B: Backend> Emitter for Fold<B> {
         known.extend(init.iter().map(|&e| (block, Some(e), false)));
         known.resize(len as usize, (0, None, false));
         a
+    }
+
+    fn keep(&mut self, v: Self::Value) {
+        // (A constant is made again where it is read.)
+        if let FVal::Dyn { v, .. } = v {
+            self.backend.keep(v);
+        }
     }
 
     fn jump(&mut self, dest: B::Block, args: &[Self::Value]) {

@@ -1620,10 +1620,10 @@ pub struct StencilEmitter<'a> {
     /// copy (a constant operand equal to a word's offset counts too, which can only keep
     /// more stores), or a word of an array in the frame (read through its address).
     loaded: Vec<bool>,
-    /// Per frame word, whether it holds a value of the unit's first block (a parameter or
-    /// a result): other blocks may read it without its being passed to them (the
-    /// executor's unit invariants, a local array in memory), so no parameter of another
-    /// block is ever bound to it (see `pass_args`).
+    /// Per frame word, whether it holds a value kept ([`crate::template::Emitter::keep`]: a unit invariant,
+    /// which other blocks read without its being passed to them): no parameter is bound to
+    /// it (see `pass_args`), no result retargeted from it (`retarget`), and a comparison
+    /// writing it is not fused into its branch (`fused_compare`).
     pinned: Vec<bool>,
     /// Where the result store of each operation copied stands (the offset in `code` of
     /// its displacement), ascending, for `drop_dead_stores`.
@@ -2020,12 +2020,6 @@ impl<'a> StencilEmitter<'a> {
         }
         self.forget_accs();
         self.current = Some(b);
-        if b == self.start + 1 {
-            for k in 0..self.blocks[b as usize].params.1 {
-                let v = self.params[(self.blocks[b as usize].params.0 + k) as usize];
-                self.pin_if_first(v);
-            }
-        }
         if inherit {
             self.acc = self.jump_acc;
             self.acc_inherited = self.acc.is_some();
@@ -2102,11 +2096,8 @@ impl<'a> StencilEmitter<'a> {
         self.acc_inherited = false;
     }
 
-    /// Pins the words of `v` when it is a value of the unit's first block (see `pinned`).
-    fn pin_if_first(&mut self, v: SVal) {
-        if self.current != Some(self.start + 1) {
-            return;
-        }
+    /// Pins the frame words of `v` (see `pinned`).
+    fn pin(&mut self, v: SVal) {
         let (words, n) = Self::words(v);
         for w in &words[..n] {
             if let Word::Slot(w) = *w {
@@ -2117,6 +2108,10 @@ impl<'a> StencilEmitter<'a> {
                 self.pinned[w] = true;
             }
         }
+    }
+
+    fn is_pinned(&self, w: u32) -> bool {
+        self.pinned.get(w as usize).copied().unwrap_or(false)
     }
 
     /// Frame words `w..w + n` may be loaded (see `loaded`).
@@ -2205,11 +2200,11 @@ impl<'a> StencilEmitter<'a> {
     ///   its write) nor will (`d` is the source of no move: `moves` are the jump's).
     ///
     /// So a loop's back edge moves nothing for values computed in its body. Never for a
-    /// value of the unit's first block (`pinned`: other blocks may read `s` unpassed).
+    /// value kept (`pinned`: other blocks may read `s` unpassed).
     /// Returns whether the move was dropped.
     fn retarget(&mut self, b: u32, d: u32, s: u32, args: &[SVal], moves: &[(u32, Word)]) -> bool {
-        // (A value of the unit's first block may be read later without being passed.)
-        if self.pinned.get(s as usize).copied().unwrap_or(false) {
+        // (A value kept may be read later without being passed.)
+        if self.is_pinned(s) {
             return false;
         }
         let Some(k) = self.defs.iter().rposition(|def| def.word == s) else {
@@ -2504,7 +2499,6 @@ impl<'a> StencilEmitter<'a> {
             (TOp::Load, []) => {
                 let d = self.slot();
                 self.move_word(w, d);
-                self.pin_if_first(SVal::Slot(d, elem));
                 Some(Some(SVal::Slot(d, elem)))
             }
             (TOp::Store, [SVal::Slot(s, _)]) => {
@@ -2655,9 +2649,9 @@ impl<'a> StencilEmitter<'a> {
     /// frame word shared by a value and the parameters bound to it is written only where
     /// one of them is defined (an operation's result, a jump into a block), and each of
     /// them is read only after that write on every path, before control leaves its
-    /// block. The values of the unit's first block are the exception (the executor's unit
-    /// invariants: other blocks read them unpassed), and their words are pinned: a
-    /// parameter bound to one would have later jumps into its block overwrite it.
+    /// block. The values kept are the exception (the executor's unit invariants: other
+    /// blocks read them unpassed), and their words are pinned: a parameter bound to one
+    /// would have later jumps into its block overwrite it.
     fn pass_args(&mut self, b: u32, args: &[SVal], retarget: bool) {
         let info = &mut self.blocks[b as usize];
         let (at, n) = info.params;
@@ -2770,9 +2764,9 @@ impl<'a> StencilEmitter<'a> {
     /// the last code copied and its result is read nowhere else (a stitched block reads
     /// only its own values and its parameters, so the branch's edge arguments are the
     /// only other readers): the comparison's copy is taken back, and the fused stencil
-    /// and its operand words are returned to be copied instead. Never in the unit's first
-    /// block, whose values other blocks may read unpassed (the executor's unit
-    /// invariants: a `make_dynamic` of a comparison in a region's entry block).
+    /// and its operand words are returned to be copied instead. Never for a value kept,
+    /// which other blocks read unpassed (a unit invariant: a `make_dynamic` of a
+    /// comparison in a region's entry block).
     fn fused_compare(
         &mut self,
         cond: SVal,
@@ -2783,9 +2777,8 @@ impl<'a> StencilEmitter<'a> {
             return None;
         };
         let lc = self.last_cmp.take()?;
-        // Not in the unit's first block: a value it computes may be a unit invariant,
-        // which later blocks read from its frame word without its being passed to them.
-        if self.current == Some(self.start + 1) {
+        // (A value kept is read later from its frame word, unpassed.)
+        if self.is_pinned(s) {
             return None;
         }
         let passed = then_args
@@ -2987,9 +2980,6 @@ impl Backend for StencilEmitter<'_> {
         };
         let ty = Self::result_type(&op, args);
         let result = ty.map(|t| self.new_value(t));
-        if let Some(r) = result {
-            self.pin_if_first(r);
-        }
         let mut res = [0u64; 2];
         let nres = result.map_or(0, |r| {
             let (ws, n) = Self::words(r);
@@ -3087,6 +3077,10 @@ impl Backend for StencilEmitter<'_> {
             len: len_word,
             elem,
         }
+    }
+
+    fn keep(&mut self, v: SVal) {
+        self.pin(v);
     }
 
     fn bounds_check(&mut self, slice: SVal, index: SVal, _ty: Scalar, loc: SrcLoc) {
@@ -3502,9 +3496,10 @@ mod tests {
 
     /// The code of a unit taking an `i64` `x` that branches on `x < 5`, each side
     /// returning `x`; with `pass`, the true side also takes the comparison's result as a
-    /// parameter (so the result is read after the branch). The branch is in a block the
-    /// entry jumps to, or with `first` in the entry itself.
-    fn compare_and_branch(lib: &StencilLib, pass: bool, first: bool) -> Vec<u8> {
+    /// parameter (so the result is read after the branch); with `keep`, the result is
+    /// kept (a unit invariant, read later unpassed). The branch is in a block the entry
+    /// jumps to.
+    fn compare_and_branch(lib: &StencilLib, pass: bool, keep: bool) -> Vec<u8> {
         let mut services = NoServices;
         let t = [Type::I64];
         let mut em = StencilEmitter::new(lib, &mut services, false, &[], &t);
@@ -3518,17 +3513,18 @@ mod tests {
         let yes = em.create_block(&yes_params);
         let no = em.create_block(&t);
         em.switch_to_block(entry);
-        let mut x = params(&mut em, entry, &t)[0];
-        if !first {
-            em.jump(test, &[x]);
-            em.switch_to_block(test);
-            x = params(&mut em, test, &t)[0];
-        }
+        let x = params(&mut em, entry, &t)[0];
+        em.jump(test, &[x]);
+        em.switch_to_block(test);
+        let x = params(&mut em, test, &t)[0];
         let lt = TOp::Cmp(crate::ops::CmpOp::Lt);
         let five = SVal::Imm(5, Scalar::I64);
         let c = em
             .op(&lt, &[x, five], &[Type::I64, Type::I64], SrcLoc::default())
             .expect("a result");
+        if keep {
+            em.keep(c);
+        }
         let yes_args = if pass { vec![x, c] } else { vec![x] };
         em.brif(c, (yes, &yes_args), (no, &[x]));
         for (b, tys) in [(yes, &yes_params[..]), (no, &t[..])] {
@@ -3540,7 +3536,7 @@ mod tests {
     }
 
     /// A branch on a comparison nothing else reads is one stencil (compare and jump),
-    /// which neither makes the `bool` nor stores it; but not in the unit's first block.
+    /// which neither makes the `bool` nor stores it; but not when the comparison is kept.
     #[test]
     fn a_comparison_branched_on_is_fused_with_the_branch() {
         let lib = StencilLib::new(test_isa());
@@ -3559,9 +3555,9 @@ mod tests {
         };
         assert!(setcc(&kept), "{kept:x?}");
         assert!(!setcc(&fused), "{fused:x?}");
-        // Not in the unit's first block, whose values later blocks may read unpassed.
-        let first = compare_and_branch(&lib, false, true);
-        assert!(setcc(&first), "{first:x?}");
+        // Not for a value kept, which later blocks read unpassed.
+        let kept_alive = compare_and_branch(&lib, false, true);
+        assert!(setcc(&kept_alive), "{kept_alive:x?}");
     }
 
     /// A unit returning `x op c` for a constant `c` of type `s`.
@@ -3898,20 +3894,18 @@ mod tests {
     #[test]
     fn results_are_written_where_the_jump_passes_them() {
         let lib = StencilLib::new(test_isa());
-        // Every unit copies the prologue, the move of `x` into the loop's parameter (`x`
-        // is a value of the unit's first block, whose words are pinned), and `p + 1`.
-        // Neither the prologue's jump (the entry's parameter is `x`'s own word) nor the
-        // loop's jump back moves anything.
-        assert_eq!(back_edge(&lib, false, false), 3);
+        // Every unit copies the prologue and `p + 1`. Neither the prologue's jump (the
+        // entry's parameter is `x`'s own word) nor the loop's jump back moves anything.
+        assert_eq!(back_edge(&lib, false, false), 2);
         // Also `p * 2`, and the move of `q`.
-        assert_eq!(back_edge(&lib, true, false), 5);
+        assert_eq!(back_edge(&lib, true, false), 4);
         // Also the move of `q` into `b`; and `ret`.
-        assert_eq!(back_edge(&lib, false, true), 5);
+        assert_eq!(back_edge(&lib, false, true), 4);
         // Also through a block the code falls into, which passes `q` on: `p + 1` writes
         // `p`'s word. A later jump into that block then writes both `q`'s word (the
         // block's parameter) and `p`'s.
-        assert_eq!(through_run(&lib, false), 4);
-        assert_eq!(through_run(&lib, true), 5);
+        assert_eq!(through_run(&lib, false), 3);
+        assert_eq!(through_run(&lib, true), 4);
     }
 
     /// A bounds check's failure path is cold: the check falls through to the code that

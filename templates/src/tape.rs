@@ -59,6 +59,7 @@ enum Call {
         loc: SrcLoc,
     },
     LocalArray(Scalar, u32, Run),
+    Keep(u32),
     Jump(u32, Run),
     Brif(u32, (u32, Run), (u32, Run)),
     /// Argument, the run of cases in [`Tape::cases`], default.
@@ -347,6 +348,9 @@ impl Tape {
                     shape.memory_array(tags.len() as u32);
                     tags.push(Tag::OTHER);
                 }
+                // (A value kept is read later by blocks the shape does not see read it:
+                // unit invariants are never block parameters.)
+                Call::Keep(_) => {}
                 Call::Jump(b, args) if self.merges(*b) => {
                     // Its `SwitchTo` and `BlockParams`, the next two calls.
                     for &a in nums(*args) {
@@ -507,6 +511,7 @@ impl Tape {
                     fill(buf, vals, nums(*init))?;
                     vals.push(em.local_array(*elem, *len, buf));
                 }
+                Call::Keep(v) => em.keep(get(vals, *v)?),
                 Call::Jump(b, args) if self.merges(*b) => {
                     // The block's parameters are the arguments; its `SwitchTo` and
                     // `BlockParams`, the next two calls, are left out.
@@ -673,6 +678,10 @@ impl Emitter for Tape {
         let init = self.run(init.iter().copied());
         self.calls.push(Call::LocalArray(elem, len, init));
         self.value()
+    }
+
+    fn keep(&mut self, v: u32) {
+        self.calls.push(Call::Keep(v));
     }
 
     fn jump(&mut self, dest: u32, args: &[u32]) {

@@ -140,6 +140,12 @@ pub trait Emitter {
     /// the unit and no edge passes it.
     fn local_array(&mut self, elem: Scalar, len: u32, init: &[Self::Value]) -> Self::Value;
 
+    /// `v` is read by later blocks of the unit without being passed to them (the
+    /// executor's unit invariants, which the unit's first block receives or computes):
+    /// where `v` is kept must hold `v` for the rest of the unit. An emitter that moves
+    /// values between blocks only through parameters needs nothing.
+    fn keep(&mut self, _v: Self::Value) {}
+
     fn jump(&mut self, dest: Self::Block, args: &[Self::Value]);
     fn brif(
         &mut self,

@@ -91,6 +91,9 @@ impl<E: Emitter> Emitter for Record<E> {
     fn local_array(&mut self, elem: Scalar, len: u32, init: &[E::Value]) -> E::Value {
         self.inner.local_array(elem, len, init)
     }
+    fn keep(&mut self, v: E::Value) {
+        self.inner.keep(v)
+    }
     fn jump(&mut self, dest: E::Block, args: &[E::Value]) {
         self.inner.jump(dest, args)
     }
