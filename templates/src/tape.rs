@@ -348,8 +348,8 @@ impl Tape {
                     shape.memory_array(tags.len() as u32);
                     tags.push(Tag::OTHER);
                 }
-                // (A value kept is read later by blocks the shape does not see read it:
-                // unit invariants are never block parameters.)
+                // (Nothing to shape: later blocks read a value kept directly, never
+                // through their parameters.)
                 Call::Keep(_) => {}
                 Call::Jump(b, args) if self.merges(*b) => {
                     // Its `SwitchTo` and `BlockParams`, the next two calls.
