@@ -7,7 +7,10 @@
 use dyc::bta::Mode;
 use dyc::interp::{parse_args, Interpreter, Memory, Val};
 use dyc::ir::{Const, Module};
-use dyc::{Arg, Error, Program, RuntimeOptions, Tier, Tiers};
+use dyc::{Arg, Program, RuntimeOptions, Tier, Tiers};
+
+mod common;
+use common::{outcome, Rng};
 
 /// A stack machine: each instruction is two slots, op and operand; `st` is the operand
 /// stack and the variables (slots 8 to 15), `sp` and `pc` are static.
@@ -112,18 +115,6 @@ fn assemble(prog: &[I]) -> Vec<i64> {
     code
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
 /// Balanced sequences (the stack is as deep after each as before it), with nested
 /// counted loops, skips, jumps through a promoted address, and accesses at indices known
 /// only at run time.
@@ -210,15 +201,6 @@ fn interpret(m: &Module, code: &[i64], x: i64) -> String {
         Ok(Some(Val::Scalar(c))) => format!("= {c:?}"),
         Ok(r) => format!("= {r:?}"),
         Err(e) => format!("-> {} at {}", e.kind.name(), e.loc),
-    }
-}
-
-fn outcome(r: Result<Option<Const>, Error>) -> String {
-    match r {
-        Ok(Some(c)) => format!("= {c:?}"),
-        Ok(None) => "= None".into(),
-        Err(Error::Run(e)) => format!("-> {} at {}", e.kind.name(), e.loc),
-        Err(e) => format!("error: {e}"),
     }
 }
 

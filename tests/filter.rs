@@ -9,24 +9,15 @@
 
 use dyc::interp::{parse_args, Interpreter, Memory, Val};
 use dyc::ir::{Const, Module};
-use dyc::{Arg, Error, Program, RuntimeOptions, Tier, Tiers};
+use dyc::{Arg, Program, RuntimeOptions, Tier, Tiers};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+mod common;
+use common::{outcome, Rng};
+
 const FILTER: &str = include_str!("../examples/filter.dyc");
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
 
 /// A filter of 1 to 24 instructions (op, jt, jf, k), jumps forward; about one in 60
 /// instructions faults if reached.
@@ -113,15 +104,6 @@ fn interpret(m: &Module, code: &[i64], pkt: &[u8]) -> String {
         Ok(Some(Val::Scalar(c))) => format!("= {c:?}"),
         Ok(r) => format!("= {r:?}"),
         Err(e) => format!("-> {} at {}", e.kind.name(), e.loc),
-    }
-}
-
-fn outcome(r: Result<Option<Const>, Error>) -> String {
-    match r {
-        Ok(Some(c)) => format!("= {c:?}"),
-        Ok(None) => "= None".into(),
-        Err(Error::Run(e)) => format!("-> {} at {}", e.kind.name(), e.loc),
-        Err(e) => format!("error: {e}"),
     }
 }
 

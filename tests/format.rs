@@ -6,21 +6,12 @@
 
 use dyc::interp::{parse_args, Interpreter, Memory, Val};
 use dyc::ir::{Const, Scalar};
-use dyc::{Arg, Error, Program, Tier};
+use dyc::{Arg, Program, Tier};
+
+mod common;
+use common::{outcome, Rng};
 
 const FORMAT: &str = include_str!("../examples/format.dyc");
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
 
 fn random_format(rng: &mut Rng) -> Vec<u8> {
     let mut fmt = Vec::new();
@@ -67,15 +58,6 @@ fn interpret(m: &dyc::ir::Module, fmt: &[u8], args: &[i64], out: usize) -> (Stri
         .map(|c| c.as_u64().expect("a byte") as u8)
         .collect();
     (r, bytes)
-}
-
-fn outcome(r: Result<Option<Const>, Error>) -> String {
-    match r {
-        Ok(Some(c)) => format!("= {c:?}"),
-        Ok(None) => "= None".into(),
-        Err(Error::Run(e)) => format!("-> {} at {}", e.kind.name(), e.loc),
-        Err(e) => format!("error: {e}"),
-    }
 }
 
 #[test]

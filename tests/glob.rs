@@ -8,25 +8,17 @@
 use dyc::interp::{parse_args, Interpreter, Memory, Val};
 use dyc::{Arg, Program, RuntimeOptions, Tier, Tiers};
 
+mod common;
+use common::Rng;
+
 const GLOB: &str = include_str!("../examples/glob.dyc");
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-
-    fn bytes(&mut self, max: u64, alphabet: &[u8]) -> Vec<u8> {
-        let n = self.below(max + 1);
-        (0..n)
-            .map(|_| alphabet[self.below(alphabet.len() as u64) as usize])
-            .collect()
-    }
+/// Up to `max` bytes of `alphabet`.
+fn bytes(rng: &mut Rng, max: u64, alphabet: &[u8]) -> Vec<u8> {
+    let n = rng.below(max + 1);
+    (0..n)
+        .map(|_| alphabet[rng.below(alphabet.len() as u64) as usize])
+        .collect()
 }
 
 /// The same algorithm in plain Rust.
@@ -70,7 +62,7 @@ fn a_glob_matcher_agrees_with_plain_rust_in_every_tier() {
         let mut matched = 0;
         for seed in 0..cases {
             let mut rng = Rng(seed);
-            let pat = rng.bytes(10, b"ab*?");
+            let pat = bytes(&mut rng, 10, b"ab*?");
             let specs: Vec<_> = [Tier::Stitch, Tier::Quick, Tier::Optimizing]
                 .map(|t| {
                     region
@@ -79,7 +71,7 @@ fn a_glob_matcher_agrees_with_plain_rust_in_every_tier() {
                 })
                 .into();
             for k in 0..8 {
-                let text = rng.bytes(12, b"abc");
+                let text = bytes(&mut rng, 12, b"abc");
                 let want = glob(&pat, &text);
                 matched += usize::from(want);
                 if k == 0 {

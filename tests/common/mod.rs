@@ -1,7 +1,8 @@
 #![allow(dead_code)] // Each test crate uses a part of these helpers.
 //! Shared machinery of the test crates: for the file-test harnesses, expectations as
 //! comment lines inside the test files and a bless mode (`DYC_BLESS=1`) that rewrites them
-//! from the actual output; for the others, a thread with a small stack.
+//! from the actual output; for the others, a thread with a small stack, a small random
+//! number generator, and the outcome of a call as the differential tests compare it.
 
 use std::path::{Path, PathBuf};
 
@@ -196,4 +197,30 @@ pub fn on_small_stack(f: impl FnOnce() + Send + 'static) {
         .expect("thread")
         .join()
         .expect("no panic, no overflow");
+}
+
+/// A linear congruential generator: deterministic inputs for the random differential
+/// tests, one stream per seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// The outcome of a call of compiled code as the differential tests compare it with the
+/// interpreter's: the result, or the error's kind and source position.
+pub fn outcome(r: Result<Option<dyc::ir::Const>, dyc::Error>) -> String {
+    match r {
+        Ok(Some(c)) => format!("= {c:?}"),
+        Ok(None) => "= None".into(),
+        Err(dyc::Error::Run(e)) => format!("-> {} at {}", e.kind.name(), e.loc),
+        Err(e) => format!("error: {e}"),
+    }
 }
