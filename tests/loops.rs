@@ -1,14 +1,15 @@
 //! Random loops over values of a region's entry block: functions whose variables start from
 //! the parameters and from what the entry computes (some kept with `make_dynamic`), change
 //! in one or two dynamic loops (some of them in a dynamic branch, some loops returning
-//! early), and are combined with the parameters again after them. The entry's values are unit invariants, read by later blocks
+//! early, some through an inner loop that unrolls or a register file in a local array,
+//! kept as values or in memory), and are combined with the parameters again after them. The entry's values are unit invariants, read by later blocks
 //! without being passed to them; the stitch tier once let a loop overwrite one (a loop
 //! variable started from a parameter took the parameter's frame word). Every tier agrees
 //! with the interpreter, with and without a run-time constant among the parameters.
 
 use dyc::interp::{Interpreter, Memory, Val};
 use dyc::ir::{Const, Scalar};
-use dyc::{Arg, Program, Tier};
+use dyc::{Arg, Program, RuntimeOptions, Tier};
 
 mod common;
 use common::Rng;
@@ -45,7 +46,10 @@ fn random_function(rng: &mut Rng, key: bool) -> String {
         let init = ["a", "b", "c", "0"][rng.below(4) as usize];
         src += &format!("    var v{k} = {init};\n");
     }
+    // A register file, written and read at constant indices.
+    src += "    var r: [i64; 4];\n    r[1] = a;\n";
     let mut names: Vec<String> = (0..vars).map(|k| format!("v{k}")).collect();
+    names.extend(["r[0]", "r[1]", "r[3]"].map(String::from));
     names.extend(["a", "b", "c", "i"].map(String::from));
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     // One or two loops, one after the other, each counting `i` from 0 to `n`.
@@ -58,6 +62,17 @@ fn random_function(rng: &mut Rng, key: bool) -> String {
         for _ in 0..1 + rng.below(3) {
             let k = rng.below(vars as u64);
             src += &format!("        v{k} = {};\n", expr(rng, &names, 2));
+        }
+        if rng.below(2) == 0 {
+            src += &format!("        r[{}] = {};\n", rng.below(4), expr(rng, &names, 2));
+        }
+        if rng.below(3) == 0 {
+            let k = rng.below(vars as u64);
+            // An inner loop that unrolls.
+            src += &format!(
+                "        var j = 0;\n        while j < 3 {{\n            v{k} = {};\n            j += 1;\n        }}\n",
+                expr(rng, &names, 1)
+            );
         }
         match rng.below(4) {
             0 => {
@@ -99,7 +114,12 @@ fn loops_over_a_units_first_values_agree_with_the_interpreter_in_every_tier() {
         let m = dyc::lang::compile("loops.dyc", &src)
             .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{src}"));
         let id = m.func_by_name("f").expect("f");
-        let p = Program::compile(&src).expect("compiles");
+        // Half of the functions keep their local array in memory.
+        let opts = RuntimeOptions {
+            max_array_values: if seed % 2 == 0 { 0 } else { 32 },
+            ..RuntimeOptions::default()
+        };
+        let p = Program::compile_with("loops.dyc", &src, opts).expect("compiles");
         let region = p.region("f").expect("region");
         let b = rng.below(20) as i64 - 10;
         let key_args: Vec<Arg> = if key { vec![Arg::from(b)] } else { vec![] };
