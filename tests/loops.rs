@@ -1,8 +1,9 @@
 //! Random loops over values of a region's entry block: functions whose variables start from
 //! the parameters and from what the entry computes (some kept with `make_dynamic`), change
 //! in one or two dynamic loops (some of them in a dynamic branch, some loops returning
-//! early, some through an inner loop that unrolls or a register file in a local array,
-//! kept as values or in memory), and are combined with the parameters again after them. The entry's values are unit invariants, read by later blocks
+//! early, some through an inner loop that unrolls, a promotion, or a register file in a
+//! local array, kept as values or in memory), and are combined with the parameters again
+//! after them. The entry's values are unit invariants, read by later blocks
 //! without being passed to them; the stitch tier once let a loop overwrite one (a loop
 //! variable started from a parameter took the parameter's frame word). Every tier agrees
 //! with the interpreter, with and without a run-time constant among the parameters.
@@ -72,6 +73,14 @@ fn random_function(rng: &mut Rng, key: bool) -> String {
             src += &format!(
                 "        var j = 0;\n        while j < 3 {{\n            v{k} = {};\n            j += 1;\n        }}\n",
                 expr(rng, &names, 1)
+            );
+        }
+        if rng.below(3) == 0 {
+            // A promotion: the rest of the iteration is stitched per value of `t`.
+            src += &format!(
+                "        var t = {} & 3;\n        make_static(t);\n        v0 = v0 + t * {};\n",
+                expr(rng, &names, 1),
+                rng.below(5)
             );
         }
         match rng.below(4) {
