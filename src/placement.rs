@@ -58,6 +58,7 @@ use cranelift_entity::SecondaryMap;
 use crate::analysis::cfg::ControlFlowGraph;
 use crate::analysis::dominators::DominatorTree;
 use crate::analysis::loops::LoopForest;
+use crate::analysis::order::DfsOrder;
 use crate::ir::{
     BinaryOp, Block, CmpOp, Function, Inst, InstData, Scalar, Type, UnaryOp, Value, ValueDef,
 };
@@ -293,14 +294,12 @@ impl Computation {
 /// replaced by its. Returns how many were removed. Run after [`place`].
 pub fn number(f: &mut Function) -> usize {
     let cfg = ControlFlowGraph::compute(f);
-    let forest = LoopForest::compute(&cfg);
+    let dfs = DfsOrder::compute(cfg.graph(), 0);
     let mut alias: SecondaryMap<Value, PackedOption<Value>> = SecondaryMap::new();
     let mut seen: HashMap<Computation, Value> = HashMap::new();
     let mut removed = 0;
     // Reverse post-order: a definition's block before every block that uses it.
-    let mut visited: SecondaryMap<Block, bool> = SecondaryMap::new();
-    for &b in forest.rpo() {
-        visited[b] = true;
+    for b in dfs.rpo().into_iter().map(|n| cfg.block(n)) {
         seen.clear();
         let mut keep = Vec::new();
         let mut dropped = false;
@@ -332,8 +331,8 @@ pub fn number(f: &mut Function) -> usize {
     }
     if removed > 0 {
         // Blocks no path reaches were not visited: their uses too.
-        let blocks = f.layout.blocks().to_vec();
-        for b in blocks.into_iter().filter(|&b| !visited[b]) {
+        let unreached = (0..cfg.num_blocks()).filter(|&n| !dfs.is_reachable(n));
+        for b in unreached.map(|n| cfg.block(n)).collect::<Vec<_>>() {
             for k in 0..f.layout.block_insts(b).len() {
                 let i = f.layout.block_insts(b)[k];
                 f.insts[i].visit_operands_mut(|v| {

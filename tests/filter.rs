@@ -95,6 +95,16 @@ fn program(policy: &str, max_array_values: u32) -> Program {
     Program::compile_with("filter.dyc", &source(policy), opts).expect("compiles")
 }
 
+/// The eager filter specialized on `code` in the stitch tier, with local arrays of more
+/// than `max_array_values` elements in memory.
+fn stitched(code: &[i64], max_array_values: u32) -> dyc::Specialized {
+    program("eager", max_array_values)
+        .region("filter")
+        .expect("region")
+        .specialize_in(&[Arg::from(code)], Tier::Stitch)
+        .expect("specializes")
+}
+
 fn interpret(m: &Module, code: &[i64], pkt: &[u8]) -> String {
     let id = m.func_by_name("filter").expect("filter");
     let mut mem = Memory::default();
@@ -232,12 +242,7 @@ fn a_tcp_port_filter_accepts_what_it_should() {
     };
     let mut insts = Vec::new();
     for max in [32, 0] {
-        let p = program("eager", max);
-        let s = p
-            .region("filter")
-            .expect("region")
-            .specialize_in(&[Arg::from(&code[..])], Tier::Stitch)
-            .expect("specializes");
+        let s = stitched(&code, max);
         for (tcp, port, want) in [(true, 80, 262144i64), (true, 81, 0), (false, 80, 0)] {
             let pkt = packet(tcp, port);
             let got = s.call(&mut [Arg::from(&pkt[..])]).expect("runs");
@@ -277,12 +282,7 @@ fn a_chain_of_jumps_after_a_cut_branch_keeps_its_jump() {
         0, 1,
     ];
     for max in [32, 0] {
-        let p = program("eager", max);
-        let s = p
-            .region("filter")
-            .expect("region")
-            .specialize_in(&[Arg::from(&code[..])], Tier::Stitch)
-            .expect("specializes");
+        let s = stitched(&code, max);
         for (pkt, want) in [
             (&[0u8, 1, 2, 3, 4][..], 1i64),
             (&[0, 1, 2, 3, 5], 1),

@@ -762,21 +762,9 @@ impl<'a, E: Emitter> Spec<'a, E> {
 
     /// Tells the emitter the values of the unit's first copy, a copy of `b`, that later
     /// copies read without their being passed (the dynamic unit invariants among its
-    /// inputs and results: [`StitchProgram::is_invariant`]), before its terminator.
+    /// inputs and results, [`crate::ge::Layout::kept`]), before its terminator.
     fn keep_invariants(&mut self, b: Block) {
-        let prog = self.prog;
-        let invariant = prog.is_invariant();
-        let inputs = prog.layout(b).invariant_inputs.iter().map(|&(_, r)| r);
-        let results = prog.blocks[b].ops.iter().filter_map(|op| match *op {
-            Op::Lift { dst, .. } | Op::ArrayLoad { dst, .. } | Op::Emit { dst: Some(dst), .. } => {
-                Some(dst)
-            }
-            _ => None,
-        });
-        for r in inputs.chain(results) {
-            if invariant.get(r.index()) != Some(&true) {
-                continue;
-            }
+        for &r in &self.prog.layout(b).kept {
             if let Some(&Some(v)) = self.sc.env_d.get(r.index()) {
                 self.em.keep(v);
             }

@@ -483,6 +483,7 @@ impl StitchProgram {
             copy_inputs: Vec::new(),
             invariant_keys: Vec::new(),
             invariant_inputs: Vec::new(),
+            kept: Vec::new(),
             copy_static_live_in: Vec::new(),
             copy_dyn_live_in: Vec::new(),
             homes: Vec::new(),
@@ -520,6 +521,17 @@ impl StitchProgram {
                         }
                         at += t.flat_len() as u32;
                     }
+                    let results = data.ops.iter().filter_map(|op| match *op {
+                        Op::Lift { dst, .. }
+                        | Op::ArrayLoad { dst, .. }
+                        | Op::Emit { dst: Some(dst), .. } => Some(dst),
+                        _ => None,
+                    });
+                    let kept = invariant_inputs
+                        .iter()
+                        .map(|&(_, r)| r)
+                        .chain(results.filter(|&r| inv(r)))
+                        .collect();
                     let copy_inputs: Vec<(Reg, Type)> = dyn_inputs
                         .iter()
                         .copied()
@@ -549,6 +561,7 @@ impl StitchProgram {
                             .map(|(k, _)| k)
                             .collect(),
                         invariant_inputs,
+                        kept,
                         copy_inputs,
                         copy_static_live_in: data
                             .static_live_in
@@ -844,6 +857,9 @@ pub struct Layout {
     /// The unit invariants among the dynamic inputs: their positions in
     /// [`Layout::input_types`] (ascending) and registers.
     pub invariant_inputs: Vec<(u32, Reg)>,
+    /// The dynamic unit invariants among the block's inputs and results: what a unit's
+    /// first copy of it names to the emitter ([`dyc_templates::template::Emitter::keep`]).
+    pub kept: Vec<Reg>,
     /// [`BlockData::static_live_in`] and [`BlockData::dyn_live_in`] without the unit
     /// invariants and the local arrays in memory.
     pub copy_static_live_in: Vec<Reg>,
