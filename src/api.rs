@@ -962,13 +962,56 @@ impl Region {
             self.executor(),
             tier,
         )?;
+        Ok(self.specialized(spec))
+    }
+
+    /// `spec` behind the region's dynamic parameters.
+    fn specialized(&self, spec: Specialization) -> Specialized {
         let keys = &self.state.keys;
         let params = self.params();
         let dynamic: Vec<Type> = (0..params.len())
             .filter(|k| !keys.contains(k))
             .map(|k| params[k])
             .collect();
-        Ok(Specialized::new(spec, dynamic))
+        Specialized::new(spec, dynamic)
+    }
+
+    /// [`Region::specialize_in`], starting from what the promotions of `seen` (a
+    /// specialization of this region, in any tier) have seen so far: every unit, the entry
+    /// included, dispatches inline on those values from the start, with their
+    /// continuations stitched into it. A specialization whose promotions stitched
+    /// continuation units while it ran (an interpreter's indirect jumps, say) is made
+    /// again as one unit, in which the jumps' targets are blocks of one function and
+    /// what the code knew before the first jump (constants in registers) flows into the
+    /// loop. Values seen later are promoted as usual. The region's cache does this when a
+    /// version moves up a tier.
+    pub fn respecialize(
+        &self,
+        key_args: &[Arg],
+        tier: Tier,
+        seen: &Specialized,
+    ) -> Result<Specialized, Error> {
+        let st = &self.state;
+        if !seen.spec.specializes(&st.prog) && !seen.spec.specializes(&st.optimizing) {
+            return Err(Error::Arguments(format!(
+                "`seen` is not a specialization of region `{}`",
+                self.name()
+            )));
+        }
+        let (key, slices) = self.key_of(key_args)?;
+        let prog = match tier {
+            Tier::Optimizing => &st.optimizing,
+            Tier::Stitch | Tier::Quick => &st.prog,
+        };
+        let spec = self.program.inner.runtime.respecialize(
+            prog.clone(),
+            &key,
+            slices,
+            self.executor(),
+            tier,
+            &seen.spec,
+        )?;
+        Ok(self.specialized(spec))
     }
 
     /// The Cranelift IR of the entry unit the region's specialization on `key_args` would
@@ -1212,8 +1255,9 @@ impl Region {
     }
 
     /// Specializes `quick`'s key (a version of the quick or the stitch tier) again in the
-    /// optimizing tier, replaces `quick` in the cache (it is freed once no call still runs it) and runs the call; if that fails,
-    /// `quick` goes on serving.
+    /// optimizing tier, with the values its promotions saw dispatched inline from the entry
+    /// ([`Region::respecialize`]), replaces `quick` in the cache (it is freed once no call
+    /// still runs it) and runs the call; if that fails, `quick` goes on serving.
     fn tier_up(
         &self,
         quick: &Arc<Specialized>,
@@ -1225,7 +1269,7 @@ impl Region {
         let hosts_gen = self.program.inner.hosts_gen.load(Ordering::SeqCst);
         let specialized = {
             let key_args: KeyArgs = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
-            self.specialize_in(&key_args, Tier::Optimizing)
+            self.respecialize(&key_args, Tier::Optimizing, quick)
         };
         let optimized = match specialized {
             Ok(s) => s,

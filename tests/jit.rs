@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use dyc::interp::{parse_args, ErrorKind, Interpreter, Memory, Val};
 use dyc::ir::{Const, Module, Scalar};
-use dyc::{Arg, Error, Limits, OnExceeded, Program, RuntimeOptions, Tier, Tiers};
+use dyc::{Arg, Error, Limits, OnExceeded, Program, RuntimeOptions, Specialized, Tier, Tiers};
 
 /// Typed Rust storage for a slice argument.
 enum Storage {
@@ -409,6 +409,78 @@ fn an_indirect_jump_dispatches_inline_once_its_targets_are_seen() {
     }
 }
 
+/// A specialization made again from one whose indirect jump has seen its targets
+/// dispatches on them inline from its entry: running as far again stitches no unit, in
+/// every tier; targets beyond the eight dispatched inline still get units of their own.
+/// A region refuses another region's specialization as `seen`.
+#[test]
+fn a_respecialization_dispatches_inline_from_its_entry_what_its_promotions_saw() {
+    let p = bytecode(options());
+    let region = p.region("run").expect("region");
+    for tier in [Tier::Stitch, Tier::Quick, Tier::Optimizing] {
+        for targets in [1, 4, 8, 12] {
+            let code = dispatch_program(targets);
+            let key = [Arg::from(&code[..])];
+            let expected = |n: i64| (0..n).map(|i| i % targets + 1).sum::<i64>();
+            let run = |spec: &Specialized, n: i64| {
+                spec.call(&mut [Arg::from(n), Arg::from(&mut [0i64][..])])
+                    .expect("runs")
+                    .and_then(|c| c.as_i64())
+            };
+            let first = region.specialize_in(&key, tier).expect("specializes");
+            assert_eq!(run(&first, 3 * targets), Some(expected(3 * targets)));
+            assert_eq!(first.lazy_stats().0, targets as usize, "{tier:?}");
+            let again = region.respecialize(&key, tier, &first).expect("again");
+            assert!(again.stats().blocks > first.stats().blocks, "{tier:?}");
+            assert_eq!(run(&again, 1000), Some(expected(1000)), "{tier:?}");
+            let beyond = (targets - 8).max(0) as usize;
+            assert_eq!(again.lazy_stats().0, beyond, "{tier:?}, {targets} targets");
+        }
+    }
+    let other = bytecode(options());
+    let foreign = other
+        .region("run")
+        .expect("region")
+        .specialize(&[Arg::from(&dispatch_program(2)[..])])
+        .expect("specializes");
+    let code = dispatch_program(2);
+    match region.respecialize(&[Arg::from(&code[..])], Tier::Stitch, &foreign) {
+        Err(Error::Arguments(m)) => assert!(m.contains("not a specialization"), "{m}"),
+        r => panic!("{:?}", r.map(|s| s.stats())),
+    }
+}
+
+/// A first-tier version whose indirect jump has seen its targets moves up to the
+/// optimizing tier with them dispatched inline from its entry ([`Region::respecialize`]):
+/// the optimizing version stitches no continuation and never calls back into the runtime.
+#[test]
+fn a_version_moves_up_with_what_its_promotions_saw() {
+    for first in [Tier::Stitch, Tier::Quick] {
+        let mut opts = options();
+        opts.tiers = Tiers {
+            first,
+            hot_calls: 3,
+            hot_time: std::time::Duration::MAX,
+        };
+        let p = bytecode(opts);
+        let region = p.region("run").expect("region");
+        let code = dispatch_program(4);
+        for n in [40i64, 41, 42, 43, 44, 45] {
+            let mut mem = [0i64];
+            let args = &mut [Arg::from(&code[..]), Arg::from(n), Arg::from(&mut mem[..])];
+            let r = region.call(args).expect("runs").and_then(|c| c.as_i64());
+            assert_eq!(r, Some((0..n).map(|i| i % 4 + 1).sum::<i64>()), "{first:?}");
+        }
+        let s = region.stats();
+        assert_eq!((s.tier_ups, s.versions), (1, 1), "{first:?}: {s}");
+        let sites = region.site_stats();
+        assert!(!sites.is_empty(), "{first:?}");
+        for site in sites {
+            assert_eq!((site.stitched, site.calls), (0, 0), "{first:?}: {site:?}");
+        }
+    }
+}
+
 #[test]
 fn a_continuation_too_large_to_dispatch_inline_is_stitched_without() {
     // Each target's continuation is about 20 block copies: with a budget of 60 per unit,
@@ -429,6 +501,37 @@ fn a_continuation_too_large_to_dispatch_inline_is_stitched_without() {
         assert_eq!(r, Some((0..n).map(|i| i % 6 + 1).sum::<i64>()));
     }
     assert_eq!(spec.lazy_stats().0, 6);
+    // Made again with the six targets seen, its entry holds them inline (their
+    // continuations share its loop); with a budget of 40 it cannot, and is stitched
+    // without them, but the first continuation unit holds them all.
+    for (max_blocks, inline) in [(60, true), (40, false)] {
+        let mut opts = options();
+        opts.budget.max_blocks = max_blocks;
+        let p = bytecode(opts);
+        let region = p.region("run").expect("region");
+        let key = [Arg::from(&code[..])];
+        let run = |spec: &Specialized, n: i64| {
+            let r = spec.call(&mut [Arg::from(n), Arg::from(&mut [0i64][..])]);
+            assert_eq!(
+                r.expect("runs").and_then(|c| c.as_i64()),
+                Some((0..n).map(|i| i % 6 + 1).sum::<i64>())
+            );
+        };
+        let spec = region.specialize(&key).expect("specializes");
+        run(&spec, 6);
+        let again = region
+            .respecialize(&key, Tier::Optimizing, &spec)
+            .expect("specializes");
+        run(&again, 100);
+        let (blocks, units) = (again.stats().blocks, again.lazy_stats().0);
+        match inline {
+            true => assert!(blocks > spec.stats().blocks && units == 0, "{blocks}"),
+            false => assert!(
+                blocks == spec.stats().blocks && units == 1,
+                "{blocks} {units}"
+            ),
+        }
+    }
 }
 
 #[test]
@@ -947,6 +1050,21 @@ fn the_stitch_tier_agrees_with_plain_rust_on_random_byte_code() {
                 .unwrap_or_else(|e| panic!("seed {seed}, n = {n}: {e}\n{code:?}"))
                 .and_then(|c| c.as_i64());
             assert_eq!(got, Some(want), "seed {seed}, n = {n}\n{code:?}");
+        }
+        // Made again with the values its indirect jumps saw dispatched inline from the
+        // entry (in the optimizing tier at every eighth program).
+        let tier = [Tier::Stitch, Tier::Optimizing][usize::from(seed % 8 == 0)];
+        let again = regions[seed as usize % 2]
+            .respecialize(&[Arg::from(&code[..])], tier, &s)
+            .unwrap_or_else(|e| panic!("seed {seed}, again: {e}\n{code:?}"));
+        for n in [11, -5, 3, 0] {
+            let want = bench_programs::interpret(&code, n, &mut []);
+            let mut mem = [0i64; 1];
+            let got = again
+                .call(&mut [Arg::from(n), Arg::from(&mut mem[..])])
+                .unwrap_or_else(|e| panic!("seed {seed}, again, n = {n}: {e}\n{code:?}"))
+                .and_then(|c| c.as_i64());
+            assert_eq!(got, Some(want), "seed {seed}, again, n = {n}\n{code:?}");
         }
     }
 }

@@ -561,6 +561,16 @@ pub(crate) extern "C" fn dyc_frame(ctx: *mut CallCtx, words: u64) -> *mut u64 {
     ctx.frame
 }
 
+/// What a specialization is made with beyond its key (for
+/// [`Runtime::specialize_unguarded`]).
+enum Extra<'a> {
+    None,
+    /// Its entry unit's Cranelift IR as built goes here.
+    IrText(&'a mut String),
+    /// Promoted values an earlier specialization saw ([`Runtime::respecialize`]).
+    Seen(&'a SpecState),
+}
+
 /// Everything one unit's compilation reads.
 struct UnitInput<'a> {
     prog: &'a StitchProgram,
@@ -1090,7 +1100,32 @@ impl Runtime {
         tier: Tier,
     ) -> Result<Specialization, RuntimeError> {
         guarded("specializing", || {
-            self.specialize_unguarded(prog, key, slices, executor, tier, None)
+            self.specialize_unguarded(prog, key, slices, executor, tier, Extra::None)
+        })
+    }
+
+    /// [`Runtime::specialize`], starting from what the promotions of `seen` (an earlier
+    /// specialization of the same function: of either of its programs, whose blocks are
+    /// the same) have seen: every unit, the entry included, dispatches inline on those
+    /// values from the start, with their continuations stitched into it. An interpreter
+    /// whose indirect jumps made continuation units, each entered through the runtime
+    /// with its live values as arguments, gets one unit in which the jumps' targets are
+    /// blocks and the constants its registers held before the first jump flow into its
+    /// loop. (Should the entry with them exceed the unit's budget, it is stitched without
+    /// them, as [`Runtime::specialize`] would.) Sites of `seen` whose block is not the
+    /// same in `prog` are ignored.
+    pub fn respecialize(
+        &self,
+        prog: Arc<StitchProgram>,
+        key: &[SVal],
+        slices: Vec<Option<SliceData>>,
+        executor: ExecutorKind,
+        tier: Tier,
+        seen: &Specialization,
+    ) -> Result<Specialization, RuntimeError> {
+        guarded("specializing", || {
+            let seen = Extra::Seen(&seen.state);
+            self.specialize_unguarded(prog, key, slices, executor, tier, seen)
         })
     }
 
@@ -1112,7 +1147,7 @@ impl Runtime {
                 slices,
                 executor,
                 Tier::Optimizing,
-                Some(&mut text),
+                Extra::IrText(&mut text),
             )
         })?;
         Ok(text)
@@ -1125,11 +1160,16 @@ impl Runtime {
         slices: Vec<Option<SliceData>>,
         executor: ExecutorKind,
         tier: Tier,
-        ir_text: Option<&mut String>,
+        extra: Extra,
     ) -> Result<Specialization, RuntimeError> {
         let state = SpecState::new(&self.shared, prog.clone(), slices, executor, tier);
+        let (mut ir_text, seeded) = match extra {
+            Extra::None => (None, false),
+            Extra::IrText(text) => (Some(text), false),
+            Extra::Seen(seen) => (None, state.see_as(seen)),
+        };
         let inputs = prog.input_types(prog.entry);
-        let input = |ir_text| UnitInput {
+        let input = |inline_dispatch| UnitInput {
             prog: &prog,
             start: prog.entry,
             key,
@@ -1137,11 +1177,26 @@ impl Runtime {
             static_ptrs: state.static_ptrs(),
             callees: Callees::Imported,
             spec: Some(&state),
-            ir_text,
-            inline_dispatch: false,
+            ir_text: None,
+            inline_dispatch,
+        };
+        // (With values seen, first with them dispatched inline, then, should that exceed
+        // the budget, without.)
+        let retry = |e: Option<&RuntimeError>| {
+            seeded
+                && matches!(
+                    e,
+                    Some(RuntimeError::Spec(SpecError::BudgetExceeded { .. }))
+                )
         };
         let stitched = match tier {
-            Tier::Stitch => self.shared.stitch_unit(&state.region, input(None))?,
+            Tier::Stitch => {
+                let stitch = |inline| self.shared.stitch_unit(&state.region, input(inline));
+                match stitch(seeded) {
+                    r if retry(r.as_ref().err()) => stitch(false)?,
+                    r => r?,
+                }
+            }
             _ => None,
         };
         let (entry, stats) = match stitched {
@@ -1150,10 +1205,15 @@ impl Runtime {
                 let unit = module
                     .declare_anonymous_function(&abi::unit_signature(inputs))
                     .map_err(jit_err)?;
-                let input = input(ir_text);
-                let mut stats = self
-                    .shared
-                    .compile_unit(&state.region, module, input, unit)?;
+                let mut compile = |inline| {
+                    let mut input = input(inline);
+                    input.ir_text = ir_text.as_deref_mut();
+                    self.shared.compile_unit(&state.region, module, input, unit)
+                };
+                let mut stats = match compile(seeded) {
+                    r if retry(r.as_ref().err()) => compile(false)?,
+                    r => r?,
+                };
                 let t = std::time::Instant::now();
                 module.finalize_definitions().map_err(jit_err)?;
                 stats.compile_ns += t.elapsed().as_nanos() as u64;
@@ -1279,6 +1339,31 @@ impl SpecState {
             executor,
             tier,
         }
+    }
+
+    /// Takes the promoted values `seed`'s sites have seen as seen at the same sites of this
+    /// specialization (for [`Runtime::respecialize`]); whether there were any. A site of
+    /// `seed` whose block is not the same block here (by index and name) is left out.
+    fn see_as(&self, seed: &SpecState) -> bool {
+        let mut any = false;
+        for old in seed.sites.read().iter() {
+            let b = old.site.block;
+            let same = match (self.prog.blocks.get(b), seed.prog.blocks.get(b)) {
+                (Some(new), Some(was)) => new.name == was.name && new.promote == was.promote,
+                _ => false,
+            };
+            let words = old.seen_words();
+            if !same || words.is_empty() {
+                continue;
+            }
+            let id = self.site_id(&old.site);
+            let sites = self.sites.read();
+            for w in &words {
+                sites[id as usize].see(w);
+            }
+            any = true;
+        }
+        any
     }
 
     /// The specialization a call context belongs to.
@@ -1489,6 +1574,12 @@ pub struct Specialization {
 }
 
 impl Specialization {
+    /// Whether it is a specialization of `prog` (either program of one function: they
+    /// share their blocks).
+    pub fn specializes(&self, prog: &Arc<StitchProgram>) -> bool {
+        Arc::ptr_eq(&self.state.prog, prog)
+    }
+
     /// The tier its code is compiled in.
     #[inline]
     pub fn tier(&self) -> Tier {

@@ -104,6 +104,11 @@ impl PromoSite {
         }
     }
 
+    /// The promoted values seen, in order, as words.
+    pub fn seen_words(&self) -> Vec<Box<[u64]>> {
+        self.seen.lock().clone()
+    }
+
     /// The promoted values seen, in order, as constants of their types.
     pub fn seen(&self) -> Vec<Vec<Const>> {
         self.seen
