@@ -220,7 +220,7 @@ fn main() {
     );
     if !made_again.is_empty() {
         println!(
-            "\nSpecialized code whose promotions stitched units while it ran is made again with the values they saw dispatched inline from its entry (`Region::respecialize`, what a region's cache does when a version moves up to the optimizing tier); the table above shows the code made again:\n"
+            "\nSpecialized code whose promotions stitched units while it ran is made again with the values they saw dispatched inline from its entry (`Region::respecialize`, what a region's cache does when a version moves up to the optimizing tier); the table above, and the optimizing tier in the tables below, show the code made again:\n"
         );
         println!(
             "| program | units before | code before | units after | code after | made again in |"

@@ -1346,7 +1346,10 @@ impl SpecState {
     /// `seed` whose block is not the same block here (by index and name) is left out.
     fn see_as(&self, seed: &SpecState) -> bool {
         let mut any = false;
-        for old in seed.sites.read().iter() {
+        // (The sites copied out first: no lock of `seed` is held while this one's are
+        // taken.)
+        let old_sites = seed.sites.read().clone();
+        for old in &old_sites {
             let b = old.site.block;
             let same = match (self.prog.blocks.get(b), seed.prog.blocks.get(b)) {
                 (Some(new), Some(was)) => new.name == was.name && new.promote == was.promote,
