@@ -7,7 +7,7 @@
 use dyc::bta::Mode;
 use dyc::interp::{parse_args, Interpreter, Memory, Val};
 use dyc::ir::{Const, Module};
-use dyc::{Arg, Program, RuntimeOptions, Tier, Tiers};
+use dyc::{Arg, Program, RuntimeOptions, Tier};
 
 mod common;
 use common::{outcome, Rng};
@@ -179,11 +179,7 @@ fn source(policy: &str) -> String {
 fn program(policy: &str, max_array_values: u32) -> Program {
     let opts = RuntimeOptions {
         fuel: Some(1_000_000),
-        tiers: Tiers {
-            hot_calls: u64::MAX,
-            hot_time: std::time::Duration::MAX,
-            ..Tiers::default()
-        },
+        tiers: common::no_tier_up(),
         max_array_values,
         ..RuntimeOptions::default()
     };

@@ -10,7 +10,7 @@
 
 use dyc::interp::{parse_args, Interpreter, Memory, Val};
 use dyc::ir::{Const, Module};
-use dyc::{Arg, Program, RuntimeOptions, Tier, Tiers};
+use dyc::{Arg, Program, RuntimeOptions, Tier};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -162,11 +162,7 @@ fn interpret(m: &Module, f: &str, args: &str) -> (String, String) {
 
 fn program(policy: &str) -> Program {
     let opts = RuntimeOptions {
-        tiers: Tiers {
-            hot_calls: u64::MAX,
-            hot_time: Duration::MAX,
-            ..Tiers::default()
-        },
+        tiers: common::no_tier_up(),
         ..RuntimeOptions::default()
     };
     let src = BF.replace("cache_all, eager", &format!("cache_all, {policy}"));

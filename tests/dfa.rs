@@ -8,7 +8,7 @@
 
 use dyc::interp::{parse_args, Interpreter, Memory, Val};
 use dyc::ir::Module;
-use dyc::{Arg, Program, RuntimeOptions, Tier, Tiers};
+use dyc::{Arg, Program, RuntimeOptions, Tier};
 
 mod common;
 use common::{outcome, Rng};
@@ -49,11 +49,7 @@ fn an_automaton_promoting_its_state_agrees_with_plain_rust_in_every_tier() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200u64);
     let opts = RuntimeOptions {
-        tiers: Tiers {
-            hot_calls: u64::MAX,
-            hot_time: std::time::Duration::MAX,
-            ..Tiers::default()
-        },
+        tiers: common::no_tier_up(),
         ..RuntimeOptions::default()
     };
     let program = Program::compile_with("dfa.dyc", DFA, opts).expect("compiles");

@@ -9,7 +9,7 @@
 
 use dyc::interp::{parse_args, Interpreter, Memory, Val};
 use dyc::ir::{Const, Module};
-use dyc::{Arg, Program, RuntimeOptions, Tier, Tiers};
+use dyc::{Arg, Program, RuntimeOptions, Tier};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -84,11 +84,7 @@ fn program(policy: &str, max_array_values: u32) -> Program {
     // non-empty, which hides how empty blocks are laid out). A filter's jumps go forward,
     // so any run of correct code is short; `watchdog` catches one that is not.
     let opts = RuntimeOptions {
-        tiers: Tiers {
-            hot_calls: u64::MAX,
-            hot_time: std::time::Duration::MAX,
-            ..Tiers::default()
-        },
+        tiers: common::no_tier_up(),
         max_array_values,
         ..RuntimeOptions::default()
     };

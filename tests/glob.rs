@@ -6,7 +6,7 @@
 //! and a dynamic test.
 
 use dyc::interp::{parse_args, Interpreter, Memory, Val};
-use dyc::{Arg, Program, RuntimeOptions, Tier, Tiers};
+use dyc::{Arg, Program, RuntimeOptions, Tier};
 
 mod common;
 use common::Rng;
@@ -48,11 +48,7 @@ fn a_glob_matcher_agrees_with_plain_rust_in_every_tier() {
     for policy in ["eager", "lazy"] {
         let src = GLOB.replace("cache_all, eager", &format!("cache_all, {policy}"));
         let opts = RuntimeOptions {
-            tiers: Tiers {
-                hot_calls: u64::MAX,
-                hot_time: std::time::Duration::MAX,
-                ..Tiers::default()
-            },
+            tiers: common::no_tier_up(),
             ..RuntimeOptions::default()
         };
         let program = Program::compile_with("glob.dyc", &src, opts).expect("compiles");

@@ -199,6 +199,16 @@ pub fn on_small_stack(f: impl FnOnce() + Send + 'static) {
         .expect("no panic, no overflow");
 }
 
+/// Tiers under which no version moves up: the code of the tier a version was made in is
+/// what runs.
+pub fn no_tier_up() -> dyc::Tiers {
+    dyc::Tiers {
+        hot_calls: u64::MAX,
+        hot_time: std::time::Duration::MAX,
+        ..dyc::Tiers::default()
+    }
+}
+
 /// A linear congruential generator: deterministic inputs for the random differential
 /// tests, one stream per seed.
 pub struct Rng(pub u64);
