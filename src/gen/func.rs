@@ -275,13 +275,16 @@ impl Gen<'_> {
 
     fn constant(&mut self, b: Block, s: Scalar) -> Value {
         let c = match s {
-            Scalar::F64 => {
-                Const::F64(
-                    *self
-                        .rng
-                        .pick(&[0.0, 1.5, -2.0, 1e300, f64::NAN, f64::INFINITY, 3.25]),
-                )
-            }
+            Scalar::F64 => Const::F64(*self.rng.pick(&[
+                0.0,
+                -0.0,
+                1.5,
+                -2.0,
+                1e300,
+                f64::NAN,
+                f64::INFINITY,
+                3.25,
+            ])),
             Scalar::Bool => Const::Bool(self.rng.chance(50)),
             t => {
                 let (lo, hi) = semantics::int_range(t);

@@ -411,7 +411,9 @@ pub fn random_args(rng: &mut Rng, params: &[Type], mem: &mut Memory) -> Vec<Val>
 fn random_scalar_value(rng: &mut Rng, s: Scalar) -> crate::ir::Const {
     use crate::ir::Const;
     match s {
-        Scalar::F64 => Const::F64(*rng.pick(&[0.0, -1.5, 2.0, f64::NAN, 1e18])),
+        Scalar::F64 => {
+            Const::F64(*rng.pick(&[0.0, -0.0, -1.5, 2.0, f64::NAN, 1e18, f64::NEG_INFINITY]))
+        }
         Scalar::Bool => Const::Bool(rng.chance(50)),
         t => crate::semantics::int(t, rng.range(-3, 5) as u64),
     }
