@@ -6,7 +6,8 @@
 //! `pc`s, so the specialized code has loops nested as the program's, entered and left by
 //! jumps the stitcher lays out; the tape pointer is dynamic after a loop. The code runs
 //! without fuel, under a watchdog; programs that do not end within a step budget in plain
-//! Rust are only specialized, not run.
+//! Rust are only specialized, not run. Each program's stitch-tier specialization is also
+//! made again from the first (`Region::respecialize`) half way through its inputs.
 
 use dyc::interp::{parse_args, Interpreter, Memory, Val};
 use dyc::ir::{Const, Module};
@@ -209,13 +210,19 @@ fn a_brainfuck_interpreter_agrees_with_the_interpreter_in_every_tier() {
             let mut rng = Rng(seed);
             let (code, jump) = random_program(&mut rng);
             let key = [Arg::from(&code[..]), Arg::from(&jump[..])];
-            let specs: Vec<_> = [Tier::Stitch, Tier::Quick, Tier::Optimizing]
+            let mut specs: Vec<_> = [Tier::Stitch, Tier::Quick, Tier::Optimizing]
                 .map(|t| {
                     let s = region.specialize_in(&key, t);
                     s.unwrap_or_else(|e| panic!("{policy}, {:?}, {t:?}: {e}", text(&code)))
                 })
                 .into();
-            for _ in 0..4 {
+            for round in 0..4 {
+                // Half way, the stitch tier's specialization (lazy: with the units its
+                // branches stitched) is made again and checked too.
+                if round == 2 {
+                    let again = region.respecialize(&key, Tier::Stitch, &specs[0]);
+                    specs.push(again.expect("specializes again"));
+                }
                 let cells = 4 + rng.below(28) as usize;
                 let tape0: Vec<u8> = (0..cells).map(|_| rng.below(4) as u8).collect();
                 let input: Vec<u8> = (0..rng.below(24)).map(|_| rng.below(256) as u8).collect();
