@@ -294,6 +294,45 @@ fn promotions_stitch_targets_lazily_from_many_threads() {
     }
 }
 
+/// Threads calling a region whose first-tier version promotes at an indirect jump, while
+/// the version moves up (made again from what its promotions saw, while other threads
+/// still run it and stitch continuations): every call gets the right result, and the
+/// version moved up once.
+#[test]
+fn a_version_moves_up_while_threads_promote_through_it() {
+    let mut opts = options();
+    opts.tiers = Tiers {
+        first: Tier::Stitch,
+        hot_calls: 40,
+        hot_time: std::time::Duration::MAX,
+    };
+    let p = bytecode(opts);
+    let region = Arc::new(p.region("run").expect("region"));
+    let code = Arc::new(dispatch_program(6));
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let (region, code) = (region.clone(), code.clone());
+            std::thread::spawn(move || {
+                for k in 0..40i64 {
+                    let n = 1 + (k * 7 + t) % 13;
+                    let r = region.call(&mut [
+                        Arg::from(&code[..]),
+                        Arg::from(n),
+                        Arg::from(&mut [0i64][..]),
+                    ]);
+                    let want = (0..n).map(|i| i % 6 + 1).sum::<i64>();
+                    assert_eq!(r.expect("runs").and_then(|c| c.as_i64()), Some(want));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("thread finished");
+    }
+    let s = region.stats();
+    assert_eq!((s.tier_ups, s.versions), (1, 1), "{s}");
+}
+
 fn promotions_from_many_threads(tier: Tier) {
     // An indirect jump through a register: each thread jumps to a different target.
     let p = bytecode(in_tier(tier));
