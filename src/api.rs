@@ -588,6 +588,10 @@ struct RegionState {
     values: Vec<usize>,
     /// Whether a key parameter is a slice (keyed by a content hash).
     slice_keys: bool,
+    /// Whether the function has promotion points: then a version of the optimizing tier
+    /// whose promotions stitched continuation units is made again once hot
+    /// ([`Region::respecialize`]).
+    promotes: bool,
     /// The caching policy of the region entry.
     caching: Caching,
     /// Versions by key words: see [`Region::call`].
@@ -705,7 +709,9 @@ pub struct RegionStats {
     pub misses: u64,
     /// Specializations made (`replicate`: one per call; tier-ups included).
     pub specializations: u64,
-    /// Quick-tier versions specialized again in the optimizing tier once hot.
+    /// Versions specialized again in the optimizing tier once hot: first-tier versions,
+    /// and optimizing-tier versions whose promotions stitched continuation units (made
+    /// again with what they saw, [`Region::respecialize`]).
     pub tier_ups: u64,
     /// Versions evicted to stay within the limits.
     pub evictions: u64,
@@ -812,6 +818,7 @@ impl RegionState {
                 .key_params
                 .iter()
                 .any(|&k| f.sig.params[k].is_slice()),
+            promotes: ge.program.blocks.values().any(|b| !b.promote.is_empty()),
             params: f.sig.params.clone(),
             ge,
             caching: entry_caching(m, id),
@@ -1065,7 +1072,7 @@ impl Region {
             let guard = epoch::pin();
             let now = 2 * self.program.inner.tick.load(Ordering::Relaxed) + 1;
             if let Some(Version::Spec(v)) = st.cache.get(&[], now, &guard) {
-                if v.tier() == Tier::Optimizing {
+                if v.tier() == Tier::Optimizing && !v.may_move(st) {
                     st.counters.hits.bump();
                     return v.call_at(args, &st.values);
                 }
@@ -1115,7 +1122,7 @@ impl Region {
                 if !st.caching.checked() || self.fits(v, args) {
                     st.counters.hits.bump();
                     if let Version::Spec(first) = v {
-                        if first.tier() != Tier::Optimizing {
+                        if first.tier() != Tier::Optimizing || first.may_move(st) {
                             if self.hot(first) {
                                 return self.tier_up(first, key.as_slice(), args, &guard);
                             }
@@ -1254,10 +1261,13 @@ impl Region {
         hot && !v.tiering.swap(true, Ordering::Relaxed)
     }
 
-    /// Specializes `quick`'s key (a version of the quick or the stitch tier) again in the
+    /// Specializes `quick`'s key (a version of the quick or the stitch tier, or of the
+    /// optimizing tier whose promotions stitched continuation units) again in the
     /// optimizing tier, with the values its promotions saw dispatched inline from the entry
     /// ([`Region::respecialize`]), replaces `quick` in the cache (it is freed once no call
-    /// still runs it) and runs the call; if that fails, `quick` goes on serving.
+    /// still runs it) and runs the call; if that fails, `quick` goes on serving. A version
+    /// of the optimizing tier whose promotions stitched nothing stays, and is not counted
+    /// again.
     fn tier_up(
         &self,
         quick: &Arc<Specialized>,
@@ -1266,6 +1276,9 @@ impl Region {
         guard: &Guard,
     ) -> Result<Option<Const>, Error> {
         let st = &*self.state;
+        if quick.tier() == Tier::Optimizing && quick.lazy_stats().0 == 0 {
+            return quick.call_at(args, &st.values);
+        }
         let hosts_gen = self.program.inner.hosts_gen.load(Ordering::SeqCst);
         let specialized = {
             let key_args: KeyArgs = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
@@ -1278,6 +1291,8 @@ impl Region {
                 return quick.call_at(args, &st.values);
             }
         };
+        // (Made again with what its promotions saw: it does not move again.)
+        optimized.tiering.store(true, Ordering::Relaxed);
         let c = &st.counters;
         c.specializations.fetch_add(1, Ordering::Relaxed);
         c.tier_ups.fetch_add(1, Ordering::Relaxed);
@@ -1505,6 +1520,13 @@ impl Specialized {
     #[inline]
     pub fn tier(&self) -> Tier {
         self.spec.tier()
+    }
+
+    /// Whether this version of the optimizing tier, in a region with promotion points,
+    /// may still be made again once hot (counted through the region's cache until then).
+    #[inline]
+    fn may_move(&self, st: &RegionState) -> bool {
+        st.promotes && !self.tiering.load(Ordering::Relaxed)
     }
 
     /// What each promotion site of this specialization did so far.

@@ -505,9 +505,12 @@ fn a_respecialization_dispatches_inline_from_its_entry_what_its_promotions_saw()
 /// A first-tier version whose indirect jump has seen its targets moves up to the
 /// optimizing tier with them dispatched inline from its entry ([`Region::respecialize`]):
 /// the optimizing version stitches no continuation and never calls back into the runtime.
+/// So does, once, a version made in the optimizing tier whose promotions stitched units;
+/// one whose promotions stitched nothing, and any version of a region without promotion
+/// points, stays.
 #[test]
 fn a_version_moves_up_with_what_its_promotions_saw() {
-    for first in [Tier::Stitch, Tier::Quick] {
+    for first in [Tier::Stitch, Tier::Quick, Tier::Optimizing] {
         let mut opts = options();
         opts.tiers = Tiers {
             first,
@@ -530,7 +533,50 @@ fn a_version_moves_up_with_what_its_promotions_saw() {
         for site in sites {
             assert_eq!((site.stitched, site.calls), (0, 0), "{first:?}: {site:?}");
         }
+        // Many more calls: nothing moves again.
+        for n in 0..20i64 {
+            let mut mem = [0i64];
+            let args = &mut [Arg::from(&code[..]), Arg::from(n), Arg::from(&mut mem[..])];
+            region.call(args).expect("runs");
+        }
+        assert_eq!(region.stats().tier_ups, 1, "{first:?}");
     }
+    // A version of the optimizing tier that stitched no unit (a program without indirect
+    // jumps), and a region without promotion points, stay.
+    let mut opts = options();
+    opts.tiers = Tiers {
+        first: Tier::Optimizing,
+        hot_calls: 3,
+        hot_time: std::time::Duration::MAX,
+    };
+    let p = bytecode(opts);
+    let region = p.region("run").expect("region");
+    let code = [1i64, 1, 42, 0, 0, 1, 0, 0]; // LOADI r1 42; HALT r1
+    for _ in 0..10 {
+        let mut mem = [0i64];
+        let args = &mut [
+            Arg::from(&code[..]),
+            Arg::from(0i64),
+            Arg::from(&mut mem[..]),
+        ];
+        let r = region.call(args).expect("runs").and_then(|c| c.as_i64());
+        assert_eq!(r, Some(42));
+    }
+    assert_eq!(region.stats().tier_ups, 0);
+    let p = Program::compile_with(
+        "k.dyc",
+        "fn f(k: i64, x: i64) -> i64 { make_static(k); return k * x; }",
+        opts,
+    )
+    .expect("compiles");
+    for x in 0..10i64 {
+        let r = p
+            .region("f")
+            .expect("f")
+            .call(&mut [Arg::from(3i64), Arg::from(x)]);
+        assert_eq!(r.expect("runs").and_then(|c| c.as_i64()), Some(3 * x));
+    }
+    assert_eq!(p.region("f").expect("f").stats().tier_ups, 0);
 }
 
 #[test]

@@ -145,11 +145,13 @@ pub enum Tier {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tiers {
     /// The tier a region entry's new specialization is compiled in (default
-    /// [`Tier::Optimizing`]: no tiering).
+    /// [`Tier::Stitch`]; [`Tier::Optimizing`]: no first tier).
     pub first: Tier,
     /// A version of a first tier ([`Tier::Stitch`], [`Tier::Quick`]) is specialized
     /// again in the optimizing tier, and replaces it in the cache, at the first call
-    /// through its entry after this many calls (default 1,000)...
+    /// through its entry after this many calls (default 1,000); so is, once, a version of
+    /// the optimizing tier whose promotions stitched continuation units, with the values
+    /// they saw dispatched inline...
     pub hot_calls: u64,
     /// ...or after its calls through the entry have run this long together (default
     /// 1 ms: about what an optimizing specialization costs, so a version whose calls are
