@@ -969,6 +969,10 @@ impl Backend for ClifEmitter<'_, '_> {
 /// - **dead parameters**: a block parameter that no instruction reads, other than to pass
 ///   it on to parameters that are themselves dead, goes, with the arguments every edge
 ///   passes for it;
+/// - **rotation**: a jump into a small block that ends in a conditional branch (a loop's
+///   head: its test) becomes a copy of that block (see [`duplicate_tests`]), so a loop
+///   whose body jumped back to its test now branches back to itself, one taken branch an
+///   iteration instead of two;
 /// - **constant sharing** within a block.
 ///
 /// Stitching copies one template per static block, so straight-line code, static branches
@@ -978,8 +982,111 @@ impl Backend for ClifEmitter<'_, '_> {
 pub fn simplify_cfg(func: &mut ir::Function) {
     thread_jumps(func);
     merge_jump_chains(func);
+    duplicate_tests(func);
     drop_dead_params(func);
     share_constants(func);
+}
+
+/// The most instructions, besides its branch, a block copied into the blocks that jump to
+/// it may have ([`duplicate_tests`]).
+const TEST_COPY_LIMIT: usize = 4;
+
+/// The rotation pass of [`simplify_cfg`] (tail duplication): a block `p` ending in `jump
+/// h(args)` into another block `h` that ends in `brif`, with at most [`TEST_COPY_LIMIT`]
+/// other instructions and no call, gets a copy of `h`'s instructions and branch in place
+/// of the jump, with `h`'s parameters replaced by `args`. Sound because `p` runs `h` next
+/// in any case, and `h` qualifies only if neither its parameters nor its results are read
+/// outside it (so no other block depended on passing through `h`: its successors receive
+/// everything through their parameters, which the copy passes too). A loop whose body
+/// jumped back to its head now tests and branches back from the body itself; Cranelift
+/// does not rotate loops, and in a loop of a few instructions the second taken branch
+/// costs about as much as the body. Linear: one pass to find the values read outside
+/// their block, one over the jumps; `h` may have become unreachable, which Cranelift
+/// removes. (`h` is checked as it is when its jump is met, so a block that received a
+/// copy may be copied in turn, within the limit.)
+fn duplicate_tests(func: &mut ir::Function) {
+    let home = |func: &ir::Function, v: ir::Value| match func.dfg.value_def(v) {
+        ir::ValueDef::Param(b, _) => Some(b),
+        ir::ValueDef::Result(i, _) => func.layout.inst_block(i),
+        ir::ValueDef::Union(..) => None,
+    };
+    // Blocks some other block reads a parameter or a result of.
+    let mut read_outside: EntitySet<ir::Block> = EntitySet::new();
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            for v in func.dfg.inst_values(inst) {
+                match home(func, v) {
+                    Some(b) if b != block => {
+                        read_outside.insert(b);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let copyable = |func: &ir::Function, h: ir::Block| {
+        let Some(last) = func.layout.last_inst(h) else {
+            return false;
+        };
+        func.dfg.insts[last].opcode() == ir::Opcode::Brif
+            && !read_outside.contains(h)
+            && func.layout.block_insts(h).count() <= TEST_COPY_LIMIT + 1
+            && func.layout.block_insts(h).all(|i| {
+                let op = func.dfg.insts[i].opcode();
+                i == last || !(op.is_call() || op.is_branch() || op.is_terminator())
+            })
+    };
+    let blocks: Vec<ir::Block> = func.layout.blocks().collect();
+    let mut map: HashMap<ir::Value, ir::Value> = HashMap::new();
+    for p in blocks {
+        let Some(jump) = func.layout.last_inst(p) else {
+            continue;
+        };
+        if func.dfg.insts[jump].opcode() != ir::Opcode::Jump {
+            continue;
+        }
+        let dfg = &func.dfg;
+        let Some(dest) = dfg.insts[jump]
+            .branch_destination(&dfg.jump_tables, &dfg.exception_tables)
+            .first()
+            .copied()
+        else {
+            continue;
+        };
+        let h = dest.block(&dfg.value_lists);
+        if h == p || !copyable(func, h) {
+            continue;
+        }
+        map.clear();
+        let args = dest.args(&dfg.value_lists).map(|a| a.as_value());
+        for (&param, arg) in dfg.block_params(h).iter().zip(args) {
+            match arg {
+                Some(arg) => map.insert(param, dfg.resolve_aliases(arg)),
+                None => break,
+            };
+        }
+        if map.len() != dfg.block_params(h).len() {
+            continue;
+        }
+        func.layout.remove_inst(jump);
+        let insts: Vec<ir::Inst> = func.layout.block_insts(h).collect();
+        for inst in insts {
+            let copy = func.dfg.clone_inst(inst);
+            // (Its operands, aliases resolved, in the order `overwrite_inst_values` takes.)
+            let operands: Vec<ir::Value> = (func.dfg.inst_values(copy))
+                .map(|v| {
+                    let v = func.dfg.resolve_aliases(v);
+                    map.get(&v).copied().unwrap_or(v)
+                })
+                .collect();
+            func.dfg.overwrite_inst_values(copy, operands.into_iter());
+            let (old, new) = (func.dfg.inst_results(inst), func.dfg.inst_results(copy));
+            for (&o, &n) in old.iter().zip(new) {
+                map.insert(o, n);
+            }
+            func.layout.append_inst(copy, p);
+        }
+    }
 }
 
 /// The dead-parameter pass of [`simplify_cfg`]: a work list from the parameters some
@@ -1466,6 +1573,87 @@ mod tests {
         assert_eq!(
             (params(b1), params(b2), params(b3)),
             (1, 1, 0),
+            "{}",
+            func.display()
+        );
+        // `b3` reads `b1`'s parameter: `b1` is not copied into `b2`.
+        let last = |b| func.dfg.insts[func.layout.last_inst(b).expect("a branch")].opcode();
+        assert_eq!(last(b2), ir::Opcode::Jump, "{}", func.display());
+    }
+
+    /// A loop whose body jumps back to its test: the test is copied into the body (and into
+    /// the entry, which jumped to it too), so the body branches back to itself; the
+    /// function still verifies, and the test block is left with no predecessor.
+    #[test]
+    fn a_loops_test_is_copied_into_the_blocks_that_jump_to_it() {
+        // entry(n):      jump b1(0, 0, n)
+        // b1(i, a, m):   c = i < m; brif c, b2(i, a, m), b3(a)
+        // b2(j, s, k):   jump b1(j + 1, s + j, k)
+        // b3(r):         return r
+        let mut sig = ir::Signature::new(cranelift_codegen::isa::CallConv::SystemV);
+        sig.params.push(ir::AbiParam::new(types::I64));
+        sig.returns.push(ir::AbiParam::new(types::I64));
+        let mut func = Function::with_name_signature(UserFuncName::user(0, 0), sig);
+        let (entry, b1, b2, b3);
+        {
+            let mut fctx = FunctionBuilderContext::new();
+            let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+            entry = b.create_block();
+            b1 = b.create_block();
+            b2 = b.create_block();
+            b3 = b.create_block();
+            b.append_block_params_for_function_params(entry);
+            for (block, n) in [(b1, 3), (b2, 3), (b3, 1)] {
+                for _ in 0..n {
+                    b.append_block_param(block, types::I64);
+                }
+            }
+            b.switch_to_block(entry);
+            let n = b.block_params(entry)[0];
+            let zero = b.ins().iconst(types::I64, 0);
+            b.ins().jump(b1, &[zero.into(), zero.into(), n.into()]);
+            b.switch_to_block(b1);
+            let [i, a, m] = [0, 1, 2].map(|k| b.block_params(b1)[k]);
+            let c = b.ins().icmp(IntCC::SignedLessThan, i, m);
+            b.ins()
+                .brif(c, b2, &[i.into(), a.into(), m.into()], b3, &[a.into()]);
+            b.switch_to_block(b2);
+            let [j, s, k] = [0, 1, 2].map(|x| b.block_params(b2)[x]);
+            let j1 = b.ins().iadd_imm_s(j, 1);
+            let s1 = b.ins().iadd(s, j);
+            b.ins().jump(b1, &[j1.into(), s1.into(), k.into()]);
+            b.switch_to_block(b3);
+            let r = b.block_params(b3)[0];
+            b.ins().return_(&[r]);
+            b.seal_all_blocks();
+            let isa = cranelift_native::builder()
+                .expect("host ISA")
+                .finish(cranelift_codegen::settings::Flags::new(
+                    cranelift_codegen::settings::builder(),
+                ))
+                .expect("ISA");
+            b.finalize(isa.frontend_config());
+        }
+        simplify_cfg(&mut func);
+        let flags = cranelift_codegen::settings::Flags::new(cranelift_codegen::settings::builder());
+        cranelift_codegen::verify_function(&func, &flags).expect("valid after rotating");
+        let last = |b| func.dfg.insts[func.layout.last_inst(b).expect("a branch")].opcode();
+        assert_eq!(
+            (last(entry), last(b2)),
+            (ir::Opcode::Brif, ir::Opcode::Brif)
+        );
+        // The body branches back to itself, and no block branches to the test any more.
+        let targets = |b: ir::Block| -> Vec<ir::Block> {
+            let t = func.layout.last_inst(b).expect("a branch");
+            let dfg = &func.dfg;
+            (dfg.insts[t].branch_destination(&dfg.jump_tables, &dfg.exception_tables))
+                .iter()
+                .map(|d| d.block(&dfg.value_lists))
+                .collect()
+        };
+        assert!(targets(b2).contains(&b2), "{}", func.display());
+        assert!(
+            [entry, b2].iter().all(|&b| !targets(b).contains(&b1)),
             "{}",
             func.display()
         );
