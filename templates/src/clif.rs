@@ -1492,6 +1492,13 @@ mod tests {
         }
     }
 
+    /// The host ISA's front-end configuration, which finishing a function needs.
+    fn frontend_config() -> cranelift_codegen::isa::TargetFrontendConfig {
+        let flags = cranelift_codegen::settings::Flags::new(cranelift_codegen::settings::builder());
+        let isa = cranelift_native::builder().expect("host ISA").finish(flags);
+        isa.expect("ISA").frontend_config()
+    }
+
     /// Emits a unit with inputs `tys` through `body` (which gets the emitter and the
     /// inputs, and must end its block) and returns the Cranelift IR as text.
     fn emit(tys: &[Type], body: impl FnOnce(&mut Fold<ClifEmitter>, Vec<FVal<CVal>>)) -> String {
@@ -1507,13 +1514,7 @@ mod tests {
             em.switch_to_block(first);
             let inputs = params(&mut em, first);
             body(&mut em, inputs);
-            let isa = cranelift_native::builder()
-                .expect("host ISA")
-                .finish(cranelift_codegen::settings::Flags::new(
-                    cranelift_codegen::settings::builder(),
-                ))
-                .expect("ISA");
-            em.backend.finish(first, isa.frontend_config());
+            em.backend.finish(first, frontend_config());
         }
         func.display().to_string()
     }
@@ -1558,13 +1559,7 @@ mod tests {
             b.switch_to_block(b3);
             b.ins().return_(&[p]);
             b.seal_all_blocks();
-            let isa = cranelift_native::builder()
-                .expect("host ISA")
-                .finish(cranelift_codegen::settings::Flags::new(
-                    cranelift_codegen::settings::builder(),
-                ))
-                .expect("ISA");
-            b.finalize(isa.frontend_config());
+            b.finalize(frontend_config());
         }
         simplify_cfg(&mut func);
         let flags = cranelift_codegen::settings::Flags::new(cranelift_codegen::settings::builder());
@@ -1626,13 +1621,7 @@ mod tests {
             let r = b.block_params(b3)[0];
             b.ins().return_(&[r]);
             b.seal_all_blocks();
-            let isa = cranelift_native::builder()
-                .expect("host ISA")
-                .finish(cranelift_codegen::settings::Flags::new(
-                    cranelift_codegen::settings::builder(),
-                ))
-                .expect("ISA");
-            b.finalize(isa.frontend_config());
+            b.finalize(frontend_config());
         }
         simplify_cfg(&mut func);
         let flags = cranelift_codegen::settings::Flags::new(cranelift_codegen::settings::builder());
