@@ -202,10 +202,7 @@ fn interpret(m: &Module, code: &[i64], x: i64) -> String {
 
 #[test]
 fn a_stack_machine_agrees_with_the_interpreter_with_its_stack_in_memory_or_as_values() {
-    let cases = std::env::var("DYC_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(150u64);
+    let cases = common::cases(150);
     for policy in ["eager", "lazy"] {
         let module = dyc::lang::compile("stack.dyc", &source(policy)).expect("compiles");
         // The stack in memory (64 > 32, the default) and as values.

@@ -12,9 +12,6 @@
 use dyc::interp::{parse_args, Interpreter, Memory, Val};
 use dyc::ir::{Const, Module};
 use dyc::{Arg, Program, RuntimeOptions, Tier};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::Duration;
 
 mod common;
 use common::{outcome, Rng};
@@ -170,37 +167,14 @@ fn program(policy: &str) -> Program {
     Program::compile_with("bf.dyc", &src, opts).expect("compiles")
 }
 
-/// Ends the process if `PROGRESS` has not moved for 30 seconds: code that runs forever
-/// fails the test instead of hanging it.
-fn watchdog() {
-    std::thread::spawn(|| {
-        let mut last = u64::MAX;
-        loop {
-            std::thread::sleep(Duration::from_secs(30));
-            let now = PROGRESS.load(Ordering::Relaxed);
-            if now == last {
-                eprintln!("no progress for 30 s: {}", SEED.lock().expect("lock"));
-                std::process::exit(101);
-            }
-            last = now;
-        }
-    });
-}
-
-static PROGRESS: AtomicU64 = AtomicU64::new(0);
-static SEED: Mutex<String> = Mutex::new(String::new());
-
 fn text(code: &[u8]) -> String {
     String::from_utf8_lossy(code).into_owned()
 }
 
 #[test]
 fn a_brainfuck_interpreter_agrees_with_the_interpreter_in_every_tier() {
-    watchdog();
-    let cases = std::env::var("DYC_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300u64);
+    common::watchdog();
+    let cases = common::cases(300);
     for policy in ["eager", "lazy"] {
         let module = dyc::lang::compile("bf.dyc", &BF.replace("eager", policy)).expect("ok");
         let program = program(policy);
@@ -253,9 +227,10 @@ fn a_brainfuck_interpreter_agrees_with_the_interpreter_in_every_tier() {
                     }
                 }
                 for (k, s) in specs.iter().enumerate() {
-                    *SEED.lock().expect("lock") =
-                        format!("{policy}, seed {seed}, tier {k}: {:?}", text(&code));
-                    PROGRESS.fetch_add(1, Ordering::Relaxed);
+                    common::progress(format!(
+                        "{policy}, seed {seed}, tier {k}: {:?}",
+                        text(&code)
+                    ));
                     let (mut t, mut o) = (tape0.clone(), vec![0u8; room]);
                     let r = s.call(&mut [
                         Arg::from(&mut t[..]),
@@ -311,8 +286,7 @@ fn a_brainfuck_interpreter_agrees_with_the_interpreter_in_every_tier() {
                 }
                 for (k, s) in specs.iter().enumerate() {
                     let what = format!("{policy}, cells, seed {seed}, tier {k}: {:?}", text(&code));
-                    *SEED.lock().expect("lock") = what.clone();
-                    PROGRESS.fetch_add(1, Ordering::Relaxed);
+                    common::progress(what.clone());
                     let r = s.call(&mut [Arg::from(start)]);
                     assert_eq!(outcome(r), got, "{what}");
                 }

@@ -51,10 +51,7 @@ fn interpret(m: &Module, f: &str, args: &str) -> String {
 
 #[test]
 fn an_automaton_promoting_its_state_agrees_with_plain_rust_in_every_tier() {
-    let cases = std::env::var("DYC_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100u64);
+    let cases = common::cases(100);
     let opts = RuntimeOptions {
         tiers: common::no_tier_up(),
         ..RuntimeOptions::default()

@@ -10,9 +10,6 @@
 use dyc::interp::{parse_args, Interpreter, Memory, Val};
 use dyc::ir::{Const, Module};
 use dyc::{Arg, Program, RuntimeOptions, Tier};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::Duration;
 
 mod common;
 use common::{outcome, Rng};
@@ -113,34 +110,10 @@ fn interpret(m: &Module, code: &[i64], pkt: &[u8]) -> String {
     }
 }
 
-/// Ends the process with `what()` if `progress` has not changed for 30 seconds: code
-/// that runs forever (a jump laid out to the wrong place) fails the test instead of
-/// hanging it.
-fn watchdog(progress: &'static AtomicU64, what: fn() -> String) {
-    std::thread::spawn(move || {
-        let mut last = u64::MAX;
-        loop {
-            std::thread::sleep(Duration::from_secs(30));
-            let now = progress.load(Ordering::Relaxed);
-            if now == last {
-                eprintln!("no progress for 30 s: {}", what());
-                std::process::exit(101);
-            }
-            last = now;
-        }
-    });
-}
-
-static PROGRESS: AtomicU64 = AtomicU64::new(0);
-static SEED: Mutex<String> = Mutex::new(String::new());
-
 #[test]
 fn a_packet_filter_agrees_with_the_interpreter_in_every_tier() {
-    watchdog(&PROGRESS, || SEED.lock().expect("not poisoned").clone());
-    let cases = std::env::var("DYC_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300u64);
+    common::watchdog();
+    let cases = common::cases(300);
     for policy in ["eager", "lazy"] {
         let module = dyc::lang::compile("filter.dyc", &source(policy)).expect("compiles");
         // The scratch memory as values (16 elements, the default limit 32) and in memory.
@@ -165,9 +138,9 @@ fn a_packet_filter_agrees_with_the_interpreter_in_every_tier() {
                 faults += usize::from(want.starts_with("->"));
                 accepted += usize::from(want.starts_with("= Int") && !want.ends_with(", 0)"));
                 for (k, s) in specs.iter().enumerate() {
-                    *SEED.lock().expect("not poisoned") =
-                        format!("{policy}, seed {seed}, spec {k}, packet {pkt:?}: {code:?}");
-                    PROGRESS.fetch_add(1, Ordering::Relaxed);
+                    common::progress(format!(
+                        "{policy}, seed {seed}, spec {k}, packet {pkt:?}: {code:?}"
+                    ));
                     let got = outcome(s.call(&mut [Arg::from(&pkt[..])]));
                     assert_eq!(
                         got, want,
@@ -267,9 +240,7 @@ fn a_tcp_port_filter_accepts_what_it_should() {
 /// side's jump land on itself: the code ran forever).
 #[test]
 fn a_chain_of_jumps_after_a_cut_branch_keeps_its_jump() {
-    watchdog(&PROGRESS, || {
-        "the filter of a_chain_of_jumps_after_a_cut_branch".into()
-    });
+    common::watchdog();
     // jset #55270 (to ja, else to ld); ja 4 (to ret); ld [1] (a word); jset #1 (to add
     // #210, else to add #0); add #210; add #0; ret #1. The add of 0 makes no code: a block
     // that only jumps, as the ja's block and the last ones before the ret.
@@ -284,7 +255,9 @@ fn a_chain_of_jumps_after_a_cut_branch_keeps_its_jump() {
             (&[0, 1, 2, 3, 5], 1),
             (&[0, 1, 2, 3], 0),
         ] {
-            PROGRESS.fetch_add(1, Ordering::Relaxed);
+            common::progress(format!(
+                "a chain of jumps after a cut branch, packet {pkt:?}"
+            ));
             let got = s.call(&mut [Arg::from(pkt)]).expect("runs");
             assert_eq!(got, Some(Const::from(want)), "{pkt:?}");
         }

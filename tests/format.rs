@@ -62,10 +62,7 @@ fn interpret(m: &dyc::ir::Module, fmt: &[u8], args: &[i64], out: usize) -> (Stri
 
 #[test]
 fn a_formatter_agrees_with_the_interpreter_in_every_tier() {
-    let cases = std::env::var("DYC_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200u64);
+    let cases = common::cases(200);
     let module = dyc::lang::compile("format.dyc", FORMAT).expect("compiles");
     let program = Program::compile(FORMAT).expect("compiles");
     let region = program.region("format").expect("region");

@@ -41,10 +41,7 @@ fn glob(pat: &[u8], text: &[u8]) -> bool {
 
 #[test]
 fn a_glob_matcher_agrees_with_plain_rust_in_every_tier() {
-    let cases = std::env::var("DYC_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300u64);
+    let cases = common::cases(300);
     for policy in ["eager", "lazy"] {
         let src = GLOB.replace("cache_all, eager", &format!("cache_all, {policy}"));
         let opts = RuntimeOptions {

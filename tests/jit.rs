@@ -1130,10 +1130,7 @@ fn the_stitch_tier_agrees_with_plain_rust_on_random_byte_code() {
     let regions = programs
         .each_ref()
         .map(|p| p.region("run").expect("region"));
-    let cases = std::env::var("DYC_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000u64);
+    let cases = common::cases(1000);
     for seed in 0..cases {
         let mut rng = Rng(seed);
         let code = random_bytecode(&mut rng);

@@ -112,10 +112,7 @@ fn random_function(rng: &mut Rng, key: bool) -> String {
 
 #[test]
 fn loops_over_a_units_first_values_agree_with_the_interpreter_in_every_tier() {
-    let cases = std::env::var("DYC_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(150u64);
+    let cases = common::cases(150);
     for seed in 0..cases {
         let mut rng = Rng(seed);
         let key = rng.below(3) == 0;

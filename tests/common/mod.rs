@@ -199,6 +199,46 @@ pub fn on_small_stack(f: impl FnOnce() + Send + 'static) {
         .expect("no panic, no overflow");
 }
 
+/// The number of cases a property runs: `DYC_PROPTEST_CASES` if set, else `default` (as
+/// the library's own properties read it).
+pub fn cases(default: u64) -> u64 {
+    std::env::var("DYC_PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+static PROGRESS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static RUNNING: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// Counts a run of compiled code, described by `what`, for [`watchdog`].
+pub fn progress(what: String) {
+    *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) = what;
+    PROGRESS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Starts, once per test process, a thread that ends the process, printing the last run
+/// [`progress`] counted, when no run was counted for 30 seconds: code that runs forever (a
+/// jump laid out to the wrong place) fails the test instead of hanging it.
+pub fn watchdog() {
+    static START: std::sync::Once = std::sync::Once::new();
+    START.call_once(|| {
+        std::thread::spawn(|| {
+            let mut last = u64::MAX;
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(30));
+                let now = PROGRESS.load(std::sync::atomic::Ordering::Relaxed);
+                if now == last {
+                    let what = RUNNING.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    eprintln!("no progress for 30 s: {what}");
+                    std::process::exit(101);
+                }
+                last = now;
+            }
+        });
+    });
+}
+
 /// Tiers under which no version moves up: the code of the tier a version was made in is
 /// what runs.
 pub fn no_tier_up() -> dyc::Tiers {

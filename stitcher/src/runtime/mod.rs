@@ -563,6 +563,19 @@ pub(crate) extern "C" fn dyc_frame(ctx: *mut CallCtx, words: u64) -> *mut u64 {
     ctx.frame
 }
 
+/// `make(inline)`: a unit made with the values seen at promotion sites dispatched inline
+/// if `inline`; should that exceed the specialization's budget, `make(false)`, the unit
+/// without them.
+fn inline_or_not<T>(
+    inline: bool,
+    mut make: impl FnMut(bool) -> Result<T, RuntimeError>,
+) -> Result<T, RuntimeError> {
+    match make(inline) {
+        Err(RuntimeError::Spec(SpecError::BudgetExceeded { .. })) if inline => make(false),
+        r => r,
+    }
+}
+
 /// What a specialization is made with beyond its key (for
 /// [`Runtime::specialize_unguarded`]).
 enum Extra<'a> {
@@ -1182,23 +1195,10 @@ impl Runtime {
             ir_text: None,
             inline_dispatch,
         };
-        // (With values seen, first with them dispatched inline, then, should that exceed
-        // the budget, without.)
-        let retry = |e: Option<&RuntimeError>| {
-            seeded
-                && matches!(
-                    e,
-                    Some(RuntimeError::Spec(SpecError::BudgetExceeded { .. }))
-                )
-        };
         let stitched = match tier {
-            Tier::Stitch => {
-                let stitch = |inline| self.shared.stitch_unit(&state.region, input(inline));
-                match stitch(seeded) {
-                    r if retry(r.as_ref().err()) => stitch(false)?,
-                    r => r?,
-                }
-            }
+            Tier::Stitch => inline_or_not(seeded, |inline| {
+                self.shared.stitch_unit(&state.region, input(inline))
+            })?,
             _ => None,
         };
         let (entry, stats) = match stitched {
@@ -1207,15 +1207,12 @@ impl Runtime {
                 let unit = module
                     .declare_anonymous_function(&abi::unit_signature(inputs))
                     .map_err(jit_err)?;
-                let mut compile = |inline| {
+                let compile = |inline| {
                     let mut input = input(inline);
                     input.ir_text = ir_text.as_deref_mut();
                     self.shared.compile_unit(&state.region, module, input, unit)
                 };
-                let mut stats = match compile(seeded) {
-                    r if retry(r.as_ref().err()) => compile(false)?,
-                    r => r?,
-                };
+                let mut stats = inline_or_not(seeded, compile)?;
                 let t = std::time::Instant::now();
                 module.finalize_definitions().map_err(jit_err)?;
                 stats.compile_ns += t.elapsed().as_nanos() as u64;
@@ -1510,10 +1507,7 @@ impl SpecState {
                     self.runtime
                         .stitch_unit(&self.region, input(inline_dispatch))
                 };
-                let made = match stitch(true) {
-                    Err(RuntimeError::Spec(SpecError::BudgetExceeded { .. })) => stitch(false),
-                    r => r,
-                }?;
+                let made = inline_or_not(true, stitch)?;
                 if let Some((code, stats)) = made {
                     self.lazy_stats.lock().add(&stats);
                     return Ok(code);
@@ -1524,14 +1518,11 @@ impl SpecState {
                 let id = module
                     .declare_anonymous_function(&abi::unit_signature(inputs))
                     .map_err(jit_err)?;
-                let mut compile = |inline_dispatch| {
+                let compile = |inline_dispatch| {
                     self.runtime
                         .compile_unit(&self.region, module, input(inline_dispatch), id)
                 };
-                let mut stats = match compile(true) {
-                    Err(RuntimeError::Spec(SpecError::BudgetExceeded { .. })) => compile(false),
-                    r => r,
-                }?;
+                let mut stats = inline_or_not(true, compile)?;
                 let t = std::time::Instant::now();
                 module.finalize_definitions().map_err(jit_err)?;
                 stats.compile_ns += t.elapsed().as_nanos() as u64;
@@ -1579,8 +1570,7 @@ pub struct Specialization {
 }
 
 impl Specialization {
-    /// Whether it is a specialization of `prog` (either program of one function: they
-    /// share their blocks).
+    /// Whether it is a specialization of `prog` (the very program, not an equal one).
     pub fn specializes(&self, prog: &Arc<StitchProgram>) -> bool {
         Arc::ptr_eq(&self.state.prog, prog)
     }
