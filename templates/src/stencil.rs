@@ -757,10 +757,15 @@ fn build(
         em.b.ins().load(ty, TRUSTED(), fp, d)
     };
     // A frame word is always written whole (narrow integers zero-extended), so that a
-    // later load of the word, of any width, is forwarded from the store.
+    // later load of the word, of any width, is forwarded from the store. An `f64` is
+    // stored from its own register: moving it to an integer register first would cost an
+    // instruction on the port the floating-point arithmetic needs.
     let store = |em: &mut ClifEmitter, v: ir::Value, role: Role| {
         let d = gen.borrow_mut().disp(role);
-        let v = word(em, v);
+        let v = match em.b.func.dfg.value_type(v) {
+            types::F64 => v,
+            _ => word(em, v),
+        };
         em.b.ins().store(TRUSTED(), v, fp, d);
     };
     // Operand `f` as words `k..`; returns the value and the next word. Of a slice, only
@@ -2126,9 +2131,9 @@ impl<'a> StencilEmitter<'a> {
     /// **Dead stores.** An operation's stencil leaves its result in the accumulator and
     /// stores it into its frame word; when no stencil copied into the unit loads that
     /// word (the result was used only from the accumulator, or not at all), the store is
-    /// dead, and becomes a `nop` of the same length (so no offset moves). Only the two
-    /// forms a result store takes are rewritten, recognized by their bytes: `mov r64,
-    /// disp32(%rsi)` and `movsd xmm, disp32(%rsi)` (the frame is `%rsi`); anything else
+    /// dead, and becomes a `nop` of the same length (so no offset moves). Only the forms
+    /// a result store takes are rewritten, recognized by their bytes: `mov r64,
+    /// disp32(%rsi)` and `movsd xmm, disp32(%rsi)` (SSE or VEX; the frame is `%rsi`); anything else
     /// stays. Sound because every load of a frame word is a copy's operand word (`loaded`),
     /// or a word of an array in the frame, which all count as loaded; the final
     /// displacement is read from the code, after any retargeting.
@@ -2160,6 +2165,14 @@ impl<'a> StencilEmitter<'a> {
                 // `f2 0f 11`: movsd to memory, without and with a REX prefix (no W, X, B).
                 (Some(0x11), Some(0x0f), Some(0xf2), _) => at - 4,
                 (Some(0x11), Some(0x0f), Some(rex), Some(0xf2)) if rex & 0xfb == 0x40 => at - 5,
+                // `vmovsd` to memory, with a two- and a three-byte VEX prefix (`f2`, map
+                // `0f`, no vector length, no VEX.X or VEX.B; VEX.R and W free).
+                (Some(0x11), Some(v), Some(0xc5), _) if v & 0x7f == 0x7b => at - 4,
+                (Some(0x11), Some(v2), Some(v1), Some(0xc4))
+                    if v1 & 0x7f == 0x61 && v2 & 0x7f == 0x7b =>
+                {
+                    at - 5
+                }
                 _ => continue,
             };
             let nop = NOPS[at + 4 - start - 7];
@@ -3428,28 +3441,34 @@ mod tests {
         em.finish(blocks[0]).expect("stitched").0
     }
 
-    /// Whether `code` stores a 64-bit register into frame word `w` (`mov r64,
-    /// disp32(%rsi)`).
+    /// Whether `code` stores a register into frame word `w`: `mov r64, disp32(%rsi)`, or
+    /// `(v)movsd xmm, disp32(%rsi)` (opcode `11` after any prefix).
     fn stores_to(code: &[u8], w: u32) -> bool {
         let disp = (8 * w).to_le_bytes();
-        code.windows(7)
-            .any(|c| c[0] & 0xfb == 0x48 && c[1] == 0x89 && c[2] & 0xc7 == 0x86 && c[3..] == disp)
+        let int = code
+            .windows(7)
+            .any(|c| c[0] & 0xfb == 0x48 && c[1] == 0x89 && c[2] & 0xc7 == 0x86 && c[3..] == disp);
+        let float = code
+            .windows(6)
+            .any(|c| c[0] == 0x11 && c[1] & 0xc7 == 0x86 && c[2..] == disp);
+        int || float
     }
 
-    /// A unit of `x`: `y = x + 1`, `z = y + 5`, then `ret z`, or (`reuse`) `ret z + y`;
-    /// its code and `y`'s frame word.
-    fn sums(lib: &StencilLib, reuse: bool) -> (Vec<u8>, u32) {
+    /// A unit of `x` of type `s`: `y = x + 1`, `z = y + 5`, then `ret z`, or (`reuse`)
+    /// `ret z + y`; its code and `y`'s frame word.
+    fn sums(lib: &StencilLib, s: Scalar, reuse: bool) -> (Vec<u8>, u32) {
         let mut services = NoServices;
-        let i = Type::I64;
+        let i = Type::Scalar(s);
         let mut em = StencilEmitter::new(lib, &mut services, false, &[], &[i]);
         let b = em.create_block(&[i]);
         em.switch_to_block(b);
         let x = params(&mut em, b, &[i])[0];
         let add = TOp::Binary(BinaryOp::Add);
-        let (one, five) = (
-            em.constant(Const::Int(Scalar::I64, 1)),
-            em.constant(Const::Int(Scalar::I64, 5)),
-        );
+        let c = |n: u8| match s {
+            Scalar::F64 => Const::F64(f64::from(n)),
+            s => Const::Int(s, u64::from(n)),
+        };
+        let (one, five) = (em.constant(c(1)), em.constant(c(5)));
         let loc = SrcLoc::default();
         let y = em.op(&add, &[x, one], &[i, i], loc).expect("a result");
         let z = em.op(&add, &[y, five], &[i, i], loc).expect("a result");
@@ -3466,18 +3485,43 @@ mod tests {
 
     /// A result that only the next operation reads, from the accumulator, is not stored:
     /// its store became a `nop` of the same length. One read from its frame word keeps
-    /// the store.
+    /// the store. The same for `f64` results, which are stored from their own register
+    /// (in either encoding, SSE or VEX).
     #[test]
     fn results_read_only_from_the_accumulator_are_not_stored() {
-        const NOP7: [u8; 7] = [0x0f, 0x1f, 0x80, 0, 0, 0, 0];
+        // `nopl disp32(%rax)`, `nopl disp32(%rax,%rax)` and the same with `66`.
+        const NOPS: [&[u8]; 3] = [
+            &[0x0f, 0x1f, 0x80, 0, 0, 0, 0],
+            &[0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0],
+            &[0x66, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0],
+        ];
         let lib = StencilLib::new(test_isa());
-        let nops = |code: &[u8]| code.windows(7).filter(|c| *c == NOP7).count();
-        let (code, y) = sums(&lib, false);
-        assert!(!stores_to(&code, y), "{code:x?}");
-        assert_eq!(nops(&code), 2, "y and z are not stored: {code:x?}");
-        let (code, y) = sums(&lib, true);
-        assert!(stores_to(&code, y), "{code:x?}");
-        assert_eq!(nops(&code), 2, "z and z + y are not stored: {code:x?}");
+        let nops = |code: &[u8]| -> usize {
+            NOPS.iter()
+                .map(|n| code.windows(n.len()).filter(|c| c == n).count())
+                .sum()
+        };
+        // `movq xmm, r64` (`66 REX.W 0f 7e`, or VEX.W1 `66 0f 7e`: `... f9 7e`): only
+        // the return of an `f64` moves it to an integer register (the unit's result).
+        let to_int = |code: &[u8]| {
+            code.windows(2)
+                .filter(|c| *c == [0x0f, 0x7e] || *c == [0xf9, 0x7e])
+                .count()
+        };
+        for s in [Scalar::I64, Scalar::F64] {
+            let (code, y) = sums(&lib, s, false);
+            let returns = usize::from(s == Scalar::F64);
+            assert_eq!(to_int(&code), returns, "{s:?}: {code:x?}");
+            assert!(!stores_to(&code, y), "{s:?}: {code:x?}");
+            assert_eq!(nops(&code), 2, "{s:?}: y and z are not stored: {code:x?}");
+            let (code, y) = sums(&lib, s, true);
+            assert!(stores_to(&code, y), "{s:?}: {code:x?}");
+            assert_eq!(
+                nops(&code),
+                2,
+                "{s:?}: z and z + y are not stored: {code:x?}"
+            );
+        }
     }
 
     /// Blocks that only jump on get no code: jumps to them go where they lead (jump
