@@ -1398,13 +1398,13 @@ enum Extra {
     Callee(u64),
 }
 
-/// What the operands of one stencil use already: a constant (at most one, see
-/// `StencilEmitter::form`) and the accumulator (one register).
+/// What the operands of one stencil use already, and may use: a constant (at most one,
+/// see `StencilEmitter::form`); whether the accumulators may be read (they hold one word
+/// each, which any number of operands may read: `x * x` reads it twice).
 #[derive(Clone, Copy, Default)]
 struct Used {
     consts: bool,
-    acc: bool,
-    facc: bool,
+    words_only: bool,
 }
 
 impl Used {
@@ -1412,8 +1412,7 @@ impl Used {
     fn words_only() -> Used {
         Used {
             consts: false,
-            acc: true,
-            facc: true,
+            words_only: true,
         }
     }
 }
@@ -2571,16 +2570,17 @@ impl<'a> StencilEmitter<'a> {
     /// already): Cranelift would fold an operation between two constants (a bounds check
     /// of a constant index against a constant length) the same way for both sets of
     /// magic values, and the stencil would be wrong for the values patched in. The value
-    /// the accumulator holds is taken from it, by one operand (it has no word).
+    /// the accumulator holds is taken from it (it has no word), by every operand that
+    /// reads it: a square reads its operand from the register, not once from the register
+    /// and once from a frame word just stored (a store-to-load round trip in a chain of
+    /// squares).
     fn form(&mut self, v: SVal, imm: bool, used: &mut Used, words: &mut Words) -> Form {
         let v = match v {
-            SVal::Slot(s, Scalar::F64) if !used.facc && self.facc == Some(s) => {
-                used.facc = true;
+            SVal::Slot(s, Scalar::F64) if !used.words_only && self.facc == Some(s) => {
                 self.note_read(s);
                 return Form::Acc(Scalar::F64);
             }
-            SVal::Slot(s, t) if t != Scalar::F64 && !used.acc && self.acc == Some(s) => {
-                used.acc = true;
+            SVal::Slot(s, t) if t != Scalar::F64 && !used.words_only && self.acc == Some(s) => {
                 self.use_inherited_acc();
                 self.note_read(s);
                 return Form::Acc(t);
@@ -3522,6 +3522,38 @@ mod tests {
                 "{s:?}: z and z + y are not stored: {code:x?}"
             );
         }
+    }
+
+    /// A square of the value the accumulator holds reads it from there twice: `y = x + 1;
+    /// ret y * y` loads `y` from no frame word, and so does not store it either.
+    #[test]
+    fn a_square_reads_the_accumulator_twice() {
+        let lib = StencilLib::new(test_isa());
+        let mut services = NoServices;
+        let i = Type::I64;
+        let mut em = StencilEmitter::new(&lib, &mut services, false, &[], &[i]);
+        let b = em.create_block(&[i]);
+        em.switch_to_block(b);
+        let x = params(&mut em, b, &[i])[0];
+        let loc = SrcLoc::default();
+        let one = em.constant(Const::Int(Scalar::I64, 1));
+        let y = em
+            .op(&TOp::Binary(BinaryOp::Add), &[x, one], &[i, i], loc)
+            .expect("a result");
+        let z = em
+            .op(&TOp::Binary(BinaryOp::Mul), &[y, y], &[i, i], loc)
+            .expect("a result");
+        em.ret(Some(z));
+        let SVal::Slot(w, _) = y else {
+            panic!("{y:?} is not in a frame word")
+        };
+        let code = em.finish(b).expect("stitched").0;
+        // `mov disp32(%rsi), r64`.
+        let disp = (8 * w).to_le_bytes();
+        let loads = code
+            .windows(7)
+            .any(|c| c[0] & 0xfb == 0x48 && c[1] == 0x8b && c[2] & 0xc7 == 0x86 && c[3..] == disp);
+        assert!(!loads && !stores_to(&code, w), "{code:x?}");
     }
 
     /// Blocks that only jump on get no code: jumps to them go where they lead (jump
