@@ -1512,7 +1512,9 @@ struct Scratch {
     also: Vec<u32>,
     loaded: Vec<bool>,
     pinned: Vec<bool>,
-    stores: Vec<u32>,
+    stores: Vec<(u32, u32)>,
+    locals: Vec<(u32, u32)>,
+    cut_out: Vec<(u32, u32)>,
     /// The key of the last unit's prologue (the next unit mostly takes the same inputs).
     prologue: Option<Key>,
 }
@@ -1630,8 +1632,13 @@ pub struct StencilEmitter<'a> {
     /// writing it is not fused into its branch (`fused_compare`).
     pinned: Vec<bool>,
     /// Where the result store of each operation copied stands (the offset in `code` of
-    /// its displacement), ascending, for `drop_dead_stores`.
-    stores: Vec<u32>,
+    /// its displacement) and where that copy ends, ascending, for `drop_dead_stores`.
+    stores: Vec<(u32, u32)>,
+    /// `rel32` fields of jumps within a copy to the code that follows it, and that code's
+    /// offset (patched at once; again by `compact`).
+    locals: Vec<(u32, u32)>,
+    /// Byte ranges of `code` that `compact` removes: instructions that became dead.
+    cut_out: Vec<(u32, u32)>,
     /// The local arrays in the frame ([`Backend::array_slot`]): the word holding each one's
     /// address, its first word, element type and length, so that an access at a constant
     /// index reads or writes the element's word directly.
@@ -1682,7 +1689,9 @@ impl Drop for StencilEmitter<'_> {
             also,
             loaded,
             pinned,
-            stores
+            stores,
+            locals,
+            cut_out
         );
         SCRATCH.with(|c| c.set(Some(sc)));
     }
@@ -1747,6 +1756,8 @@ impl<'a> StencilEmitter<'a> {
             loaded: std::mem::take(&mut sc.loaded),
             pinned: std::mem::take(&mut sc.pinned),
             stores: std::mem::take(&mut sc.stores),
+            locals: std::mem::take(&mut sc.locals),
+            cut_out: std::mem::take(&mut sc.cut_out),
             frame_arrays: smallvec::SmallVec::new(),
             variants: false,
             copies: 0,
@@ -1798,6 +1809,7 @@ impl<'a> StencilEmitter<'a> {
         }
         self.invert_cuts();
         self.drop_dead_stores();
+        self.compact();
         let cold_at = self.code.len() as i64;
         self.code.extend_from_slice(&self.cold);
         for &(at, off) in &self.cold_fixups {
@@ -1863,6 +1875,8 @@ impl<'a> StencilEmitter<'a> {
             }
             self.code[ju - 1] ^= 1;
             self.code[mu - 1..mu + 4].copy_from_slice(&NOP5);
+            // Nothing jumps to the `nop`: only the `jcc` came before it.
+            self.cut_out.push((m - 1, m + 4));
             self.fixups[i] = (j, f);
             // (The jump's own entry now patches the `jcc`'s displacement again.)
             self.fixups[i + 1] = (j, f);
@@ -2130,7 +2144,8 @@ impl<'a> StencilEmitter<'a> {
     /// **Dead stores.** An operation's stencil leaves its result in the accumulator and
     /// stores it into its frame word; when no stencil copied into the unit loads that
     /// word (the result was used only from the accumulator, or not at all), the store is
-    /// dead, and becomes a `nop` of the same length (so no offset moves). Only the forms
+    /// dead, and becomes a `nop` of the same length (removed by `compact` when it ends
+    /// its copy, as it mostly does; see there). Only the forms
     /// a result store takes are rewritten, recognized by their bytes: `mov r64,
     /// disp32(%rsi)` and `movsd xmm, disp32(%rsi)` (SSE or VEX; the frame is `%rsi`); anything else
     /// stays. Sound because every load of a frame word is a copy's operand word (`loaded`),
@@ -2143,7 +2158,7 @@ impl<'a> StencilEmitter<'a> {
             &[0x66, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0],
         ];
         let code = &mut self.code;
-        for &at in &self.stores {
+        for &(at, end) in &self.stores {
             let at = at as usize;
             let Some(&[d0, d1, d2, d3]) = code.get(at..at + 4) else {
                 continue;
@@ -2176,7 +2191,72 @@ impl<'a> StencilEmitter<'a> {
             };
             let nop = NOPS[at + 4 - start - 7];
             code[start..at + 4].copy_from_slice(nop);
+            if at + 4 == end as usize {
+                self.cut_out.push((start as u32, end));
+            }
         }
+    }
+
+    /// **Compaction.** Removes the instructions `cut_out` lists from the code, and moves
+    /// every offset that refers to the code after them: the blocks' places, the `rel32`
+    /// fields of jumps to blocks, to the cold part and to the code that follows a copy,
+    /// and the prologue's frame-size holes. Listed are the `nop`s a dead store left at the
+    /// very end of its copy, and those of inverted cut branches: a `nop` costs a slot of
+    /// the decoder and the scheduler like any instruction, and in a loop of a dozen
+    /// instructions, three of them cost far more than their share. Sound because no jump
+    /// enters one of them other than at its start (taking it there lands where its end
+    /// led): a store that ends its copy shares its Cranelift block with the tail call that
+    /// followed it, and only blocks are jumped to (the jumps within a copy to the code
+    /// that follows are `locals`, moved too); a cut's `nop` is the jump to its false side,
+    /// reached by falling through from its conditional jump only. Linear in the code.
+    fn compact(&mut self) {
+        let mut cut = std::mem::take(&mut self.cut_out);
+        if cut.is_empty() {
+            self.cut_out = cut;
+            return;
+        }
+        cut.sort_unstable();
+        // Removed bytes before each range (ranges are distinct instructions: disjoint).
+        let mut before = Vec::with_capacity(cut.len() + 1);
+        let mut total = 0;
+        before.push(0);
+        for &(start, end) in &cut {
+            total += end - start;
+            before.push(total);
+        }
+        // An offset in the new code: one within a range lands at its start.
+        let map = |p: u32| -> u32 {
+            let k = cut.partition_point(|&(start, _)| start < p);
+            match k.checked_sub(1).map(|j| (j, cut[j])) {
+                Some((j, (start, end))) if p < end => start - before[j],
+                _ => p - before[k],
+            }
+        };
+        let mut w = cut[0].0 as usize;
+        for (i, &(_, end)) in cut.iter().enumerate() {
+            let next = cut.get(i + 1).map_or(self.code.len(), |r| r.0 as usize);
+            self.code.copy_within(end as usize..next, w);
+            w += next - end as usize;
+        }
+        self.code.truncate(w);
+        for f in self.fixups.iter_mut().chain(self.cold_fixups.iter_mut()) {
+            f.0 = map(f.0);
+        }
+        for h in &mut self.frame_holes {
+            *h = map(*h);
+        }
+        for b in &mut self.blocks {
+            b.at = b.at.map(map);
+        }
+        for &(at, target) in &self.locals {
+            let (at, target) = (map(at), map(target));
+            let rel = i64::from(target) - (i64::from(at) + 4);
+            let at = at as usize;
+            self.code[at..at + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+        }
+        self.insts -= cut.len();
+        cut.clear();
+        self.cut_out = cut;
     }
 
     /// Stamps frame word `w` read by the next copy.
@@ -2411,7 +2491,7 @@ impl<'a> StencilEmitter<'a> {
                 .collect::<Option<_>>()
                 .unwrap_or_default();
             if let ([at], 0, None) = (&sites[..], r % 8, cold) {
-                self.stores.push(*at);
+                self.stores.push((*at, end));
             }
             if !sites.is_empty() && r % 8 == 0 && cold.is_none() {
                 self.defs.push(Def {
@@ -2443,6 +2523,7 @@ impl<'a> StencilEmitter<'a> {
                 }
                 Some(None) => {
                     let rel = i64::from(end) - (i64::from(at) + 4);
+                    self.locals.push((at, end));
                     let at = at as usize;
                     self.code[at..at + 4].copy_from_slice(&(rel as i32).to_le_bytes());
                 }
@@ -2810,8 +2891,14 @@ impl<'a> StencilEmitter<'a> {
         self.defs
             .retain(|d| d.sites.iter().all(|&at| (at as usize) < lc.start));
         // (`stores` ascends: code only grows, but for this truncation.)
-        let kept = self.stores.partition_point(|&at| (at as usize) < lc.start);
+        let kept = self
+            .stores
+            .partition_point(|&(at, _)| (at as usize) < lc.start);
         self.stores.truncate(kept);
+        let kept = self
+            .locals
+            .partition_point(|&(at, _)| (at as usize) < lc.start);
+        self.locals.truncate(kept);
         self.fixups.truncate(lc.fixups);
         self.frame_holes.truncate(lc.frame_holes);
         self.copies = lc.copies;
@@ -3484,9 +3571,9 @@ mod tests {
     }
 
     /// A result that only the next operation reads, from the accumulator, is not stored:
-    /// its store became a `nop` of the same length. One read from its frame word keeps
-    /// the store. The same for `f64` results, which are stored from their own register
-    /// (in either encoding, SSE or VEX).
+    /// its store is removed, leaving no `nop` (it ended its copy). One read from its
+    /// frame word keeps the store. The same for `f64` results, which are stored from
+    /// their own register (in either encoding, SSE or VEX).
     #[test]
     fn results_read_only_from_the_accumulator_are_not_stored() {
         // `nopl disp32(%rax)`, `nopl disp32(%rax,%rax)` and the same with `66`.
@@ -3513,12 +3600,12 @@ mod tests {
             let returns = usize::from(s == Scalar::F64);
             assert_eq!(to_int(&code), returns, "{s:?}: {code:x?}");
             assert!(!stores_to(&code, y), "{s:?}: {code:x?}");
-            assert_eq!(nops(&code), 2, "{s:?}: y and z are not stored: {code:x?}");
+            assert_eq!(nops(&code), 0, "{s:?}: y and z are not stored: {code:x?}");
             let (code, y) = sums(&lib, s, true);
             assert!(stores_to(&code, y), "{s:?}: {code:x?}");
             assert_eq!(
                 nops(&code),
-                2,
+                0,
                 "{s:?}: z and z + y are not stored: {code:x?}"
             );
         }
@@ -3716,7 +3803,7 @@ mod tests {
 
     /// A branch on `x < y` whose true side is placed right after it: the cut branch's
     /// condition is inverted (its conditional jump goes to the false side) and its jump
-    /// becomes a `nop`, so the true side falls through; with the false side placed next,
+    /// is removed, so the true side falls through; with the false side placed next,
     /// the condition stays, the true side is jumped to, and the false side follows with
     /// no jump. A false side placed next whose only code is a jump elsewhere is bypassed
     /// the same way, unless something else jumps to it, or it falls into more blocks
@@ -3803,10 +3890,14 @@ mod tests {
             (Shape::FalseOnlyJumpsAndIsEntered, false),
             (Shape::FalseChainIsEntered, false),
         ] {
-            let (got, next) = last_jcc(&unit(shape));
+            let code = unit(shape);
+            let (got, next) = last_jcc(&code);
             if inverted {
                 assert_eq!(got, op ^ 1, "the condition is negated");
-                assert_eq!(next, 0x0f, "a `nop` follows");
+                // Neither the jump nor a `nop` in its place: the true side's code.
+                assert!(next != 0x0f && next != 0xe9, "{code:x?}");
+                let nop5 = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+                assert!(!code.windows(5).any(|w| w == nop5), "{code:x?}");
             } else {
                 assert_eq!(got, op, "the condition stays");
                 assert_ne!(next, 0x0f, "no `nop` follows");
