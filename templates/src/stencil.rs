@@ -1441,7 +1441,26 @@ struct BlockInfo {
     /// The block that fell into this one with the accumulator still holding its own
     /// `acc_in`: reading `acc_in` here reads that block's too.
     acc_from: Option<u32>,
+    /// Its code, once complete (another block was placed after it), if a jump to it may
+    /// copy it instead (see `copy_block`).
+    copy: Option<Copyable>,
 }
+
+/// A block's complete code that a jump to it may copy instead ([`StencilEmitter::copy_block`]):
+/// where it ends, the block it falls into (if its code does not end in a jump), its
+/// machine instructions, and the ranges of `fixups` and `locals` within it.
+#[derive(Clone, Copy)]
+struct Copyable {
+    end: u32,
+    falls: Option<u32>,
+    insts: u32,
+    fixups: (u32, u32),
+    locals: (u32, u32),
+}
+
+/// The most bytes of code a block copied in place of a jump to it may have: a
+/// comparison's loads, the comparison and its two jumps (about 30 bytes).
+const COPY_LIMIT: u32 = 48;
 
 /// A comparison just copied: if a branch on its result comes next and nothing else reads
 /// the result, its copy is taken back and a [`Key::CmpBranch`] copied instead.
@@ -1651,6 +1670,11 @@ pub struct StencilEmitter<'a> {
     error: Option<StencilError>,
     /// The thread's scratch while this emitter has its buffers (given back on drop).
     scratch: Option<Box<Scratch>>,
+    /// When the current block was placed: the instructions copied, and the lengths of
+    /// `fixups`, `locals`, `cold_fixups`, `stores` and `frame_holes` (see `complete`).
+    block_start: [u32; 6],
+    /// The block last found copyable (see `complete`; `place` may drop its last jump).
+    last_copyable: Option<u32>,
 }
 
 impl Drop for StencilEmitter<'_> {
@@ -1764,6 +1788,8 @@ impl<'a> StencilEmitter<'a> {
             insts: 0,
             error: None,
             scratch: None,
+            block_start: [0; 6],
+            last_copyable: None,
         };
         e.scratch = Some(sc);
         // The inputs take the first frame words, in order.
@@ -1983,6 +2009,7 @@ impl<'a> StencilEmitter<'a> {
             acc_in: None,
             acc_used: false,
             acc_from: None,
+            copy: None,
         });
         self.blocks.len() as u32 - 1
     }
@@ -2000,6 +2027,17 @@ impl<'a> StencilEmitter<'a> {
             if at as usize + 5 == self.code.len() && to_b {
                 self.code.truncate(at as usize);
                 self.fixups.pop();
+                // The block the jump ended now falls into `b` (blocks placed since got no
+                // code): its copy too.
+                if let Some(c) = self.last_copyable {
+                    if let Some(cp) = &mut self.blocks[c as usize].copy {
+                        if cp.end == at + 5 {
+                            cp.end = at;
+                            cp.falls = Some(b);
+                            cp.fixups.1 = cp.fixups.1.min(self.fixups.len() as u32);
+                        }
+                    }
+                }
                 // The dropped jump was a cut branch's jump to its false side: `b` is that
                 // side. A second such drop (the false side's own jump, to a block placed
                 // next too) makes a chain of blocks at one address, any of which other
@@ -2018,6 +2056,7 @@ impl<'a> StencilEmitter<'a> {
                 falls = true;
             }
         }
+        self.complete(b, falls);
         self.empty = Some((b, self.code.len() as u32, falls));
         self.last_cmp = None;
         let info = &mut self.blocks[b as usize];
@@ -2080,8 +2119,118 @@ impl<'a> StencilEmitter<'a> {
         b
     }
 
-    /// A raw `jmp rel32` to block `b`.
+    /// Records the code of the block being copied into as complete, `next` placed after
+    /// it (and falling into it if `falls`), and whether a jump to it may copy it instead
+    /// (see `copy_block`): at most [`COPY_LIMIT`] bytes that jump somewhere, with no cold
+    /// part, no result store (nothing for `drop_dead_stores` and `retarget` to find
+    /// twice), no frame-size hole, and not reading what the accumulator held on entry
+    /// (so its code does the same wherever it runs).
+    fn complete(&mut self, next: u32, falls: bool) {
+        let counts = [
+            self.insts as u32,
+            self.fixups.len() as u32,
+            self.locals.len() as u32,
+            self.cold_fixups.len() as u32,
+            self.stores.len() as u32,
+            self.frame_holes.len() as u32,
+        ];
+        let start = std::mem::replace(&mut self.block_start, counts);
+        let Some(c) = self.current else {
+            return;
+        };
+        let info = &self.blocks[c as usize];
+        let (Some(at), end) = (info.at, self.code.len() as u32) else {
+            return;
+        };
+        if info.acc_in.is_none()
+            && end > at
+            && end - at <= COPY_LIMIT
+            && counts[1] > start[1]
+            && counts[3..] == start[3..]
+        {
+            self.blocks[c as usize].copy = Some(Copyable {
+                end,
+                falls: falls.then_some(next),
+                insts: counts[0] - start[0],
+                fixups: (start[1], counts[1]),
+                locals: (start[2], counts[2]),
+            });
+            self.last_copyable = Some(c);
+        }
+    }
+
+    /// **Block copies** (tail duplication). A jump to a block whose code is complete and
+    /// small (see `complete`), mostly a loop's test that the loop's body jumps back to,
+    /// copies that code in its place, with its jumps (their `fixups` and `locals`
+    /// repeated at the copy's offsets), then jumps to the block it fell into, if any. So
+    /// the body of a loop ends in the test and a conditional jump back to itself, one
+    /// taken jump an iteration where there were two (the body's jump to the test, and
+    /// the test's to the body). Sound because the block's code is all that a jump to it
+    /// runs before reaching one of those jumps or the block it falls into, and it reads
+    /// nothing the code before it left in the accumulator.
+    fn copy_block(&mut self, h: u32, cp: Copyable) {
+        let Some(at) = self.blocks[h as usize].at else {
+            return self.jump_to(h);
+        };
+        let base = self.code.len() as u32;
+        self.last_cmp = None;
+        self.code.extend_from_within(at as usize..cp.end as usize);
+        for k in cp.fixups.0..cp.fixups.1 {
+            let (p, t) = self.fixups[k as usize];
+            self.fixups.push((p - at + base, t));
+            self.enter(t);
+        }
+        for k in cp.locals.0..cp.locals.1 {
+            let (p, t) = self.locals[k as usize];
+            self.locals.push((p - at + base, t - at + base));
+        }
+        self.copies += 1;
+        self.insts += cp.insts as usize;
+        self.forget_accs();
+        match cp.falls {
+            // (To where `f` jumps, if that is all its code: the false side of a branch.)
+            Some(f) => match self.blocks[f as usize].copy {
+                Some(fc)
+                    if fc.fixups.1 == fc.fixups.0 + 1
+                        && self.blocks[f as usize].at == Some(fc.end - 5) =>
+                {
+                    let (p, g) = self.fixups[fc.fixups.0 as usize];
+                    match p + 4 == fc.end && self.code.get(p as usize - 1) == Some(&0xe9) {
+                        true => self.jump_to(g),
+                        false => self.jump_to(f),
+                    }
+                }
+                _ => self.jump_to(f),
+            },
+            None => {
+                // The code ends as the block's did: in a jump (the last one recorded), a
+                // return or a trap.
+                let n = self.code.len();
+                let jumps = n >= 5
+                    && self.code[n - 5] == 0xe9
+                    && self
+                        .fixups
+                        .last()
+                        .is_some_and(|&(p, _)| p as usize + 4 == n);
+                self.last_jump = jumps.then_some(n as u32 - 5);
+                self.jump_acc = None;
+                self.jump_inherited = None;
+            }
+        }
+    }
+
+    /// A jump to block `b`: a copy of its code if it may be copied (see `copy_block`),
+    /// else a raw `jmp rel32`.
     fn raw_jump(&mut self, b: u32) {
+        let r = self.resolve(b);
+        match self.blocks[r as usize].copy {
+            Some(cp) if self.current != Some(r) => self.copy_block(r, cp),
+            _ => self.jump_to(b),
+        }
+    }
+
+    /// A raw `jmp rel32` to block `b`.
+    fn jump_to(&mut self, b: u32) {
         if let Some(w) = self.acc_for(b) {
             if self.acc != Some(w) {
                 self.note_read(w);
