@@ -1534,6 +1534,7 @@ struct Scratch {
     stores: Vec<(u32, u32)>,
     locals: Vec<(u32, u32)>,
     cut_out: Vec<(u32, u32)>,
+    chain: Vec<u32>,
     /// The key of the last unit's prologue (the next unit mostly takes the same inputs).
     prologue: Option<Key>,
 }
@@ -1658,6 +1659,9 @@ pub struct StencilEmitter<'a> {
     locals: Vec<(u32, u32)>,
     /// Byte ranges of `code` that `compact` removes: instructions that became dead.
     cut_out: Vec<(u32, u32)>,
+    /// The blocks placed since the last one the code before did not fall into, in order
+    /// (the current block last): one straight run of code.
+    chain: Vec<u32>,
     /// The local arrays in the frame ([`Backend::array_slot`]): the word holding each one's
     /// address, its first word, element type and length, so that an access at a constant
     /// index reads or writes the element's word directly.
@@ -1715,7 +1719,8 @@ impl Drop for StencilEmitter<'_> {
             pinned,
             stores,
             locals,
-            cut_out
+            cut_out,
+            chain
         );
         SCRATCH.with(|c| c.set(Some(sc)));
     }
@@ -1782,6 +1787,7 @@ impl<'a> StencilEmitter<'a> {
             stores: std::mem::take(&mut sc.stores),
             locals: std::mem::take(&mut sc.locals),
             cut_out: std::mem::take(&mut sc.cut_out),
+            chain: std::mem::take(&mut sc.chain),
             frame_arrays: smallvec::SmallVec::new(),
             variants: false,
             copies: 0,
@@ -2057,6 +2063,10 @@ impl<'a> StencilEmitter<'a> {
             }
         }
         self.complete(b, falls);
+        if !falls {
+            self.chain.clear();
+        }
+        self.chain.push(b);
         self.empty = Some((b, self.code.len() as u32, falls));
         self.last_cmp = None;
         let info = &mut self.blocks[b as usize];
@@ -2159,9 +2169,10 @@ impl<'a> StencilEmitter<'a> {
         }
     }
 
-    /// **Block copies** (tail duplication). A jump to a block whose code is complete and
-    /// small (see `complete`), mostly a loop's test that the loop's body jumps back to,
-    /// copies that code in its place, with its jumps (their `fixups` and `locals`
+    /// **Block copies** (loop rotation by tail duplication). A jump to a block whose code
+    /// is complete and small (see `complete`) and jumps back into the run of code the jump
+    /// ends (see `closes_loop`): a loop's test, that the loop's body jumps back to,
+    /// copied in place of the jump, with its jumps (their `fixups` and `locals`
     /// repeated at the copy's offsets), then jumps to the block it fell into, if any. So
     /// the body of a loop ends in the test and a conditional jump back to itself, one
     /// taken jump an iteration where there were two (the body's jump to the test, and
@@ -2224,9 +2235,21 @@ impl<'a> StencilEmitter<'a> {
     fn raw_jump(&mut self, b: u32) {
         let r = self.resolve(b);
         match self.blocks[r as usize].copy {
-            Some(cp) if self.current != Some(r) => self.copy_block(r, cp),
+            Some(cp) if self.current != Some(r) && self.closes_loop(cp) => self.copy_block(r, cp),
             _ => self.jump_to(b),
         }
+    }
+
+    /// Whether a copy of a block's code here would jump back into the straight run of
+    /// code it ends (`chain`): a loop's test copied at the end of its body. Only then is
+    /// a block copied: a test copied into each arm of a branch that both jump back to it
+    /// saves no taken jump (each arm still jumps, to the body instead of the test), and
+    /// the copies make the loop larger.
+    fn closes_loop(&self, cp: Copyable) -> bool {
+        (cp.fixups.0..cp.fixups.1).any(|k| {
+            let t = self.resolve(self.fixups[k as usize].1);
+            self.chain.contains(&t)
+        })
     }
 
     /// A raw `jmp rel32` to block `b`.
@@ -3790,6 +3813,77 @@ mod tests {
             .windows(7)
             .any(|c| c[0] & 0xfb == 0x48 && c[1] == 0x8b && c[2] & 0xc7 == 0x86 && c[3..] == disp);
         assert!(!loads && !stores_to(&code, w), "{code:x?}");
+    }
+
+    /// A loop `head(i): if i < x { body(i) } else { exit(i) }`, `body(i): head(i + 1)`:
+    /// the body's jump back copies the head's test, so the body ends in a conditional
+    /// jump back to itself (backwards), and the loop has no unconditional jump. With a
+    /// body that jumps to a block placed after the exit (`body(i): step(i - x)`,
+    /// `step(i): head(i + 1)`), the step's jump back is not copied: the copy would not
+    /// jump into the step's own code (nor into any code that falls into it).
+    #[test]
+    fn a_loops_test_is_copied_where_its_body_jumps_back() {
+        use crate::ops::CmpOp;
+        let lib = StencilLib::new(test_isa());
+        let unit = |via_step: bool| {
+            let mut services = NoServices;
+            let (t, t2) = ([Type::I64], [Type::I64, Type::I64]);
+            let mut em = StencilEmitter::new(&lib, &mut services, false, &[], &t);
+            let [entry, head, body, exit, step] =
+                [&t[..], &t2, &t2, &t2, &t2].map(|p| em.create_block(p));
+            let loc = SrcLoc::default();
+            em.switch_to_block(entry);
+            let x = params(&mut em, entry, &t)[0];
+            let zero = em.constant(Const::Int(Scalar::I64, 0));
+            em.jump(head, &[zero, x]);
+            em.switch_to_block(head);
+            let ix = params(&mut em, head, &t2);
+            let c = em
+                .op(&TOp::Cmp(CmpOp::Lt), &ix, &t2, loc)
+                .expect("a result");
+            em.brif(c, (body, &ix), (exit, &ix));
+            let increment = |em: &mut StencilEmitter, b: u32| {
+                em.switch_to_block(b);
+                let ix = params(em, b, &t2);
+                let one = em.constant(Const::Int(Scalar::I64, 1));
+                let add = TOp::Binary(BinaryOp::Add);
+                let i = em.op(&add, &[ix[0], one], &t2, loc).expect("a result");
+                em.jump(head, &[i, ix[1]]);
+            };
+            match via_step {
+                false => increment(&mut em, body),
+                true => {
+                    em.switch_to_block(body);
+                    let ix = params(&mut em, body, &t2);
+                    let sub = TOp::Binary(BinaryOp::Sub);
+                    let i = em.op(&sub, &[ix[0], ix[1]], &t2, loc).expect("a result");
+                    em.jump(step, &[i, ix[1]]);
+                }
+            }
+            em.switch_to_block(exit);
+            let ix = params(&mut em, exit, &t2);
+            em.ret(Some(ix[0]));
+            if via_step {
+                increment(&mut em, step);
+            }
+            em.finish(entry).expect("stitched").0
+        };
+        // The displacements of the conditional jumps (`0f 8x rel32`).
+        let jcc = |code: &[u8]| -> Vec<i32> {
+            (0..code.len().saturating_sub(6))
+                .filter(|&p| code[p] == 0x0f && code[p + 1] & 0xf0 == 0x80)
+                .map(|p| i32::from_le_bytes(code[p + 2..p + 6].try_into().expect("4 bytes")))
+                .collect()
+        };
+        let code = unit(false);
+        // The prologue's frame check, the head's test, and its copy, which jumps back.
+        let js = jcc(&code);
+        assert_eq!(js.len(), 3, "{code:x?}");
+        assert!(js[2] < 0, "{code:x?}");
+        // The prologue's two jumps (around its call of `dyc_frame`), and no other.
+        assert_eq!(code.iter().filter(|&&b| b == 0xe9).count(), 2, "{code:x?}");
+        let code = unit(true);
+        assert_eq!(jcc(&code).len(), 2, "{code:x?}");
     }
 
     /// Blocks that only jump on get no code: jumps to them go where they lead (jump
