@@ -2396,9 +2396,17 @@ impl<'a> StencilEmitter<'a> {
             total += end - start;
             before.push(total);
         }
-        // An offset in the new code: one within a range lands at its start.
-        let map = |p: u32| -> u32 {
-            let k = cut.partition_point(|&(start, _)| start < p);
+        // An offset in the new code: one within a range lands at its start. (A cursor:
+        // offsets asked in ascending order, as `fixups` and `locals` mostly are, cost a
+        // step or two each; any other, a binary search.)
+        let mut k = 0;
+        let mut map = |p: u32| -> u32 {
+            if k > 0 && cut[k - 1].0 >= p {
+                k = cut.partition_point(|&(start, _)| start < p);
+            }
+            while k < cut.len() && cut[k].0 < p {
+                k += 1;
+            }
             match k.checked_sub(1).map(|j| (j, cut[j])) {
                 Some((j, (start, end))) if p < end => start - before[j],
                 _ => p - before[k],
@@ -2418,7 +2426,7 @@ impl<'a> StencilEmitter<'a> {
             *h = map(*h);
         }
         for b in &mut self.blocks {
-            b.at = b.at.map(map);
+            b.at = b.at.map(&mut map);
         }
         for &(at, target) in &self.locals {
             let (at, target) = (map(at), map(target));
