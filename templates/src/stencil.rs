@@ -2434,7 +2434,9 @@ impl<'a> StencilEmitter<'a> {
             let at = at as usize;
             self.code[at..at + 4].copy_from_slice(&(rel as i32).to_le_bytes());
         }
-        self.insts -= cut.len();
+        // (The removed stores were counted as instructions of their stencils; the removed
+        // jumps of cut branches never were.)
+        self.insts -= cut.iter().filter(|&&(start, end)| end - start != 5).count();
         cut.clear();
         self.cut_out = cut;
     }
