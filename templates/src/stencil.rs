@@ -11,7 +11,9 @@
 //! chained by patching those displacements; a stencil whose code ends with the jump to the
 //! next one copied loses those five bytes and falls through, and a block whose only code
 //! would be a jump moving nothing gets none (jumps to it go where it leads; see
-//! `StencilEmitter::jump`). Faults return the status, as
+//! `StencilEmitter::jump`); a jump back to a loop's small test copies the test instead
+//! (`StencilEmitter::copy_block`), and the stores and jumps found dead once the unit is
+//! complete are cut out of its code (`StencilEmitter::compact`). Faults return the status, as
 //! in the optimizing tier: a stencil's body is built by the same lowering
 //! ([`crate::clif::ClifEmitter`]), so both tiers share one definition of every operation,
 //! its checks and its faults.
