@@ -970,7 +970,7 @@ impl Backend for ClifEmitter<'_, '_> {
 ///   it on to parameters that are themselves dead, goes, with the arguments every edge
 ///   passes for it;
 /// - **rotation**: a jump into a small block that ends in a conditional branch (a loop's
-///   head: its test) becomes a copy of that block (see [`duplicate_tests`]), so a loop
+///   head: its test) becomes a copy of that block (see `duplicate_tests`), so a loop
 ///   whose body jumped back to its test now branches back to itself, one taken branch an
 ///   iteration instead of two;
 /// - **constant sharing** within a block.
@@ -988,7 +988,7 @@ pub fn simplify_cfg(func: &mut ir::Function) {
 }
 
 /// The most instructions, besides its branch, a block copied into the blocks that jump to
-/// it may have ([`duplicate_tests`]).
+/// it may have (`duplicate_tests`).
 const TEST_COPY_LIMIT: usize = 4;
 
 /// The rotation pass of [`simplify_cfg`] (tail duplication): a block `p` ending in `jump
