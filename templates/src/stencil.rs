@@ -2257,7 +2257,11 @@ impl<'a> StencilEmitter<'a> {
     /// A raw `jmp rel32` to block `b`.
     fn jump_to(&mut self, b: u32) {
         if let Some(w) = self.acc_for(b) {
-            if self.acc != Some(w) {
+            if self.acc == Some(w) {
+                // The word is there: if only because this block inherited it, the jump
+                // reads it, and jumps into this block must load it first.
+                self.use_inherited_acc();
+            } else {
                 self.note_read(w);
                 self.emit(
                     &Key::Reload,
@@ -4209,6 +4213,62 @@ mod tests {
             (false, _) => em.ret(Some(x)),
         }
         em.finish(first).expect("stitched").0
+    }
+
+    /// A block that relies on the accumulator it inherited only to jump on: `b(p)`
+    /// branches on `p` from the accumulator to `e` or (falling through) `c`; `c(q)` jumps
+    /// back to `b(q)`, and so leaves `p`'s word in the accumulator only because it
+    /// inherited it. A later jump to `c` from `e`, after an operation that wrote the
+    /// accumulator, must load that word first (a load into `rdx`, the accumulator's
+    /// register): else `b` would read another value as `p`.
+    #[test]
+    fn a_block_that_jumps_on_with_its_inherited_accumulator_is_entered_with_it() {
+        use crate::ops::CmpOp;
+        let lib = StencilLib::new(test_isa());
+        let mut services = NoServices;
+        let (i, t, bt) = (Type::I64, [Type::I64], [Type::Scalar(Scalar::Bool)]);
+        let mut em = StencilEmitter::new(&lib, &mut services, false, &[], &t);
+        let [first, entry] = [&t, &t].map(|p| em.create_block(p));
+        let [b, c, e] = [&bt, &bt, &bt].map(|p| em.create_block(p));
+        let loc = SrcLoc::default();
+        em.switch_to_block(first);
+        let x0 = params(&mut em, first, &t);
+        em.jump(entry, &x0);
+        em.switch_to_block(entry);
+        let x = params(&mut em, entry, &t)[0];
+        let five = em.constant(Const::Int(Scalar::I64, 5));
+        let p = em
+            .op(&TOp::Cmp(CmpOp::Lt), &[x, five], &[i, i], loc)
+            .expect("a result");
+        em.jump(b, &[p]);
+        em.switch_to_block(b);
+        let p = params(&mut em, b, &bt)[0];
+        em.brif(p, (e, &[p]), (c, &[p]));
+        em.switch_to_block(c);
+        let q = params(&mut em, c, &bt)[0];
+        em.jump(b, &[q]);
+        em.switch_to_block(e);
+        let r = params(&mut em, e, &bt)[0];
+        let b1 = Type::Scalar(Scalar::Bool);
+        let one = em.constant(Const::Int(Scalar::Bool, 1));
+        let s = em
+            .op(&TOp::Binary(BinaryOp::Xor), &[r, one], &[b1, b1], loc)
+            .expect("a result");
+        let u = em
+            .op(&TOp::Binary(BinaryOp::Or), &[r, s], &[b1, b1], loc)
+            .expect("a result");
+        em.keep(u);
+        em.jump(c, &[s]);
+        let SVal::Slot(w, _) = params(&mut em, c, &bt)[0] else {
+            panic!("a parameter in a frame word")
+        };
+        let code = em.finish(first).expect("stitched").0;
+        // `mov disp32(%rsi), %rdx` of `c`'s word, right before a `jmp`.
+        let disp = (8 * w).to_le_bytes();
+        let reload = code
+            .windows(12)
+            .any(|k| k[..3] == [0x48, 0x8b, 0x96] && k[3..7] == disp && k[7] == 0xe9);
+        assert!(reload, "{code:x?}");
     }
 
     /// The accumulator is carried into a block the code before falls into, and a later
