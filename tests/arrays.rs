@@ -5,7 +5,7 @@
 //! arrays live in memory; and what a unit that only returns leaves of its stores.
 
 use dyc::bta::Mode;
-use dyc::interp::{parse_args, Interpreter, Memory, Val};
+use dyc::interp::{parse_args, Interpreter, Memory};
 use dyc::ir::{Const, Module};
 use dyc::{Arg, Program, RuntimeOptions, Tier};
 
@@ -193,11 +193,7 @@ fn interpret(m: &Module, code: &[i64], x: i64) -> String {
     let args = parse_args(&m.funcs[id].sig.params, &text, &mut mem).expect("arguments");
     let mut interp = Interpreter::new(m);
     interp.fuel = 1_000_000;
-    match interp.call(id, &args, &mut mem) {
-        Ok(Some(Val::Scalar(c))) => format!("= {c:?}"),
-        Ok(r) => format!("= {r:?}"),
-        Err(e) => format!("-> {} at {}", e.kind.name(), e.loc),
-    }
+    common::interpreted(interp.call(id, &args, &mut mem))
 }
 
 #[test]

@@ -145,11 +145,7 @@ fn interpret(m: &Module, f: &str, args: &str) -> (String, String) {
     let id = m.func_by_name(f).expect("function");
     let mut mem = Memory::default();
     let vals = parse_args(&m.funcs[id].sig.params, args, &mut mem).expect("arguments");
-    let got = match Interpreter::new(m).call(id, &vals, &mut mem) {
-        Ok(Some(Val::Scalar(c))) => format!("= {c:?}"),
-        Ok(r) => format!("= {r:?}"),
-        Err(e) => format!("-> {} at {}", e.kind.name(), e.loc),
-    };
+    let got = common::interpreted(Interpreter::new(m).call(id, &vals, &mut mem));
     let after: Vec<String> = vals
         .iter()
         .filter(|v| matches!(v, Val::Slice(s) if s.mutable))

@@ -8,7 +8,7 @@
 //! two variables together (the state and a parity): a site of two values, dispatched by
 //! a chain of tests.
 
-use dyc::interp::{parse_args, Interpreter, Memory, Val};
+use dyc::interp::{parse_args, Interpreter, Memory};
 use dyc::ir::Module;
 use dyc::{Arg, Program, RuntimeOptions, Tier};
 
@@ -42,11 +42,7 @@ fn interpret(m: &Module, f: &str, args: &str) -> String {
     let id = m.func_by_name(f).expect("function");
     let mut mem = Memory::default();
     let vals = parse_args(&m.funcs[id].sig.params, args, &mut mem).expect("arguments");
-    match Interpreter::new(m).call(id, &vals, &mut mem) {
-        Ok(Some(Val::Scalar(c))) => format!("= {c:?}"),
-        Ok(r) => format!("= {r:?}"),
-        Err(e) => format!("-> {} at {}", e.kind.name(), e.loc),
-    }
+    common::interpreted(Interpreter::new(m).call(id, &vals, &mut mem))
 }
 
 #[test]

@@ -7,7 +7,7 @@
 //! zero, a scratch word out of range, a jump past the end and an unknown operation, all
 //! known when specializing and raised only if the packet leads there.
 
-use dyc::interp::{parse_args, Interpreter, Memory, Val};
+use dyc::interp::{parse_args, Interpreter, Memory};
 use dyc::ir::{Const, Module};
 use dyc::{Arg, Program, RuntimeOptions, Tier};
 
@@ -103,11 +103,7 @@ fn interpret(m: &Module, code: &[i64], pkt: &[u8]) -> String {
     let mut mem = Memory::default();
     let text = format!("{code:?}, {pkt:?}");
     let args = parse_args(&m.funcs[id].sig.params, &text, &mut mem).expect("arguments");
-    match Interpreter::new(m).call(id, &args, &mut mem) {
-        Ok(Some(Val::Scalar(c))) => format!("= {c:?}"),
-        Ok(r) => format!("= {r:?}"),
-        Err(e) => format!("-> {} at {}", e.kind.name(), e.loc),
-    }
+    common::interpreted(Interpreter::new(m).call(id, &args, &mut mem))
 }
 
 #[test]

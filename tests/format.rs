@@ -47,11 +47,7 @@ fn interpret(m: &dyc::ir::Module, fmt: &[u8], args: &[i64], out: usize) -> (Stri
     let Some(Val::Slice(buf)) = vals.get(2).cloned() else {
         panic!("the buffer is a slice")
     };
-    let r = match Interpreter::new(m).call(id, &vals, &mut mem) {
-        Ok(Some(Val::Scalar(c))) => format!("= {c:?}"),
-        Ok(r) => format!("= {r:?}"),
-        Err(e) => format!("-> {} at {}", e.kind.name(), e.loc),
-    };
+    let r = common::interpreted(Interpreter::new(m).call(id, &vals, &mut mem));
     let bytes = mem.bufs[buf.buf]
         .data
         .iter()

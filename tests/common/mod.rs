@@ -264,6 +264,16 @@ impl Rng {
     }
 }
 
+/// The outcome of a call of the reference interpreter, written as [`outcome`] writes
+/// compiled code's: the result, or the error's kind and source position.
+pub fn interpreted(r: Result<Option<dyc::interp::Val>, dyc::interp::RuntimeError>) -> String {
+    match r {
+        Ok(Some(dyc::interp::Val::Scalar(c))) => format!("= {c:?}"),
+        Ok(r) => format!("= {r:?}"),
+        Err(e) => format!("-> {} at {}", e.kind.name(), e.loc),
+    }
+}
+
 /// The outcome of a call of compiled code as the differential tests compare it with the
 /// interpreter's: the result, or the error's kind and source position.
 pub fn outcome(r: Result<Option<dyc::ir::Const>, dyc::Error>) -> String {
