@@ -2202,19 +2202,7 @@ impl<'a> StencilEmitter<'a> {
         self.forget_accs();
         match cp.falls {
             // (To where `f` jumps, if that is all its code: the false side of a branch.)
-            Some(f) => match self.blocks[f as usize].copy {
-                Some(fc)
-                    if fc.fixups.1 == fc.fixups.0 + 1
-                        && self.blocks[f as usize].at == Some(fc.end - 5) =>
-                {
-                    let (p, g) = self.fixups[fc.fixups.0 as usize];
-                    match p + 4 == fc.end && self.code.get(p as usize - 1) == Some(&0xe9) {
-                        true => self.jump_to(g),
-                        false => self.jump_to(f),
-                    }
-                }
-                _ => self.jump_to(f),
-            },
+            Some(f) => self.jump_to(self.only_jumps_to(f).unwrap_or(f)),
             None => {
                 // The code ends as the block's did: in a jump (the last one recorded), a
                 // return or a trap.
@@ -2230,6 +2218,15 @@ impl<'a> StencilEmitter<'a> {
                 self.jump_inherited = None;
             }
         }
+    }
+
+    /// The block that block `f`'s code, one `jmp` and nothing else, goes to.
+    fn only_jumps_to(&self, f: u32) -> Option<u32> {
+        let fc = self.blocks[f as usize].copy?;
+        let (p, g) = *self.fixups.get(fc.fixups.0 as usize)?;
+        let one = fc.fixups.1 == fc.fixups.0 + 1 && p + 4 == fc.end;
+        (one && self.blocks[f as usize].at == Some(p - 1) && self.code[p as usize - 1] == 0xe9)
+            .then_some(g)
     }
 
     /// A jump to block `b`: a copy of its code if it may be copied (see `copy_block`),
@@ -2336,6 +2333,7 @@ impl<'a> StencilEmitter<'a> {
             &[0x66, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0],
         ];
         let code = &mut self.code;
+        let mut removed = 0;
         for &(at, end) in &self.stores {
             let at = at as usize;
             let Some(&[d0, d1, d2, d3]) = code.get(at..at + 4) else {
@@ -2371,8 +2369,11 @@ impl<'a> StencilEmitter<'a> {
             code[start..at + 4].copy_from_slice(nop);
             if at + 4 == end as usize {
                 self.cut_out.push((start as u32, end));
+                removed += 1;
             }
         }
+        // (Counted as an instruction of its stencil; the jumps of cut branches never were.)
+        self.insts -= removed;
     }
 
     /// **Compaction.** Removes the instructions `cut_out` lists from the code, and moves
@@ -2440,9 +2441,6 @@ impl<'a> StencilEmitter<'a> {
             let at = at as usize;
             self.code[at..at + 4].copy_from_slice(&(rel as i32).to_le_bytes());
         }
-        // (The removed stores were counted as instructions of their stencils; the removed
-        // jumps of cut branches never were.)
-        self.insts -= cut.iter().filter(|&&(start, end)| end - start != 5).count();
         cut.clear();
         self.cut_out = cut;
     }
