@@ -78,6 +78,9 @@ pub enum Form {
     /// encodes in one byte (too small for a hole), so one stencil per amount (at most 64
     /// per operation and type, made when first used).
     Baked(Scalar, u8),
+    /// A scalar in cache register `k` (`1..=3`; register 0 is the accumulator, [`Form::Acc`]):
+    /// every stencil passes the cache registers on unchanged unless it writes one.
+    Reg(Scalar, u8),
 }
 
 /// The operand forms of a stencil (inline: keys are made for every copy).
@@ -104,16 +107,22 @@ pub enum Key {
         op: TOp,
         forms: Forms,
         callee: Option<CalleeKey>,
+        /// The cache register a scalar result is left in besides its frame word (0: the
+        /// accumulator; an `f64` result is always left in its own).
+        dst: u8,
     },
     /// A frame word set to a constant (4- or 8-byte hole).
     Set(bool),
     /// A frame word copied to another.
     Move,
-    /// A frame word loaded into the accumulator (before a jump to a block that expects
-    /// it there).
-    Reload,
-    /// The accumulator stored into a frame word (a move whose source it holds).
-    Spill,
+    /// A frame word loaded into cache register `k` (before a jump to a block that
+    /// expects it there).
+    Reload(u8),
+    /// Cache register `k` stored into a frame word (a move whose source it holds).
+    Spill(u8),
+    /// Cache register `j` copied into cache register `k` (before a jump to a block that
+    /// expects the word `j` holds in `k`).
+    Xfer(u8, u8),
     /// A scalar of this type copied from a frame word to a frame byte offset (an element
     /// of an array in the frame).
     MoveTo(Scalar),
@@ -159,6 +168,7 @@ impl Form {
             Form::ConstSlice(s) => (4, s, 0),
             Form::Acc(s) => (5, s, 0),
             Form::Baked(s, amount) => (6, s, amount),
+            Form::Reg(s, k) => (7, s, k),
         };
         kind | u128::from(s as u8) << 3 | u128::from(extra) << 8
     }
@@ -203,11 +213,16 @@ impl Key {
                 op,
                 forms,
                 callee: None,
-            } => (1, op.pack()? | Form::pack_all(forms)? << 12),
+                dst,
+            } => (
+                1,
+                op.pack()? | Form::pack_all(forms)? << 12 | u128::from(*dst) << 76,
+            ),
             Key::Set(wide) => (2, u128::from(*wide)),
             Key::Move => (3, 0),
-            Key::Reload => (4, 0),
-            Key::Spill => (5, 0),
+            Key::Reload(k) => (4, u128::from(*k)),
+            Key::Spill(k) => (5, u128::from(*k)),
+            Key::Xfer(j, k) => (16, u128::from(*j) | u128::from(*k) << 8),
             Key::MoveTo(s) => (6, u128::from(*s as u8)),
             Key::FrameAddr => (7, 0),
             Key::Branch(f) => (8, f.pack()),
@@ -401,20 +416,24 @@ impl StencilLib {
         };
         // From the form with every accumulator operand in its frame word.
         let words = |f: Form| match f {
-            Form::Acc(t) => Form::Slot(t),
+            Form::Acc(t) | Form::Reg(t, _) => Form::Slot(t),
             f => f,
         };
         let key = match key {
-            Key::Op { op, forms, callee } => Key::Op {
+            Key::Op {
+                op, forms, callee, ..
+            } => Key::Op {
                 op: op.clone(),
                 forms: forms.iter().map(|&f| words(f)).collect(),
                 callee: callee.clone(),
+                dst: 0,
             },
             Key::Branch(f) => Key::Branch(words(*f)),
             Key::CmpBranch { op, forms } => Key::Op {
                 op: op.clone(),
                 forms: forms.iter().map(|&f| words(f)).collect(),
                 callee: None,
+                dst: 0,
             },
             Key::CaseEq(f, w) => Key::CaseEq(words(*f), *w),
             Key::BoundsCheck(sl, i) => Key::BoundsCheck(*sl, words(*i)),
@@ -423,7 +442,9 @@ impl StencilLib {
         };
         let mut variants = vec![key.clone()];
         match &key {
-            Key::Op { op, forms, callee } => {
+            Key::Op {
+                op, forms, callee, ..
+            } => {
                 let with = |changes: &[(usize, Form)]| {
                     let mut forms = forms.clone();
                     for &(k, f) in changes {
@@ -433,6 +454,7 @@ impl StencilLib {
                         op: op.clone(),
                         forms,
                         callee: callee.clone(),
+                        dst: 0,
                     }
                 };
                 let imms = |k: usize, t: Scalar| match t {
@@ -479,6 +501,7 @@ impl StencilLib {
                     op: op @ TOp::Cmp(_),
                     forms,
                     callee: None,
+                    ..
                 } => Some(Key::CmpBranch {
                     op: op.clone(),
                     forms: forms.clone(),
@@ -682,8 +705,20 @@ fn stencil_signature() -> ir::Signature {
     unit_signature(&STENCIL_INPUTS)
 }
 
-/// The values a stencil receives after the context.
-const STENCIL_INPUTS: [Type; 3] = [Type::I64, Type::I64, Type::Scalar(Scalar::F64)];
+/// The values a stencil receives after the context: the frame, the accumulators (integer
+/// and `f64`) and cache registers 1 to 3 (in the `tail` convention: `rsi`, `rdx`, `xmm0`,
+/// then `rcx`, `r8`, `r9`; the context is in `rdi`).
+const STENCIL_INPUTS: [Type; 6] = [
+    Type::I64,
+    Type::I64,
+    Type::Scalar(Scalar::F64),
+    Type::I64,
+    Type::I64,
+    Type::I64,
+];
+
+/// Cache registers: the accumulator (0) and three more.
+pub const CACHE_REGS: usize = 4;
 
 /// Builds the body of one stencil for compilation `pass`; returns the function and the
 /// holes asked for.
@@ -726,10 +761,13 @@ fn build(
     let first = em.create_block(&STENCIL_INPUTS);
     em.switch_to_block(first);
     let p = em.b.block_params(first).to_vec();
-    let (fp, acc, facc) = (p[0], p[1], p[2]);
+    let (fp, facc) = (p[0], p[2]);
+    // The cache registers (0: the accumulator).
+    let regs = [p[1], p[3], p[4], p[5]];
+    let acc = regs[0];
     let cx = em.ctx_param();
-    // Continuation `k`, with `out` in the accumulators (integer, `f64`).
-    let cont = |em: &mut ClifEmitter, k: u32, out: (ir::Value, ir::Value)| {
+    // Continuation `k`, with `out` in the cache registers and the `f64` accumulator.
+    let cont = |em: &mut ClifEmitter, k: u32, out: ([ir::Value; CACHE_REGS], ir::Value)| {
         let name =
             em.b.func
                 .declare_imported_user_function(UserExternalName::new(CONT_NS, k));
@@ -740,9 +778,17 @@ fn build(
             colocated: true,
             patchable: false,
         });
-        em.b.ins().return_call(f, &[cx, fp, out.0, out.1]);
+        let (r, f64acc) = out;
+        em.b.ins()
+            .return_call(f, &[cx, fp, r[0], f64acc, r[1], r[2], r[3]]);
     };
-    let same = (acc, facc);
+    let same = (regs, facc);
+    // `same` with register `k` holding `v`.
+    let with_reg = |k: u8, v: ir::Value| {
+        let mut r = regs;
+        r[usize::from(k)] = v;
+        (r, facc)
+    };
     // The 64-bit word of a scalar (narrow integers zero-extended, `f64` bit-cast).
     let word = |em: &mut ClifEmitter, v: ir::Value| {
         let ty = em.b.func.dfg.value_type(v);
@@ -806,12 +852,16 @@ fn build(
                 CVal::Val(em.b.ins().iconst(clif_type(s), i64::from(v)), s),
                 k,
             ),
-            // No word: the value is the accumulator's.
-            Form::Acc(s) => {
+            // No word: the value is the accumulator's, or a cache register's.
+            Form::Acc(Scalar::F64) => (CVal::Val(facc, Scalar::F64), k),
+            Form::Acc(s) | Form::Reg(s, _) => {
+                let r = match f {
+                    Form::Reg(_, j) => regs[usize::from(j)],
+                    _ => acc,
+                };
                 let v = match s {
-                    Scalar::F64 => facc,
-                    Scalar::I64 | Scalar::U64 => acc,
-                    s => em.b.ins().ireduce(clif_type(s), acc),
+                    Scalar::I64 | Scalar::U64 => r,
+                    s => em.b.ins().ireduce(clif_type(s), r),
                 };
                 (CVal::Val(v, s), k)
             }
@@ -868,14 +918,18 @@ fn build(
             };
             // A scalar result goes to its frame word and to the accumulator; otherwise
             // the accumulator is passed on.
+            let dst = match key {
+                Key::Op { dst, .. } => *dst,
+                _ => 0,
+            };
             let out = match made {
                 Some(CVal::Val(v, Scalar::F64)) => {
                     store(&mut em, v, Role::Res(0));
-                    (acc, v)
+                    (regs, v)
                 }
                 Some(CVal::Val(v, _)) => {
                     store(&mut em, v, Role::Res(0));
-                    (word(&mut em, v), facc)
+                    with_reg(dst, word(&mut em, v))
                 }
                 Some(CVal::Slice { ptr, len, .. }) => {
                     store(&mut em, ptr, Role::Res(0));
@@ -898,14 +952,15 @@ fn build(
             store(&mut em, v, Role::Res(0));
             cont(&mut em, 0, same);
         }
-        Key::Reload => {
+        Key::Reload(k) => {
             let v = load(&mut em, types::I64, Role::Arg(0));
-            cont(&mut em, 0, (v, facc));
+            cont(&mut em, 0, with_reg(*k, v));
         }
-        Key::Spill => {
-            store(&mut em, acc, Role::Res(0));
+        Key::Spill(k) => {
+            store(&mut em, regs[usize::from(*k)], Role::Res(0));
             cont(&mut em, 0, same);
         }
+        Key::Xfer(j, k) => cont(&mut em, 0, with_reg(*k, regs[usize::from(*j)])),
         Key::MoveTo(s) => {
             // An element of an array in the frame: written at its own width.
             let v = load(&mut em, clif_type(*s), Role::Arg(0));
@@ -953,7 +1008,11 @@ fn build(
             // A bounds check reads the slice's length only.
             let args = operands(&mut em, &[*s, *i], &|n| (n != 0, true));
             let ty = match i {
-                Form::Slot(t) | Form::Imm(t, _) | Form::Acc(t) | Form::Baked(t, _) => *t,
+                Form::Slot(t)
+                | Form::Imm(t, _)
+                | Form::Acc(t)
+                | Form::Baked(t, _)
+                | Form::Reg(t, _) => *t,
                 _ => Scalar::I64,
             };
             em.bounds_check(args[0], args[1], ty, SrcLoc::default());
@@ -1037,7 +1096,7 @@ fn build_prologue(
     });
     let acc = b.ins().iconst(types::I64, 0);
     let facc = b.ins().f64const(0.0);
-    b.ins().return_call(f, &[cx, fp, acc, facc]);
+    b.ins().return_call(f, &[cx, fp, acc, facc, acc, acc, acc]);
     b.seal_all_blocks();
     b.finalize(isa.frontend_config());
 }
@@ -1045,7 +1104,9 @@ fn build_prologue(
 /// The type of an operand form.
 fn form_type(f: Form) -> Type {
     match f {
-        Form::Slot(s) | Form::Imm(s, _) | Form::Acc(s) | Form::Baked(s, _) => Type::Scalar(s),
+        Form::Slot(s) | Form::Imm(s, _) | Form::Acc(s) | Form::Baked(s, _) | Form::Reg(s, _) => {
+            Type::Scalar(s)
+        }
         Form::Slice(elem) | Form::ConstSlice(elem) => Type::Slice {
             elem,
             mutable: true,
@@ -2261,7 +2322,7 @@ impl<'a> StencilEmitter<'a> {
             } else {
                 self.note_read(w);
                 self.emit(
-                    &Key::Reload,
+                    &Key::Reload(0),
                     &[8 * u64::from(w)],
                     &[],
                     SrcLoc::default(),
@@ -2800,7 +2861,7 @@ impl<'a> StencilEmitter<'a> {
             // and it holds them widened to 64 bits).
             let (key, args): (Key, &[u64]) = if self.acc == Some(src) {
                 self.use_inherited_acc();
-                (Key::Spill, &[])
+                (Key::Spill(0), &[])
             } else {
                 (Key::Move, &[a])
             };
@@ -3292,7 +3353,12 @@ impl Backend for StencilEmitter<'_> {
             _ => None,
         };
         self.emit(
-            &Key::Op { op, forms, callee },
+            &Key::Op {
+                op,
+                forms,
+                callee,
+                dst: 0,
+            },
             &words,
             res,
             loc,
@@ -3516,6 +3582,8 @@ mod tests {
                 Form::Slice(s),
                 Form::ConstSlice(s),
                 Form::Acc(s),
+                Form::Reg(s, 1),
+                Form::Reg(s, 3),
             ]);
             forms.extend([Form::Imm(s, false), Form::Imm(s, true)]);
             forms.extend([Form::Baked(s, 0), Form::Baked(s, 1), Form::Baked(s, 63)]);
@@ -3538,11 +3606,14 @@ mod tests {
         let mut keys = Vec::new();
         for op in &ops {
             for f in &lists {
-                keys.push(Key::Op {
-                    op: op.clone(),
-                    forms: f.clone(),
-                    callee: None,
-                });
+                for dst in [0, 2] {
+                    keys.push(Key::Op {
+                        op: op.clone(),
+                        forms: f.clone(),
+                        callee: None,
+                        dst,
+                    });
+                }
                 keys.push(Key::CmpBranch {
                     op: op.clone(),
                     forms: f.clone(),
@@ -3553,8 +3624,12 @@ mod tests {
             Key::Set(false),
             Key::Set(true),
             Key::Move,
-            Key::Reload,
-            Key::Spill,
+            Key::Reload(0),
+            Key::Reload(3),
+            Key::Spill(0),
+            Key::Spill(2),
+            Key::Xfer(1, 2),
+            Key::Xfer(2, 1),
         ]);
         keys.extend([Key::FrameAddr, Key::Ret(None), Key::Trap, Key::Fuel]);
         for (k, &f) in forms.iter().enumerate() {
@@ -3577,6 +3652,7 @@ mod tests {
             },
             forms: Forms::new(),
             callee: Some(CalleeKey::Host(0)),
+            dst: 0,
         };
         assert_eq!(call.pack(), None);
         assert_eq!(Key::Prologue(vec![]).pack(), None);
@@ -3606,6 +3682,7 @@ mod tests {
             op,
             forms: forms.into(),
             callee: None,
+            dst: 0,
         }
     }
 
@@ -3621,7 +3698,6 @@ mod tests {
             int(TOp::Binary(BinaryOp::Add), &[slot, slot]),
             int(TOp::Binary(BinaryOp::Add), &[slot, Form::Imm(i, false)]),
             int(TOp::Binary(BinaryOp::Sub), &[Form::Imm(i, true), slot]),
-            int(TOp::Binary(BinaryOp::Div), &[slot, slot]),
             int(TOp::Cmp(CmpOp::Lt), &[slot, Form::Imm(i, false)]),
             int(
                 TOp::Binary(BinaryOp::Mul),
@@ -3669,6 +3745,10 @@ mod tests {
             },
             Key::Prologue(vec![Type::I64]),
         ];
+        // A signed division of two words needs one register more than the stencil has
+        // free beside the cache registers it passes on: it saves one in a frame.
+        let div = int(TOp::Binary(BinaryOp::Div), &[slot, slot]);
+        assert!(lib.get(&div).is_ok_and(|st| !st.holes.is_empty()));
         for k in &callers {
             let st = lib.get(k).unwrap_or_else(|e| panic!("{e}"));
             assert!(st.code.starts_with(&PROLOGUE), "{k:?} lost its frame");
