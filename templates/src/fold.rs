@@ -77,6 +77,10 @@ pub trait Backend {
     fn notes_copies(&self) -> bool {
         false
     }
+    /// See [`Emitter::loop_head`].
+    fn loop_head(&mut self, b: Self::Block) {
+        let _ = b;
+    }
 
     /// A constant in code, in the current block.
     fn constant(&mut self, c: Const) -> Self::Value;
@@ -863,6 +867,10 @@ impl<B: Backend> Emitter for Fold<B> {
 
     fn notes_copies(&self) -> bool {
         self.backend.notes_copies()
+    }
+
+    fn loop_head(&mut self, b: B::Block) {
+        self.backend.loop_head(b);
     }
 
     fn block_params(&mut self, b: B::Block, out: &mut Vec<Self::Value>) {

@@ -720,6 +720,9 @@ const STENCIL_INPUTS: [Type; 6] = [
 /// Cache registers: the accumulator (0) and three more.
 pub const CACHE_REGS: usize = 4;
 
+/// The frame word each cache register holds, if known.
+type Regs = [Option<u32>; CACHE_REGS];
+
 /// Builds the body of one stencil for compilation `pass`; returns the function and the
 /// holes asked for.
 fn build(
@@ -1494,19 +1497,30 @@ struct BlockInfo {
     alias: Option<u32>,
     /// Jumps to the block copied so far (through aliases too).
     entries: u32,
-    /// The frame word the accumulator holds on entry, when the block was placed where the
-    /// code before falls into it and nothing else had jumped to it: its code may read
-    /// that word from the accumulator, and a later jump to it loads the word there first.
-    acc_in: Option<u32>,
-    /// Whether its code, or the code of a block it falls into still holding `acc_in`
-    /// there, read `acc_in` from the accumulator.
-    acc_used: bool,
-    /// The block that fell into this one with the accumulator still holding its own
-    /// `acc_in`: reading `acc_in` here reads that block's too.
-    acc_from: Option<u32>,
+    /// The frame word each cache register holds on entry, when the block was placed
+    /// where the code before falls into it and nothing else had jumped to it: its code
+    /// may read that word from the register, and a later jump to it puts the word there
+    /// first.
+    acc_in: Regs,
+    /// The registers whose `acc_in` its code, or the code of a block it falls into still
+    /// holding that word there, read from the register (a bit each).
+    acc_used: u8,
+    /// Per register, the block that fell into this one with the register still holding
+    /// its own `acc_in`: reading the register's `acc_in` here reads that block's too.
+    acc_from: [Option<u32>; CACHE_REGS],
     /// Its code, once complete (another block was placed after it), if a jump to it may
     /// copy it instead (see `copy_block`).
     copy: Option<Copyable>,
+    /// It heads a loop ([`crate::template::Emitter::loop_head`]): placed where the code
+    /// before falls into it, its parameters are loaded into cache registers first.
+    head: bool,
+    /// What the cache registers held at the first jump to it, if known, and per register
+    /// the block that jump was copied in if the register then still held that block's
+    /// `acc_in`: placed with that jump its only entry, it takes them as its `acc_in`.
+    first_in: Option<(Regs, [Option<u32>; CACHE_REGS])>,
+    /// Its `entries` when it was placed: more now, and jumps into it were copied since,
+    /// which put no word in a register it did not read there yet (see `may_use`).
+    placed_entries: u32,
 }
 
 /// A block's complete code that a jump to it may copy instead ([`StencilEmitter::copy_block`]):
@@ -1531,8 +1545,9 @@ struct LastCmp {
     op: TOp,
     forms: Forms,
     words: Words,
-    /// Its result's frame word.
+    /// Its result's frame word, and the cache register it was left in.
     res: u32,
+    dst: usize,
     /// Where its code starts and ends, and the counts before it.
     start: usize,
     end: usize,
@@ -1662,10 +1677,20 @@ pub struct StencilEmitter<'a> {
     start: u32,
     /// Where the prologue's frame-size hole stands.
     frame_holes: Vec<u32>,
-    /// The frame word whose value the accumulator holds here, if known: set by an
-    /// operation's result, forgotten at every label, jump, terminator and write of that
-    /// word.
-    acc: Option<u32>,
+    /// The frame word whose value each cache register holds here, if known (register 0
+    /// is the accumulator): set by an operation's result, forgotten at every label,
+    /// jump, terminator and write of that word. A register only ever holds a copy: the
+    /// word is written too (until `drop_dead_stores` finds no load of it).
+    regs: Regs,
+    /// Per cache register, when it was last written or read (the least recently used
+    /// one takes the next result).
+    reg_age: [u32; CACHE_REGS],
+    /// The cache registers holding a result made in the current block (a bit each): an
+    /// operation reading one leaves its result there (most such results are read once).
+    temps: u8,
+    /// The cache registers read since they were written or the current block placed (a
+    /// bit each): a word read once is more often dead than one not read yet.
+    read_here: u8,
     /// The same for the `f64` accumulator.
     facc: Option<u32>,
     /// The raw jump that ends the code, if any: its offset (dropped when its target is
@@ -1673,14 +1698,14 @@ pub struct StencilEmitter<'a> {
     last_jump: Option<u32>,
     /// The last stencil copied, while nothing follows it, if it was a comparison.
     last_cmp: Option<LastCmp>,
-    /// The block being copied into, and whether the accumulator still holds what it held
-    /// on entry (the block's `acc_in`).
+    /// The block being copied into, and the registers that still hold what they held on
+    /// entry (the block's `acc_in`; a bit each).
     current: Option<u32>,
-    acc_inherited: bool,
-    /// What the accumulator held at the last raw jump, and the block it was copied in
-    /// if the accumulator then still held that block's `acc_in`.
-    jump_acc: Option<u32>,
-    jump_inherited: Option<u32>,
+    inherited: u8,
+    /// What the registers held at the last raw jump, and per register the block it was
+    /// copied in if the register then still held that block's `acc_in`.
+    jump_acc: Regs,
+    jump_inherited: [Option<u32>; CACHE_REGS],
     /// The block placed last and where, while nothing has been copied after it, and
     /// whether the code before it falls into it (its jump there was dropped).
     empty: Option<(u32, u32, bool)>,
@@ -1827,14 +1852,17 @@ impl<'a> StencilEmitter<'a> {
             inputs: std::mem::take(&mut sc.inputs),
             start: 0,
             frame_holes: std::mem::take(&mut sc.frame_holes),
-            acc: None,
+            regs: [None; CACHE_REGS],
+            reg_age: [0; CACHE_REGS],
+            temps: 0,
+            read_here: 0,
             facc: None,
             last_jump: None,
             last_cmp: None,
             current: None,
-            acc_inherited: false,
-            jump_acc: None,
-            jump_inherited: None,
+            inherited: 0,
+            jump_acc: [None; CACHE_REGS],
+            jump_inherited: [None; CACHE_REGS],
             empty: None,
             hole_values: std::mem::take(&mut sc.hole_values),
             moves: std::mem::take(&mut sc.moves),
@@ -2075,10 +2103,13 @@ impl<'a> StencilEmitter<'a> {
             fixed: false,
             alias: None,
             entries: 0,
-            acc_in: None,
-            acc_used: false,
-            acc_from: None,
+            acc_in: [None; CACHE_REGS],
+            acc_used: 0,
+            acc_from: [None; CACHE_REGS],
             copy: None,
+            head: false,
+            first_in: None,
+            placed_entries: 0,
         });
         self.blocks.len() as u32 - 1
     }
@@ -2088,6 +2119,7 @@ impl<'a> StencilEmitter<'a> {
         // The raw jump that ends the code, if it goes to `b`, is dropped: `b` follows. (A
         // block placed meanwhile that got no code, being an alias, leaves it the last.)
         let mut falls = false;
+        let mut cut_side = false;
         if let Some(at) = self.last_jump {
             let to_b = self
                 .fixups
@@ -2117,6 +2149,7 @@ impl<'a> StencilEmitter<'a> {
                             u32::MAX => b,
                             _ => CHAINED,
                         };
+                        cut_side = true;
                     }
                 }
                 let info = &mut self.blocks[b as usize];
@@ -2124,6 +2157,15 @@ impl<'a> StencilEmitter<'a> {
                 self.last_jump = None;
                 falls = true;
             }
+        }
+        // (Not at a cut branch's false side: inverting the branch would have it jump past
+        // the loads.)
+        if falls
+            && !cut_side
+            && self.blocks[b as usize].head
+            && self.blocks[b as usize].entries == 0
+        {
+            self.prefetch(b);
         }
         self.complete(b, falls);
         if !falls {
@@ -2138,48 +2180,191 @@ impl<'a> StencilEmitter<'a> {
         // Jumps from elsewhere may enter here: what the accumulators hold is known only
         // when the code before falls in and nothing else has jumped here yet (a later
         // jump here loads the word first, see `raw_jump`).
+        // So is it when the block's only entry so far is a jump from code whose registers
+        // were known there.
         let inherit = falls && info.entries == 0;
         if inherit {
             info.acc_in = self.jump_acc;
             info.acc_from = self.jump_inherited;
             self.run.push(b);
         } else {
+            if let (false, 1, Some((regs, from))) = (falls, info.entries, info.first_in) {
+                info.acc_in = regs;
+                info.acc_from = from;
+            }
             self.defs.clear();
             self.run.clear();
             self.passes.clear();
         }
+        let acc_in = info.acc_in;
+        info.placed_entries = info.entries;
         self.forget_accs();
         self.current = Some(b);
-        if inherit {
-            self.acc = self.jump_acc;
-            self.acc_inherited = self.acc.is_some();
+        if acc_in.iter().any(Option::is_some) {
+            self.regs = acc_in;
+            self.inherited = (0..CACHE_REGS)
+                .filter(|&k| self.regs[k].is_some())
+                .fold(0, |m, k| m | 1 << k);
+            // A loop head relies on its parameters' registers at once: every jump into
+            // it puts them there, the loop's back edges too, whichever later block of the
+            // loop reads them first (a jump copied before that read would not).
+            if self.blocks[b as usize].head {
+                let (at, n) = self.blocks[b as usize].params;
+                for k in 0..CACHE_REGS {
+                    let param = self.params[at as usize..(at + n) as usize].iter().any(
+                        |&p| matches!((p, self.regs[k]), (SVal::Slot(x, _), Some(w)) if x == w),
+                    );
+                    if param && self.may_use(k) {
+                        self.use_inherited(k);
+                    }
+                }
+            }
         }
     }
 
-    /// Records that the current block reads its `acc_in` from the accumulator, and so do
-    /// the blocks that fell into it holding the same word.
-    fn use_inherited_acc(&mut self) {
-        let mut b = self.current.filter(|_| self.acc_inherited);
+    /// Loads the parameters of loop head `b`, about to be placed where the code before
+    /// falls into it, into the cache registers that hold none of them (as many as there
+    /// are registers): `b` inherits them, its code reads them there, and the jumps back
+    /// into it put the new values there (see `establish`), most often from the registers
+    /// they were made in, so that a value carried around the loop stays in registers.
+    fn prefetch(&mut self, b: u32) {
+        let (at, n) = self.blocks[b as usize].params;
+        for p in at..at + n {
+            let SVal::Slot(w, t) = self.params[p as usize] else {
+                continue;
+            };
+            // (Not a word of an array in the frame: stores through its address would not
+            // reach the register.)
+            let in_array = self
+                .frame_arrays
+                .iter()
+                .any(|&(_, first, _, len)| (first..first + len).contains(&w));
+            if t == Scalar::F64 || in_array || self.jump_acc.contains(&Some(w)) {
+                continue;
+            }
+            // A register holding no parameter of `b`, empty ones first.
+            let params = &self.params[at as usize..(at + n) as usize];
+            let holds_param = |r: Option<u32>| {
+                r.is_some_and(|r| {
+                    params
+                        .iter()
+                        .any(|&q| matches!(q, SVal::Slot(x, _) if x == r))
+                })
+            };
+            let Some(k) = (0..CACHE_REGS)
+                .filter(|&k| !holds_param(self.jump_acc[k]))
+                .min_by_key(|&k| self.jump_acc[k].is_some())
+            else {
+                return;
+            };
+            self.note_read(w);
+            self.emit(
+                &Key::Reload(k as u8),
+                &[8 * u64::from(w)],
+                &[],
+                SrcLoc::default(),
+                Extra::None,
+                &[None],
+            );
+            self.jump_acc[k] = Some(w);
+            self.jump_inherited[k] = None;
+        }
+    }
+
+    /// Records that the current block reads its `acc_in` of register `k` from the
+    /// register, and so do the blocks that fell into it holding the same word there.
+    fn use_inherited(&mut self, k: usize) {
+        let mut b = self.current.filter(|_| self.inherited & 1 << k != 0);
         while let Some(x) = b {
             let info = &mut self.blocks[x as usize];
-            if info.acc_used {
+            if info.acc_used & 1 << k != 0 {
                 break;
             }
-            info.acc_used = true;
-            b = info.acc_from;
+            info.acc_used |= 1 << k;
+            b = info.acc_from[k];
         }
     }
 
-    /// Counts a jump to `b` (to the block it stands for).
-    fn enter(&mut self, b: u32) {
-        let r = self.resolve(b) as usize;
-        self.blocks[r].entries += 1;
+    /// Whether cache register `k` may be read here: unless it still holds what the
+    /// current block inherited, or the blocks that block inherited it from (`acc_from`)
+    /// already read it, no jump into any of them was copied since it was placed (such a
+    /// jump put nothing in the register).
+    fn may_use(&self, k: usize) -> bool {
+        let mut b = self.current.filter(|_| self.inherited & 1 << k != 0);
+        while let Some(x) = b {
+            let info = &self.blocks[x as usize];
+            if info.acc_used & 1 << k != 0 {
+                return true;
+            }
+            if info.entries > info.placed_entries {
+                return false;
+            }
+            b = info.acc_from[k];
+        }
+        true
     }
 
-    /// The word a jump to `b` must leave in the accumulator, if `b`'s code reads it there.
-    fn acc_for(&self, b: u32) -> Option<u32> {
+    /// A register holding word `w` here that may be read, if any (read now: see
+    /// `use_inherited`).
+    fn reg_of(&mut self, w: u32) -> Option<usize> {
+        let k = (0..CACHE_REGS).find(|&k| self.regs[k] == Some(w) && self.may_use(k))?;
+        self.use_inherited(k);
+        self.reg_age[k] = self.seq;
+        self.read_here |= 1 << k;
+        Some(k)
+    }
+
+    /// Register `k` now holds word `w` (no longer what it held on entry).
+    fn hold(&mut self, k: usize, w: Option<u32>) {
+        self.regs[k] = w;
+        self.reg_age[k] = self.seq;
+        self.inherited &= !(1 << k);
+        self.temps &= !(1 << k);
+        self.read_here &= !(1 << k);
+    }
+
+    /// The register the next result goes to: a free one, else the least recently used
+    /// of those read here already, else the least recently used.
+    fn free_reg(&self) -> usize {
+        (0..CACHE_REGS)
+            .min_by_key(|&k| {
+                let unread = self.read_here & 1 << k == 0;
+                (self.regs[k].is_some(), unread, self.reg_age[k])
+            })
+            .unwrap_or(0)
+    }
+
+    /// Counts a jump to `b` (to the block it stands for); `known`: the cache registers
+    /// hold what `regs` says where it jumps.
+    fn enter(&mut self, b: u32, known: bool) {
+        let r = self.resolve(b) as usize;
+        let info = &mut self.blocks[r];
+        info.entries += 1;
+        if info.entries == 1 && info.at.is_none() && known {
+            let mut from = [None; CACHE_REGS];
+            for (k, f) in from.iter_mut().enumerate() {
+                *f = self.current.filter(|_| self.inherited & 1 << k != 0);
+            }
+            info.first_in = Some((self.regs, from));
+        }
+    }
+
+    /// The words a jump to `b` must leave in the cache registers, where `b`'s code reads
+    /// them there.
+    fn acc_for(&self, b: u32) -> Regs {
         let info = &self.blocks[self.resolve(b) as usize];
-        info.acc_in.filter(|_| info.acc_used)
+        let mut r = info.acc_in;
+        for (k, w) in r.iter_mut().enumerate() {
+            if info.acc_used & 1 << k == 0 {
+                *w = None;
+            }
+        }
+        r
+    }
+
+    /// Whether a jump to `b` must leave words in cache registers.
+    fn needs_regs(&self, b: u32) -> bool {
+        self.acc_for(b).iter().any(Option::is_some)
     }
 
     /// The block `b` stands for (itself unless it only jumps on).
@@ -2215,12 +2400,7 @@ impl<'a> StencilEmitter<'a> {
         let (Some(at), end) = (info.at, self.code.len() as u32) else {
             return;
         };
-        if info.acc_in.is_none()
-            && end > at
-            && end - at <= COPY_LIMIT
-            && counts[1] > start[1]
-            && counts[3..] == start[3..]
-        {
+        if end > at && end - at <= COPY_LIMIT && counts[1] > start[1] && counts[3..] == start[3..] {
             self.blocks[c as usize].copy = Some(Copyable {
                 end,
                 falls: falls.then_some(next),
@@ -2252,7 +2432,7 @@ impl<'a> StencilEmitter<'a> {
         for k in cp.fixups.0..cp.fixups.1 {
             let (p, t) = self.fixups[k as usize];
             self.fixups.push((p - at + base, t));
-            self.enter(t);
+            self.enter(t, false);
         }
         for k in cp.locals.0..cp.locals.1 {
             let (p, t) = self.locals[k as usize];
@@ -2275,8 +2455,8 @@ impl<'a> StencilEmitter<'a> {
                         .last()
                         .is_some_and(|&(p, _)| p as usize + 4 == n);
                 self.last_jump = jumps.then_some(n as u32 - 5);
-                self.jump_acc = None;
-                self.jump_inherited = None;
+                self.jump_acc = [None; CACHE_REGS];
+                self.jump_inherited = [None; CACHE_REGS];
             }
         }
     }
@@ -2295,7 +2475,11 @@ impl<'a> StencilEmitter<'a> {
     fn raw_jump(&mut self, b: u32) {
         let r = self.resolve(b);
         match self.blocks[r as usize].copy {
-            Some(cp) if self.current != Some(r) && self.closes_loop(cp) => self.copy_block(r, cp),
+            Some(cp) if self.current != Some(r) && self.closes_loop(cp) => {
+                // The copy reads what the block reads from cache registers on entry.
+                self.establish(r);
+                self.copy_block(r, cp)
+            }
             _ => self.jump_to(b),
         }
     }
@@ -2314,40 +2498,115 @@ impl<'a> StencilEmitter<'a> {
 
     /// A raw `jmp rel32` to block `b`.
     fn jump_to(&mut self, b: u32) {
-        if let Some(w) = self.acc_for(b) {
-            if self.acc == Some(w) {
-                // The word is there: if only because this block inherited it, the jump
-                // reads it, and jumps into this block must load it first.
-                self.use_inherited_acc();
-            } else {
-                self.note_read(w);
-                self.emit(
-                    &Key::Reload(0),
-                    &[8 * u64::from(w)],
-                    &[],
-                    SrcLoc::default(),
-                    Extra::None,
-                    &[None],
-                );
-                self.acc = Some(w);
-                self.acc_inherited = false;
-            }
-        }
+        self.establish(b);
         self.last_cmp = None;
         let at = self.code.len() as u32;
         self.code.extend_from_slice(&[0xe9, 0, 0, 0, 0]);
         self.fixups.push((at + 1, b));
-        self.enter(b);
+        self.enter(b, true);
         self.last_jump = Some(at);
-        self.jump_acc = self.acc;
-        self.jump_inherited = self.current.filter(|_| self.acc_inherited);
+        self.jump_acc = self.regs;
+        for k in 0..CACHE_REGS {
+            self.jump_inherited[k] = self.current.filter(|_| self.inherited & 1 << k != 0);
+        }
         self.forget_accs();
     }
 
+    /// Puts the words block `b`'s code reads from cache registers on entry there (a
+    /// parallel move: from the register holding a word, else from its frame word).
+    fn establish(&mut self, b: u32) {
+        let need = self.acc_for(b);
+        let mut pending: smallvec::SmallVec<[(usize, u32); CACHE_REGS]> = smallvec::SmallVec::new();
+        for (k, w) in need.iter().enumerate() {
+            match *w {
+                // The word is there: if only because this block inherited it, the jump
+                // reads it, and jumps into this block must put it there first.
+                Some(w) if self.regs[k] == Some(w) && self.may_use(k) => self.use_inherited(k),
+                Some(w) => pending.push((k, w)),
+                None => {}
+            }
+        }
+        while !pending.is_empty() {
+            // A move whose destination holds no word another move still needs (or holds
+            // one another register holds too).
+            let i = (0..pending.len()).find(|&i| self.clobberable(pending[i].0, &pending));
+            let Some(i) = i else {
+                // A cycle (registers swapping words): the first destination's word is
+                // saved in a register `b` does not read on entry, else that move loads
+                // its word from the frame.
+                let (k, w) = pending[0];
+                let spare =
+                    (0..CACHE_REGS).find(|&t| need[t].is_none() && self.clobberable(t, &pending));
+                match spare {
+                    Some(t) if self.may_use(k) => {
+                        self.use_inherited(k);
+                        self.xfer(k, t);
+                        self.hold(t, self.regs[k]);
+                    }
+                    _ => {
+                        pending.remove(0);
+                        self.reload(k, w);
+                    }
+                }
+                continue;
+            };
+            let (k, w) = pending.remove(i);
+            let from =
+                (0..CACHE_REGS).find(|&j| j != k && self.regs[j] == Some(w) && self.may_use(j));
+            match from {
+                Some(j) => {
+                    self.use_inherited(j);
+                    self.xfer(j, k);
+                    self.hold(k, Some(w));
+                }
+                None => self.reload(k, w),
+            }
+        }
+    }
+
+    /// Whether register `k` may be overwritten while the `pending` moves are still to
+    /// be made: no other of them needs its word, or a register that may be read holds
+    /// that word too.
+    fn clobberable(&self, k: usize, pending: &[(usize, u32)]) -> bool {
+        let Some(x) = self.regs[k] else {
+            return true;
+        };
+        !pending.iter().any(|&(j, w)| j != k && w == x)
+            || (0..CACHE_REGS).any(|j| j != k && self.regs[j] == Some(x) && self.may_use(j))
+    }
+
+    /// Register `j` copied into register `k` (the caller says what `k` holds now).
+    fn xfer(&mut self, j: usize, k: usize) {
+        self.emit(
+            &Key::Xfer(j as u8, k as u8),
+            &[],
+            &[],
+            SrcLoc::default(),
+            Extra::None,
+            &[None],
+        );
+    }
+
+    /// Word `w` loaded into register `k` from its frame word.
+    fn reload(&mut self, k: usize, w: u32) {
+        self.note_read(w);
+        self.emit(
+            &Key::Reload(k as u8),
+            &[8 * u64::from(w)],
+            &[],
+            SrcLoc::default(),
+            Extra::None,
+            &[None],
+        );
+        self.hold(k, Some(w));
+    }
+
     fn forget_accs(&mut self) {
-        self.acc = None;
+        self.regs = [None; CACHE_REGS];
         self.facc = None;
-        self.acc_inherited = false;
+        self.inherited = 0;
+        self.temps = 0;
+        self.read_here = 0;
     }
 
     /// Pins the frame words of `v` (see `pinned`).
@@ -2589,8 +2848,17 @@ impl<'a> StencilEmitter<'a> {
             self.also.resize(s as usize + 1, u32::MAX);
         }
         self.also[s as usize] = d;
-        if self.acc == Some(s) {
-            self.acc = Some(d);
+        // The registers holding `s` hold `d` now; one still holding the old value of `d`
+        // holds nothing known.
+        for k in 0..CACHE_REGS {
+            if self.regs[k] == Some(d) {
+                self.hold(k, None);
+            }
+        }
+        for r in &mut self.regs {
+            if *r == Some(s) {
+                *r = Some(d);
+            }
         }
         if self.facc == Some(s) {
             self.facc = Some(d);
@@ -2670,7 +2938,7 @@ impl<'a> StencilEmitter<'a> {
         };
         if let Some((jcc, _, b)) = cut {
             self.fixups.push((base as u32 + jcc, b));
-            self.enter(b);
+            self.enter(b, true);
         }
         let end = (base + len) as u32;
         let site = match extra {
@@ -2751,9 +3019,11 @@ impl<'a> StencilEmitter<'a> {
         }
         self.seq += 1;
         let written = |a: Option<u32>| a.is_some_and(|a| res.contains(&(8 * u64::from(a))));
-        if written(self.acc) {
-            self.acc = None;
-            self.acc_inherited = false;
+        for k in 0..CACHE_REGS {
+            if written(self.regs[k]) {
+                self.regs[k] = None;
+                self.inherited &= !(1 << k);
+            }
         }
         if written(self.facc) {
             self.facc = None;
@@ -2766,7 +3036,7 @@ impl<'a> StencilEmitter<'a> {
             match conts.get(k as usize) {
                 Some(Some(b)) => {
                     self.fixups.push((at, *b));
-                    self.enter(*b);
+                    self.enter(*b, true);
                 }
                 Some(None) => {
                     let rel = i64::from(end) - (i64::from(at) + 4);
@@ -2859,9 +3129,8 @@ impl<'a> StencilEmitter<'a> {
             let (a, r) = (8 * u64::from(src), 8 * u64::from(dst));
             // From the accumulator when it holds the word (frame words are written whole,
             // and it holds them widened to 64 bits).
-            let (key, args): (Key, &[u64]) = if self.acc == Some(src) {
-                self.use_inherited_acc();
-                (Key::Spill(0), &[])
+            let (key, args): (Key, &[u64]) = if let Some(k) = self.reg_of(src) {
+                (Key::Spill(k as u8), &[])
             } else {
                 (Key::Move, &[a])
             };
@@ -2908,10 +3177,15 @@ impl<'a> StencilEmitter<'a> {
                 self.note_read(s);
                 return Form::Acc(Scalar::F64);
             }
-            SVal::Slot(s, t) if t != Scalar::F64 && !used.words_only && self.acc == Some(s) => {
-                self.use_inherited_acc();
-                self.note_read(s);
-                return Form::Acc(t);
+            SVal::Slot(s, t) if t != Scalar::F64 && !used.words_only => {
+                if let Some(k) = self.reg_of(s) {
+                    self.note_read(s);
+                    return match k {
+                        0 => Form::Acc(t),
+                        k => Form::Reg(t, k as u8),
+                    };
+                }
+                v
             }
             SVal::Imm(bits, s) if imm && !used.consts => {
                 let wide = bits >= 1 << 31;
@@ -2967,11 +3241,16 @@ impl<'a> StencilEmitter<'a> {
         // (Nor when `dest` reads the accumulator on entry: jumps here must load it.)
         if let Some((b, at, false)) = self.empty {
             let target = self.resolve(dest);
-            if at as usize == self.code.len() && target != b && self.acc_for(target).is_none() {
+            if at as usize == self.code.len() && target != b && !self.needs_regs(target) {
                 let entries = self.blocks[b as usize].entries;
                 self.blocks[b as usize].alias = Some(target);
                 self.blocks[b as usize].at = None;
-                self.blocks[target as usize].entries += entries;
+                // Its one entry, if it had one, jumps to `dest` now: with what the
+                // registers held there, if `dest` had none.
+                let first = self.blocks[b as usize].first_in.filter(|_| entries == 1);
+                let t = &mut self.blocks[target as usize];
+                t.first_in = if t.entries == 0 { first } else { None };
+                t.entries += entries;
                 self.empty = None;
                 return;
             }
@@ -3150,9 +3429,8 @@ impl<'a> StencilEmitter<'a> {
         self.frame_holes.truncate(lc.frame_holes);
         self.copies = lc.copies;
         self.insts = lc.insts;
-        // The result never reaches the accumulator now.
-        self.acc = None;
-        self.acc_inherited = false;
+        // The result never reaches its register now.
+        self.hold(lc.dst, None);
         Some((key, lc.words))
     }
 
@@ -3161,7 +3439,7 @@ impl<'a> StencilEmitter<'a> {
     fn edge(&mut self, b: u32, args: &[SVal], pending: &mut Pending) -> u32 {
         // (A block that reads the accumulator on entry is entered through a jump, which
         // loads it.)
-        if args.is_empty() && self.acc_for(b).is_none() {
+        if args.is_empty() && !self.needs_regs(b) {
             return b;
         }
         let t = self.new_block((0, 0));
@@ -3213,6 +3491,10 @@ impl Backend for StencilEmitter<'_> {
 
     fn block_index(b: u32) -> usize {
         b as usize
+    }
+
+    fn loop_head(&mut self, b: u32) {
+        self.blocks[b as usize].head = true;
     }
 
     fn create_block(&mut self, params: &[Type]) -> u32 {
@@ -3352,12 +3634,26 @@ impl Backend for StencilEmitter<'_> {
             }
             _ => None,
         };
+        // A scalar result is left in a cache register too (an `f64` in its own): one
+        // holding a result this one reads, else a free one, else the least recently used.
+        let temp = forms.iter().rev().find_map(|&f| {
+            let k = match f {
+                Form::Acc(t) if t != Scalar::F64 => 0,
+                Form::Reg(_, k) => usize::from(k),
+                _ => return None,
+            };
+            (self.temps & 1 << k != 0).then_some(k)
+        });
+        let dst = match result {
+            Some(SVal::Slot(_, t)) if t != Scalar::F64 => temp.unwrap_or_else(|| self.free_reg()),
+            _ => 0,
+        };
         self.emit(
             &Key::Op {
                 op,
                 forms,
                 callee,
-                dst: 0,
+                dst: dst as u8,
             },
             &words,
             res,
@@ -3372,6 +3668,7 @@ impl Backend for StencilEmitter<'_> {
                 forms,
                 words,
                 res,
+                dst,
                 start,
                 end: self.code.len(),
                 fixups,
@@ -3380,12 +3677,11 @@ impl Backend for StencilEmitter<'_> {
                 insts,
             });
         }
-        // A scalar result is left in an accumulator too.
         match result {
             Some(SVal::Slot(s, Scalar::F64)) => self.facc = Some(s),
             Some(SVal::Slot(s, _)) => {
-                self.acc = Some(s);
-                self.acc_inherited = false;
+                self.hold(dst, Some(s));
+                self.temps |= 1 << dst;
             }
             _ => {}
         }
@@ -3807,6 +4103,71 @@ mod tests {
         int || float
     }
 
+    /// The loads of frame word `w` (`mov disp32(%rsi), r64`).
+    fn loads_of(code: &[u8], w: u32) -> usize {
+        let disp = (8 * w).to_le_bytes();
+        code.windows(7)
+            .filter(|c| {
+                c[0] & 0xfb == 0x48 && c[1] == 0x8b && c[2] & 0xc7 == 0x86 && c[3..] == disp
+            })
+            .count()
+    }
+
+    /// `i = 0; acc = 0; while i < n { acc = acc + i * 3; i = i + 1 }; ret acc`, its head
+    /// told a loop head (or not): its code, and the frame words of `i` and `acc`.
+    fn counted_loop(lib: &StencilLib, hint: bool) -> (Vec<u8>, u32, u32) {
+        use crate::ops::CmpOp;
+        let mut services = NoServices;
+        let (t, t3) = ([Type::I64], [Type::I64; 3]);
+        let mut em = StencilEmitter::new(lib, &mut services, false, &[], &t);
+        let [entry, head, body, exit] = [&t[..], &t3, &t3, &t3].map(|p| em.create_block(p));
+        if hint {
+            em.loop_head(head);
+        }
+        let loc = SrcLoc::default();
+        let int = |em: &mut StencilEmitter, v: u64| em.constant(Const::Int(Scalar::I64, v));
+        em.switch_to_block(entry);
+        let n = params(&mut em, entry, &t)[0];
+        let zero = int(&mut em, 0);
+        em.jump(head, &[n, zero, zero]);
+        em.switch_to_block(head);
+        let h = params(&mut em, head, &t3);
+        let c = em.op(&TOp::Cmp(CmpOp::Lt), &[h[1], h[0]], &t3, loc);
+        em.brif(c.expect("a result"), (body, &h), (exit, &h));
+        em.switch_to_block(body);
+        let v = params(&mut em, body, &t3);
+        let (three, one) = (int(&mut em, 3), int(&mut em, 1));
+        let (add, mul) = (TOp::Binary(BinaryOp::Add), TOp::Binary(BinaryOp::Mul));
+        let m = em.op(&mul, &[v[1], three], &t3, loc).expect("a result");
+        let acc = em.op(&add, &[v[2], m], &t3, loc).expect("a result");
+        let i = em.op(&add, &[v[1], one], &t3, loc).expect("a result");
+        em.jump(head, &[v[0], i, acc]);
+        em.switch_to_block(exit);
+        let x = params(&mut em, exit, &t3);
+        em.ret(Some(x[2]));
+        let [SVal::Slot(wi, _), SVal::Slot(wacc, _)] =
+            [em.params_of(head)[1], em.params_of(head)[2]]
+        else {
+            panic!("the head's parameters are frame words")
+        };
+        (em.finish(entry).expect("stitched").0, wi, wacc)
+    }
+
+    /// A loop head's parameters are loaded into cache registers before the loop, and the
+    /// values carried around it stay there: `i` is loaded once, before the loop, `acc`
+    /// before the loop and where it is returned, not in the loop. Untold that the head
+    /// heads a loop, the loop loads both.
+    #[test]
+    fn a_loops_carried_values_stay_in_cache_registers() {
+        let lib = StencilLib::new(test_isa());
+        let (code, i, acc) = counted_loop(&lib, true);
+        assert_eq!(loads_of(&code, i), 1, "{code:x?}");
+        assert!(loads_of(&code, acc) <= 2, "{code:x?}");
+        let (code, i, acc) = counted_loop(&lib, false);
+        assert!(loads_of(&code, i) >= 2, "{code:x?}");
+        assert!(loads_of(&code, acc) >= 2, "{code:x?}");
+    }
+
     /// A unit of `x` of type `s`: `y = x + 1`, `z = y + 5`, then `ret z`, or (`reuse`)
     /// `ret z + y`; its code and `y`'s frame word.
     fn sums(lib: &StencilLib, s: Scalar, reuse: bool) -> (Vec<u8>, u32) {
@@ -3825,8 +4186,15 @@ mod tests {
         let loc = SrcLoc::default();
         let y = em.op(&add, &[x, one], &[i, i], loc).expect("a result");
         let z = em.op(&add, &[y, five], &[i, i], loc).expect("a result");
+        // Reused after three more results: four cache registers no longer hold `y`.
         let r = match reuse {
-            true => em.op(&add, &[z, y], &[i, i], loc).expect("a result"),
+            true => {
+                let mut r = z;
+                for _ in 0..3 {
+                    r = em.op(&add, &[r, five], &[i, i], loc).expect("a result");
+                }
+                em.op(&add, &[r, y], &[i, i], loc).expect("a result")
+            }
             false => z,
         };
         em.ret(Some(r));
@@ -3838,7 +4206,7 @@ mod tests {
 
     /// A result that only the next operation reads, from the accumulator, is not stored:
     /// its store is removed, leaving no `nop` (it ended its copy). One read from its
-    /// frame word keeps the store. The same for `f64` results, which are stored from
+    /// frame word (once the cache registers hold other words) keeps the store. The same for `f64` results, which are stored from
     /// their own register (in either encoding, SSE or VEX).
     #[test]
     fn results_read_only_from_the_accumulator_are_not_stored() {
@@ -3869,11 +4237,7 @@ mod tests {
             assert_eq!(nops(&code), 0, "{s:?}: y and z are not stored: {code:x?}");
             let (code, y) = sums(&lib, s, true);
             assert!(stores_to(&code, y), "{s:?}: {code:x?}");
-            assert_eq!(
-                nops(&code),
-                0,
-                "{s:?}: z and z + y are not stored: {code:x?}"
-            );
+            assert_eq!(nops(&code), 0, "{s:?}: only y is stored: {code:x?}");
         }
     }
 

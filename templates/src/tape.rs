@@ -85,6 +85,9 @@ pub struct Tape {
     runs: Vec<Run>,
     ins: Vec<u32>,
     follows: Vec<bool>,
+    /// Per block, [`FILLED`] once the recording switched to it, and [`HEAD`] once an edge
+    /// recorded after that entered it (it heads a loop: see [`Emitter::loop_head`]).
+    marks: Vec<u8>,
     values: u32,
     /// The run of `types` last recorded for a parameter list at an address (executors pass
     /// a program's own lists): copies of one block share their list, so a replay passes
@@ -143,6 +146,9 @@ impl<V: 'static, B: 'static> Buffers<V, B> {
     }
 }
 
+const FILLED: u8 = 1;
+const HEAD: u8 = 2;
+
 /// Why a replay stopped: the emitter did not make a value where the recording did.
 #[derive(Debug)]
 pub struct ReplayError(pub String);
@@ -156,6 +162,7 @@ impl Tape {
         self.cases.clear();
         self.ins.clear();
         self.follows.clear();
+        self.marks.clear();
         self.runs.clear();
         self.values = 0;
         self.lists.clear();
@@ -167,6 +174,7 @@ impl Tape {
         self.calls.push(Call::CreateBlock(run));
         self.ins.push(0);
         self.follows.push(false);
+        self.marks.push(0);
         self.runs.push(run);
         self.runs.len() as u32 - 1
     }
@@ -211,6 +219,11 @@ impl Tape {
     fn enter(&mut self, b: u32) {
         if let Some(n) = self.ins.get_mut(b as usize) {
             *n += 1;
+        }
+        if let Some(m) = self.marks.get_mut(b as usize) {
+            if *m & FILLED != 0 {
+                *m |= HEAD;
+            }
         }
     }
 
@@ -465,6 +478,9 @@ impl Tape {
                             _ => em.create_block(types),
                         };
                         like[slot] = Some(((*s, *n), b));
+                        if self.marks.get(blocks.len()).is_some_and(|m| m & HEAD != 0) {
+                            em.loop_head(b);
+                        }
                         b
                     }));
                 }
@@ -614,6 +630,9 @@ impl Emitter for Tape {
     }
 
     fn switch_to_block(&mut self, b: u32) {
+        if let Some(m) = self.marks.get_mut(b as usize) {
+            *m |= FILLED;
+        }
         self.calls.push(Call::SwitchTo(b));
     }
 

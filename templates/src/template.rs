@@ -101,6 +101,12 @@ pub trait Emitter {
     fn notes_copies(&self) -> bool {
         false
     }
+    /// Told, before `b` is filled, that a jump from a block filled after it enters it: `b`
+    /// heads a loop. Only a replay knows this ahead ([`crate::tape::Tape::replay`]); a
+    /// hint, emitters need not care.
+    fn loop_head(&mut self, b: Self::Block) {
+        let _ = b;
+    }
     /// Appends the parameters of `b` to `out`.
     fn block_params(&mut self, b: Self::Block, out: &mut Vec<Self::Value>);
     fn switch_to_block(&mut self, b: Self::Block);
