@@ -6,8 +6,16 @@
 //! unit's prologue through `dyc_frame` when it needs more); a
 //! stencil reads its operands from frame words, writes its result to one, and continues
 //! with the next stencil. A stencil is a Cranelift function in the `tail` convention,
-//! `(ctx, frame) -> (value, value2, status)`, that ends in a tail call of a colocated name
-//! (`jmp rel32`, an `X86CallPCRel4` relocation): its **continuation**. Copied stencils are
+//! `(ctx, frame, acc, facc, r1, r2, r3) -> (value, value2, status)`, that ends in a tail
+//! call of a colocated name (`jmp rel32`, an `X86CallPCRel4` relocation): its
+//! **continuation**, to which it passes the **cache registers** on (`acc`, `r1` to `r3`:
+//! `rdx`, `rcx`, `r8`, `r9`; `facc`, `xmm0`, for `f64`) unchanged, but the one its result
+//! is left in. The emitter knows which frame word each register holds a copy of, reads an
+//! operand from the register instead of its word, and carries what they hold into a block
+//! entered by falling through or by one jump; a loop head (told by the replay) has its
+//! parameters loaded into registers before the loop, and the loop's back edges put the
+//! new values there, so a value carried around a loop stays in a register (see
+//! `StencilEmitter::establish`). Copied stencils are
 //! chained by patching those displacements; a stencil whose code ends with the jump to the
 //! next one copied loses those five bytes and falls through, and a block whose only code
 //! would be a jump moving nothing gets none (jumps to it go where it leads; see
@@ -919,8 +927,8 @@ fn build(
                 Some((rem, x, t, s)) => Some(CVal::Val(pow2_divide(&mut em.b, x, t, s, rem), t)),
                 None => em.op(op, &args, &tys, SrcLoc::default()),
             };
-            // A scalar result goes to its frame word and to the accumulator; otherwise
-            // the accumulator is passed on.
+            // A scalar result goes to its frame word and to register `dst` (an `f64` to
+            // its own); the other registers are passed on.
             let dst = match key {
                 Key::Op { dst, .. } => *dst,
                 _ => 0,
@@ -2177,9 +2185,9 @@ impl<'a> StencilEmitter<'a> {
         let info = &mut self.blocks[b as usize];
         info.at = Some(self.code.len() as u32);
         info.fixed = true;
-        // Jumps from elsewhere may enter here: what the accumulators hold is known only
+        // Jumps from elsewhere may enter here: what the cache registers hold is known only
         // when the code before falls in and nothing else has jumped here yet (a later
-        // jump here loads the word first, see `raw_jump`).
+        // jump here puts the words there first, see `establish`).
         // So is it when the block's only entry so far is a jump from code whose registers
         // were known there.
         let inherit = falls && info.entries == 0;
@@ -2381,8 +2389,8 @@ impl<'a> StencilEmitter<'a> {
     /// it (and falling into it if `falls`), and whether a jump to it may copy it instead
     /// (see `copy_block`): at most [`COPY_LIMIT`] bytes that jump somewhere, with no cold
     /// part, no result store (nothing for `drop_dead_stores` and `retarget` to find
-    /// twice), no frame-size hole, and not reading what the accumulator held on entry
-    /// (so its code does the same wherever it runs).
+    /// twice) and no frame-size hole (a jump copying it puts the words its code reads from
+    /// cache registers on entry there first, as a jump to it would).
     fn complete(&mut self, next: u32, falls: bool) {
         let counts = [
             self.insts as u32,
@@ -2420,8 +2428,8 @@ impl<'a> StencilEmitter<'a> {
     /// the body of a loop ends in the test and a conditional jump back to itself, one
     /// taken jump an iteration where there were two (the body's jump to the test, and
     /// the test's to the body). Sound because the block's code is all that a jump to it
-    /// runs before reaching one of those jumps or the block it falls into, and it reads
-    /// nothing the code before it left in the accumulator.
+    /// runs before reaching one of those jumps or the block it falls into, and the
+    /// registers it reads on entry hold what it reads there (see `raw_jump`).
     fn copy_block(&mut self, h: u32, cp: Copyable) {
         let Some(at) = self.blocks[h as usize].at else {
             return self.jump_to(h);
@@ -2636,9 +2644,9 @@ impl<'a> StencilEmitter<'a> {
         self.loaded[w..end].fill(true);
     }
 
-    /// **Dead stores.** An operation's stencil leaves its result in the accumulator and
+    /// **Dead stores.** An operation's stencil leaves its result in a cache register and
     /// stores it into its frame word; when no stencil copied into the unit loads that
-    /// word (the result was used only from the accumulator, or not at all), the store is
+    /// word (the result was used only from registers, or not at all), the store is
     /// dead, and becomes a `nop` of the same length (removed by `compact` when it ends
     /// its copy, as it mostly does; see there). Only the forms
     /// a result store takes are rewritten, recognized by their bytes: `mov r64,
@@ -3127,8 +3135,8 @@ impl<'a> StencilEmitter<'a> {
         if src != dst {
             self.note_read(src);
             let (a, r) = (8 * u64::from(src), 8 * u64::from(dst));
-            // From the accumulator when it holds the word (frame words are written whole,
-            // and it holds them widened to 64 bits).
+            // From a cache register that holds the word (frame words are written whole, and
+            // registers hold them widened to 64 bits).
             let (key, args): (Key, &[u64]) = if let Some(k) = self.reg_of(src) {
                 (Key::Spill(k as u8), &[])
             } else {
@@ -3166,8 +3174,8 @@ impl<'a> StencilEmitter<'a> {
     /// At most one operand of a stencil is a constant (`used` says whether one is
     /// already): Cranelift would fold an operation between two constants (a bounds check
     /// of a constant index against a constant length) the same way for both sets of
-    /// magic values, and the stencil would be wrong for the values patched in. The value
-    /// the accumulator holds is taken from it (it has no word), by every operand that
+    /// magic values, and the stencil would be wrong for the values patched in. A value a
+    /// cache register holds is taken from it (it has no word), by every operand that
     /// reads it: a square reads its operand from the register, not once from the register
     /// and once from a frame word just stored (a store-to-load round trip in a chain of
     /// squares).
@@ -3238,7 +3246,7 @@ impl<'a> StencilEmitter<'a> {
         // A block with no code that moves nothing stands for `dest` (jump threading): jumps
         // to it are patched to go to `dest`'s code, and it gets none.
         // (Not a block the code before falls into: that needs the jump.)
-        // (Nor when `dest` reads the accumulator on entry: jumps here must load it.)
+        // (Nor when `dest` reads cache registers on entry: jumps here must fill them.)
         if let Some((b, at, false)) = self.empty {
             let target = self.resolve(dest);
             if at as usize == self.code.len() && target != b && !self.needs_regs(target) {
@@ -3437,8 +3445,8 @@ impl<'a> StencilEmitter<'a> {
     /// The target of an edge: `b` itself when no arguments need passing, else a fresh
     /// block that passes them (placed by `edges`).
     fn edge(&mut self, b: u32, args: &[SVal], pending: &mut Pending) -> u32 {
-        // (A block that reads the accumulator on entry is entered through a jump, which
-        // loads it.)
+        // (A block that reads cache registers on entry is entered through a jump, which
+        // fills them.)
         if args.is_empty() && !self.needs_regs(b) {
             return b;
         }
