@@ -2265,15 +2265,8 @@ impl<'a> StencilEmitter<'a> {
             else {
                 return;
             };
-            self.note_read(w);
-            self.emit(
-                &Key::Reload(k as u8),
-                &[8 * u64::from(w)],
-                &[],
-                SrcLoc::default(),
-                Extra::None,
-                &[None],
-            );
+            // (What `reload` says the registers hold is forgotten when `b` is placed.)
+            self.reload(k, w);
             self.jump_acc[k] = Some(w);
             self.jump_inherited[k] = None;
         }
