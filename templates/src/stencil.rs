@@ -4169,6 +4169,55 @@ mod tests {
         assert!(loads_of(&code, acc) >= 2, "{code:x?}");
     }
 
+    /// A register taken through a block that was jumped into since it was placed is not
+    /// read: `e(x)` makes `y = x + 1` in a register and falls into `h(y, 0)`, which tests
+    /// only its second parameter, `c` jumps back into `h` (putting nothing in a register:
+    /// `h` read none), and `b(p)`, entered from `h`'s branch and placed after `c`, must
+    /// load `p` (that is, `y`) from its frame word, which stays stored. (Reading the
+    /// register, `b` would read what the last pass through `c` left there.)
+    #[test]
+    fn a_register_taken_through_a_block_jumped_into_since_is_not_read() {
+        use crate::ops::CmpOp;
+        let lib = StencilLib::new(test_isa());
+        let mut services = NoServices;
+        let (t, t1, t2) = ([Type::I64], [Type::I64], [Type::I64; 2]);
+        let mut em = StencilEmitter::new(&lib, &mut services, false, &[], &t);
+        let [e, h, c, b] = [&t[..], &t2, &t2, &t1].map(|p| em.create_block(p));
+        let loc = SrcLoc::default();
+        let add = TOp::Binary(BinaryOp::Add);
+        let int = |em: &mut StencilEmitter, v: u64| em.constant(Const::Int(Scalar::I64, v));
+        em.switch_to_block(e);
+        let x = params(&mut em, e, &t)[0];
+        let one = int(&mut em, 1);
+        let y = em.op(&add, &[x, one], &t2, loc).expect("a result");
+        let zero = int(&mut em, 0);
+        em.jump(h, &[y, zero]);
+        em.switch_to_block(h);
+        let pq = params(&mut em, h, &t2);
+        // (A result stored: `h`'s code is not copied into `c` as a loop's test, which
+        // would be a second entry into `b`.)
+        let two = int(&mut em, 2);
+        let q2 = em.op(&add, &[pq[1], two], &t2, loc).expect("a result");
+        let five = int(&mut em, 5);
+        let lt = em.op(&TOp::Cmp(CmpOp::Lt), &[q2, five], &t2, loc);
+        em.brif(lt.expect("a result"), (c, &pq), (b, &pq[..1]));
+        em.switch_to_block(c);
+        let pq = params(&mut em, c, &t2);
+        let one = int(&mut em, 1);
+        let q = em.op(&add, &[pq[1], one], &t2, loc).expect("a result");
+        em.jump(h, &[pq[0], q]);
+        em.switch_to_block(b);
+        let p = params(&mut em, b, &t1)[0];
+        let r = em.op(&add, &[p, one], &t2, loc).expect("a result");
+        em.ret(Some(r));
+        let SVal::Slot(w, _) = p else {
+            panic!("{p:?} is not in a frame word")
+        };
+        let code = em.finish(e).expect("stitched").0;
+        assert!(loads_of(&code, w) >= 1, "{code:x?}");
+        assert!(stores_to(&code, w), "{code:x?}");
+    }
+
     /// A unit of `x` of type `s`: `y = x + 1`, `z = y + 5`, then `ret z`, or (`reuse`)
     /// `ret z + y`; its code and `y`'s frame word.
     fn sums(lib: &StencilLib, s: Scalar, reuse: bool) -> (Vec<u8>, u32) {
