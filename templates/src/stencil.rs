@@ -1553,9 +1553,12 @@ struct LastCmp {
     op: TOp,
     forms: Forms,
     words: Words,
-    /// Its result's frame word, and the cache register it was left in.
+    /// Its result's frame word, and the cache register it was left in, with what the
+    /// emitter knew of that register before (its word, and its bits in `inherited` and
+    /// `temps`), true again once the copy is taken back.
     res: u32,
     dst: usize,
+    before: (Option<u32>, [bool; 3]),
     /// Where its code starts and ends, and the counts before it.
     start: usize,
     end: usize,
@@ -2243,11 +2246,7 @@ impl<'a> StencilEmitter<'a> {
             };
             // (Not a word of an array in the frame: stores through its address would not
             // reach the register.)
-            let in_array = self
-                .frame_arrays
-                .iter()
-                .any(|&(_, first, _, len)| (first..first + len).contains(&w));
-            if t == Scalar::F64 || in_array || self.jump_acc.contains(&Some(w)) {
+            if t == Scalar::F64 || self.in_frame_array(w) || self.jump_acc.contains(&Some(w)) {
                 continue;
             }
             // A register holding no parameter of `b`, empty ones first.
@@ -3130,13 +3129,41 @@ impl<'a> StencilEmitter<'a> {
             let (a, r) = (8 * u64::from(src), 8 * u64::from(dst));
             // From a cache register that holds the word (frame words are written whole, and
             // registers hold them widened to 64 bits).
-            let (key, args): (Key, &[u64]) = if let Some(k) = self.reg_of(src) {
-                (Key::Spill(k as u8), &[])
-            } else {
-                (Key::Move, &[a])
-            };
-            self.emit(&key, args, &[r], SrcLoc::default(), Extra::None, &[None]);
+            match self.reg_of(src) {
+                Some(k) => {
+                    self.emit(
+                        &Key::Spill(k as u8),
+                        &[],
+                        &[r],
+                        SrcLoc::default(),
+                        Extra::None,
+                        &[None],
+                    );
+                    // The register holds `dst` now (a jump's moves leave the words its
+                    // target reads, and their sources die with the block), unless `dst`
+                    // is an element of an array in the frame, which stores through its
+                    // address would not keep in step.
+                    if !self.in_frame_array(dst) {
+                        self.hold(k, Some(dst));
+                    }
+                }
+                None => self.emit(
+                    &Key::Move,
+                    &[a],
+                    &[r],
+                    SrcLoc::default(),
+                    Extra::None,
+                    &[None],
+                ),
+            }
         }
+    }
+
+    /// Whether frame word `w` is an element of an array in the frame.
+    fn in_frame_array(&self, w: u32) -> bool {
+        self.frame_arrays
+            .iter()
+            .any(|&(_, first, _, len)| (first..first + len).contains(&w))
     }
 
     /// `v` in frame words.
@@ -3430,8 +3457,16 @@ impl<'a> StencilEmitter<'a> {
         self.frame_holes.truncate(lc.frame_holes);
         self.copies = lc.copies;
         self.insts = lc.insts;
-        // The result never reaches its register now.
-        self.hold(lc.dst, None);
+        // The result never reaches its register now: it holds what it held before.
+        let (k, (w, [inherited, temp, read])) = (lc.dst, lc.before);
+        self.regs[k] = w;
+        for (mask, on) in [
+            (&mut self.inherited, inherited),
+            (&mut self.temps, temp),
+            (&mut self.read_here, read),
+        ] {
+            *mask = *mask & !(1 << k) | u8::from(on) << k;
+        }
         Some((key, lc.words))
     }
 
@@ -3649,6 +3684,11 @@ impl Backend for StencilEmitter<'_> {
             Some(SVal::Slot(_, t)) if t != Scalar::F64 => temp.unwrap_or_else(|| self.free_reg()),
             _ => 0,
         };
+        let bit = |m: u8| m & 1 << dst != 0;
+        let held = (
+            self.regs[dst],
+            [bit(self.inherited), bit(self.temps), bit(self.read_here)],
+        );
         self.emit(
             &Key::Op {
                 op,
@@ -3670,6 +3710,7 @@ impl Backend for StencilEmitter<'_> {
                 words,
                 res,
                 dst,
+                before: held,
                 start,
                 end: self.code.len(),
                 fixups,
