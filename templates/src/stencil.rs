@@ -726,7 +726,7 @@ const STENCIL_INPUTS: [Type; 6] = [
 ];
 
 /// Cache registers: the accumulator (0) and three more.
-pub const CACHE_REGS: usize = 4;
+const CACHE_REGS: usize = 4;
 
 /// The frame word each cache register holds, if known.
 type Regs = [Option<u32>; CACHE_REGS];
