@@ -1554,8 +1554,8 @@ struct LastCmp {
     forms: Forms,
     words: Words,
     /// Its result's frame word, and the cache register it was left in, with what the
-    /// emitter knew of that register before (its word, and its bits in `inherited` and
-    /// `temps`), true again once the copy is taken back.
+    /// emitter knew of that register before (its word, and its bits in `inherited`,
+    /// `temps` and `read_here`), true again once the copy is taken back.
     res: u32,
     dst: usize,
     before: (Option<u32>, [bool; 3]),
@@ -2220,11 +2220,8 @@ impl<'a> StencilEmitter<'a> {
             // it puts them there, the loop's back edges too, whichever later block of the
             // loop reads them first (a jump copied before that read would not).
             if self.blocks[b as usize].head {
-                let (at, n) = self.blocks[b as usize].params;
                 for k in 0..CACHE_REGS {
-                    let param = self.params[at as usize..(at + n) as usize].iter().any(
-                        |&p| matches!((p, self.regs[k]), (SVal::Slot(x, _), Some(w)) if x == w),
-                    );
+                    let param = self.regs[k].is_some_and(|w| self.is_param(b, w));
                     if param && self.may_use(k) {
                         self.use_inherited(k);
                     }
@@ -2250,16 +2247,8 @@ impl<'a> StencilEmitter<'a> {
                 continue;
             }
             // A register holding no parameter of `b`, empty ones first.
-            let params = &self.params[at as usize..(at + n) as usize];
-            let holds_param = |r: Option<u32>| {
-                r.is_some_and(|r| {
-                    params
-                        .iter()
-                        .any(|&q| matches!(q, SVal::Slot(x, _) if x == r))
-                })
-            };
             let Some(k) = (0..CACHE_REGS)
-                .filter(|&k| !holds_param(self.jump_acc[k]))
+                .filter(|&k| !self.jump_acc[k].is_some_and(|r| self.is_param(b, r)))
                 .min_by_key(|&k| self.jump_acc[k].is_some())
             else {
                 return;
@@ -2341,11 +2330,8 @@ impl<'a> StencilEmitter<'a> {
         let info = &mut self.blocks[r];
         info.entries += 1;
         if info.entries == 1 && info.at.is_none() && known {
-            let mut from = [None; CACHE_REGS];
-            for (k, f) in from.iter_mut().enumerate() {
-                *f = self.current.filter(|_| self.inherited & 1 << k != 0);
-            }
-            info.first_in = Some((self.regs, from));
+            let first = Some((self.regs, self.inherited_from()));
+            self.blocks[r].first_in = first;
         }
     }
 
@@ -2506,10 +2492,22 @@ impl<'a> StencilEmitter<'a> {
         self.enter(b, true);
         self.last_jump = Some(at);
         self.jump_acc = self.regs;
-        for k in 0..CACHE_REGS {
-            self.jump_inherited[k] = self.current.filter(|_| self.inherited & 1 << k != 0);
-        }
+        self.jump_inherited = self.inherited_from();
         self.forget_accs();
+    }
+
+    /// Per cache register, the current block if the register still holds what it held
+    /// on entry (a block entered from here with it takes it from that block).
+    fn inherited_from(&self) -> [Option<u32>; CACHE_REGS] {
+        std::array::from_fn(|k| self.current.filter(|_| self.inherited & 1 << k != 0))
+    }
+
+    /// Whether frame word `w` is one of block `b`'s (scalar) parameters.
+    fn is_param(&self, b: u32, w: u32) -> bool {
+        let (at, n) = self.blocks[b as usize].params;
+        self.params[at as usize..(at + n) as usize]
+            .iter()
+            .any(|&p| matches!(p, SVal::Slot(x, _) if x == w))
     }
 
     /// Puts the words block `b`'s code reads from cache registers on entry there (a
@@ -3021,8 +3019,7 @@ impl<'a> StencilEmitter<'a> {
         let written = |a: Option<u32>| a.is_some_and(|a| res.contains(&(8 * u64::from(a))));
         for k in 0..CACHE_REGS {
             if written(self.regs[k]) {
-                self.regs[k] = None;
-                self.inherited &= !(1 << k);
+                self.hold(k, None);
             }
         }
         if written(self.facc) {
@@ -3671,7 +3668,7 @@ impl Backend for StencilEmitter<'_> {
             _ => None,
         };
         // A scalar result is left in a cache register too (an `f64` in its own): one
-        // holding a result this one reads, else a free one, else the least recently used.
+        // holding a result this one reads, else the one `free_reg` picks.
         let temp = forms.iter().rev().find_map(|&f| {
             let k = match f {
                 Form::Acc(t) if t != Scalar::F64 => 0,
