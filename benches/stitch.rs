@@ -660,6 +660,11 @@ fn code() {
     for b in bytecode::benches() {
         let key = [Arg::from(&b.code[..])];
         let region = |p: &Program| p.region("run").expect("region `run`");
+        // The code once the worker thread has made the stencils a first unit misses.
+        for p in [&without, &with] {
+            drop(region(p).specialize_in(&key, Tier::Stitch));
+        }
+        dyc::settle_stencils();
         let specs = [
             region(&without).specialize_in(&key, Tier::Stitch),
             region(&with).specialize_in(&key, Tier::Stitch),

@@ -1742,6 +1742,13 @@ pub(crate) mod tests {
                 0 => 0,
                 _ => dyc_stitcher::ge::MAX_ARRAY_VALUES,
             },
+            // Stencils not made ahead: made by the worker thread meanwhile, made at once,
+            // or never (every unit copies the variants made ahead instead).
+            stencil_misses: match rng.below(3) {
+                0 => runtime::Misses::Background,
+                1 => runtime::Misses::Make,
+                _ => runtime::Misses::Fallback,
+            },
             ..RuntimeOptions::default()
         };
         // Unchecked caching lets a call with another key run the first key's code (the

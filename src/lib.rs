@@ -29,7 +29,7 @@ pub mod verifier;
 
 pub use api::{Arg, Caching, Error, Program, Region, RegionStats, Specialized};
 pub use dyc_stitcher::runtime::{
-    epoch, live as runtime_live, Limits, LiveCounts, OnExceeded, RunError, RuntimeOptions, Tier,
-    Tiers,
+    epoch, live as runtime_live, settle_stencils, stencil_counts, Limits, LiveCounts, Misses,
+    OnExceeded, RunError, RuntimeOptions, StencilCounts, Tier, Tiers,
 };
 pub use ir::Const;

@@ -7,7 +7,7 @@
 use dyc::bta::Mode;
 use dyc::interp::{parse_args, Interpreter, Memory};
 use dyc::ir::{Const, Module};
-use dyc::{Arg, Program, RuntimeOptions, Tier};
+use dyc::{Arg, Misses, Program, RuntimeOptions, Tier};
 
 mod common;
 use common::{outcome, Rng};
@@ -181,6 +181,8 @@ fn program(policy: &str, max_array_values: u32) -> Program {
         fuel: Some(1_000_000),
         tiers: common::no_tier_up(),
         max_array_values,
+        // (Tests compare the code of two programs: every stencil made when asked for.)
+        stencil_misses: Misses::Make,
         ..RuntimeOptions::default()
     };
     Program::compile_with("stack.dyc", &source(policy), opts).expect("compiles")
@@ -322,6 +324,7 @@ fn a_stack_in_memory_makes_the_same_code_whatever_its_size() {
         let src = source("eager").replace("[i64; 64]", slots);
         let opts = RuntimeOptions {
             max_array_values: 0,
+            stencil_misses: Misses::Make,
             ..RuntimeOptions::default()
         };
         let p = Program::compile_with("stack.dyc", &src, opts).expect("compiles");

@@ -9,7 +9,7 @@
 
 use dyc::interp::{parse_args, Interpreter, Memory};
 use dyc::ir::{Const, Module};
-use dyc::{Arg, Program, RuntimeOptions, Tier};
+use dyc::{Arg, Misses, Program, RuntimeOptions, Tier};
 
 mod common;
 use common::{outcome, Rng};
@@ -83,6 +83,8 @@ fn program(policy: &str, max_array_values: u32) -> Program {
     let opts = RuntimeOptions {
         tiers: common::no_tier_up(),
         max_array_values,
+        // (A test compares the code of two programs: every stencil made when asked for.)
+        stencil_misses: Misses::Make,
         ..RuntimeOptions::default()
     };
     Program::compile_with("filter.dyc", &source(policy), opts).expect("compiles")

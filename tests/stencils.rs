@@ -1,9 +1,11 @@
 //! The stitch tier makes its stencils when a program and its regions are made, not when
 //! they specialize: a region's entry, its promotions and the units they start compile no
-//! stencil. (A binary of its own: the stencil library is the process's, shared by every
-//! runtime in it.)
+//! stencil; a variant not made ahead is made by the library's worker thread while units
+//! copy one made ahead, and once it is done units make the code they make when every
+//! stencil is made at once. (A binary of its own: the stencil library is the process's,
+//! shared by every runtime in it.)
 
-use dyc::{Arg, Program, RuntimeOptions, Tier};
+use dyc::{Arg, Misses, Program, RuntimeOptions, Tier};
 use dyc_templates::stencil::Key;
 
 #[path = "../benches/bytecode.rs"]
@@ -19,7 +21,7 @@ fn entries() -> Vec<Key> {
 }
 
 #[test]
-fn specializing_and_promoting_make_no_entry_stencils() {
+fn specializing_and_promoting_make_no_stencils() {
     let opts = RuntimeOptions::default();
     assert_eq!(
         opts.tiers.first,
@@ -50,4 +52,50 @@ fn specializing_and_promoting_make_no_entry_stencils() {
     let after = entries();
     let new: Vec<&Key> = after.iter().filter(|k| !before.contains(k)).collect();
     assert!(new.is_empty(), "made while specializing: {new:?}");
+    // Nor any other stencil: units copied variants made ahead where theirs were missing.
+    let counts = dyc::stencil_counts();
+    assert_eq!(counts.while_stitching, 0, "{counts:?}");
+    assert!(counts.fallbacks > 0, "{counts:?}");
+
+    // Once the worker has made what units missed, round after round, units stop falling
+    // back, and make the code a program whose units make every stencil at once makes.
+    let made_at_once = Program::compile_with(
+        "bytecode.dyc",
+        src,
+        RuntimeOptions {
+            stencil_misses: Misses::Make,
+            ..RuntimeOptions::default()
+        },
+    )
+    .expect("compiles");
+    let code = |region: &dyc::Region| -> Vec<usize> {
+        bytecode::benches()
+            .iter()
+            .map(|b| {
+                let spec = region
+                    .specialize_in(&[Arg::from(&b.code[..])], Tier::Stitch)
+                    .expect("specializes");
+                let mut mem = vec![0i64; b.mem.max(1)];
+                let got = spec
+                    .call(&mut [Arg::from(b.n.min(50)), Arg::from(&mut mem[..])])
+                    .expect("runs");
+                let want = bytecode::interpret(&b.code, b.n.min(50), &mut vec![0; b.mem.max(1)]);
+                assert_eq!(got.and_then(|c| c.as_i64()), Some(want), "{}", b.name);
+                spec.stats().insts
+            })
+            .collect()
+    };
+    let mut rounds = 0;
+    let settled = loop {
+        dyc::settle_stencils();
+        let before = dyc::stencil_counts().fallbacks;
+        let insts = code(&region);
+        if dyc::stencil_counts().fallbacks == before {
+            break insts;
+        }
+        rounds += 1;
+        assert!(rounds < 20, "units still fall back after {rounds} rounds");
+    };
+    let at_once = code(&made_at_once.region("run").expect("region `run`"));
+    assert_eq!(settled, at_once, "machine instructions per program");
 }

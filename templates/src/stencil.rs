@@ -339,42 +339,95 @@ impl std::fmt::Display for StencilError {
     }
 }
 
-/// The stencils of one runtime, made on first use and kept.
+/// What a unit being stitched does when it needs a stencil that was not made ahead (a
+/// variant of an operation with its operands and result in cache registers other than
+/// the ones made with the program, or an operation the generic code never copied).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Misses {
+    /// It uses a variant made ahead (operands read from their frame words, the result
+    /// left in the accumulator), and the library's worker thread makes the missing one
+    /// for later units: specializing never waits for Cranelift (unless no variant was
+    /// made ahead either), and the code gets its registers back once the worker is done.
+    #[default]
+    Background,
+    /// It makes the missing stencil at once (about 100 us of Cranelift each): the best
+    /// code from the first unit, at the cost of that unit's latency.
+    Make,
+    /// It uses a variant made ahead and nothing makes the missing one: the code a unit
+    /// gets does not depend on what was stitched before or on timing.
+    Fallback,
+}
+
+/// How many stencils a library made, and where ([`StencilLib::counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StencilCounts {
+    /// Made ahead: with a program's generic code, a region's entries, the library's
+    /// register moves.
+    pub ahead: usize,
+    /// Made by a unit being stitched, which waited for them.
+    pub while_stitching: usize,
+    /// Made by the worker thread, for units stitched later.
+    pub background: usize,
+    /// Stencil copies that used a variant made ahead because the one asked for was
+    /// missing or refused.
+    pub fallbacks: usize,
+}
+
+/// The keys units asked for and did not find, waiting for the worker thread.
+#[derive(Default)]
+struct Wanted {
+    /// The keys units wanted, oldest first.
+    queue: std::collections::VecDeque<Key>,
+    /// The keys queued or being made (each is queued once).
+    queued: std::collections::HashSet<Key>,
+    /// The worker is making a key.
+    busy: bool,
+    /// Whether the worker thread was started.
+    worker: bool,
+    /// The library was dropped: the worker ends.
+    closed: bool,
+}
+
+/// The stencils of one runtime, made ahead or on first use, and kept.
 pub struct StencilLib {
-    isa: OwnedTargetIsa,
-    stencils: RwLock<HashMap<Key, Result<Arc<Stencil>, StencilError>>>,
+    shared: Arc<Shared>,
     /// A number no other library of the process has (threads' [`Scratch`] caches say
     /// which library their stencils came from).
     id: u64,
+    misses: Misses,
 }
 
-impl StencilLib {
-    /// A library compiling stencils with `isa` (optimizing, frame pointers preserved,
-    /// not position-independent).
-    pub fn new(isa: OwnedTargetIsa) -> StencilLib {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        StencilLib {
-            isa,
-            stencils: RwLock::new(HashMap::new()),
-            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        }
+/// What a library shares with its worker thread.
+struct Shared {
+    isa: OwnedTargetIsa,
+    stencils: RwLock<HashMap<Key, Result<Arc<Stencil>, StencilError>>>,
+    wanted: std::sync::Mutex<Wanted>,
+    /// Signalled when a key is queued, when the queue empties, and when the library is
+    /// dropped.
+    changed: std::sync::Condvar,
+    /// [`StencilCounts`]: ahead, while stitching, background, fallbacks.
+    counts: [std::sync::atomic::AtomicUsize; 4],
+}
+
+impl Shared {
+    fn find(&self, key: &Key) -> Option<Result<Arc<Stencil>, StencilError>> {
+        self.stencils
+            .read()
+            .expect("not poisoned")
+            .get(key)
+            .cloned()
     }
 
-    /// Whether this target has the stitch tier (x86-64).
-    pub fn supported() -> bool {
-        cfg!(target_arch = "x86_64")
-    }
-
-    /// The stencil for `key`, compiled the first time.
-    pub fn get(&self, key: &Key) -> Result<Arc<Stencil>, StencilError> {
-        if let Some(s) = self.stencils.read().expect("not poisoned").get(key) {
-            return s.clone();
-        }
-        let made = if Self::supported() {
-            make(&*self.isa, key).map(Arc::new)
+    /// Makes `key` (a panic in Cranelift refuses it), keeps it, and counts it as `k`.
+    fn make(&self, key: &Key, k: usize) -> Result<Arc<Stencil>, StencilError> {
+        let made = if StencilLib::supported() {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| make(&*self.isa, key)))
+                .unwrap_or_else(|_| Err(StencilError(format!("{key:?}: Cranelift panicked"))))
+                .map(Arc::new)
         } else {
             Err(StencilError("not built for this target".into()))
         };
+        self.counts[k].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.stencils
             .write()
             .expect("not poisoned")
@@ -383,9 +436,152 @@ impl StencilLib {
             .clone()
     }
 
+    /// The worker thread: makes the keys units wanted, oldest first, until the library
+    /// is dropped.
+    fn work(&self) {
+        loop {
+            let key = {
+                let mut w = self.wanted.lock().expect("not poisoned");
+                loop {
+                    if w.closed {
+                        return;
+                    }
+                    if let Some(k) = w.queue.pop_front() {
+                        w.busy = true;
+                        break k;
+                    }
+                    w = self.changed.wait(w).expect("not poisoned");
+                }
+            };
+            let _ = self.make(&key, 2);
+            let mut w = self.wanted.lock().expect("not poisoned");
+            w.busy = false;
+            w.queued.remove(&key);
+            drop(w);
+            self.changed.notify_all();
+        }
+    }
+}
+
+impl Drop for StencilLib {
+    /// Ends the worker thread (after the stencil it is making, if any).
+    fn drop(&mut self) {
+        self.shared.wanted.lock().expect("not poisoned").closed = true;
+        self.shared.changed.notify_all();
+    }
+}
+
+impl StencilLib {
+    /// A library compiling stencils with `isa` (optimizing, frame pointers preserved,
+    /// not position-independent). Units stitched with it make what they miss at once
+    /// ([`Misses::Make`]).
+    pub fn new(isa: OwnedTargetIsa) -> StencilLib {
+        Self::with_misses(isa, Misses::Make)
+    }
+
+    /// A library whose units handle a missing stencil as `misses` says. With
+    /// [`Misses::Background`], its worker thread starts with the first key a unit
+    /// wants, and ends when the library is dropped.
+    pub fn with_misses(isa: OwnedTargetIsa, misses: Misses) -> StencilLib {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        StencilLib {
+            shared: Arc::new(Shared {
+                isa,
+                stencils: RwLock::new(HashMap::new()),
+                wanted: Default::default(),
+                changed: Default::default(),
+                counts: Default::default(),
+            }),
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            misses,
+        }
+    }
+
+    /// Whether this target has the stitch tier (x86-64).
+    pub fn supported() -> bool {
+        cfg!(target_arch = "x86_64")
+    }
+
+    /// What units stitched with this library do when a stencil is missing.
+    pub fn misses(&self) -> Misses {
+        self.misses
+    }
+
+    /// How many stencils it made, and where, and how many copies fell back.
+    pub fn counts(&self) -> StencilCounts {
+        let [ahead, while_stitching, background, fallbacks] = self
+            .shared
+            .counts
+            .each_ref()
+            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed));
+        StencilCounts {
+            ahead,
+            while_stitching,
+            background,
+            fallbacks,
+        }
+    }
+
+    /// The stencil for `key` if it was made (or refused), without making it.
+    pub fn find(&self, key: &Key) -> Option<Result<Arc<Stencil>, StencilError>> {
+        self.shared.find(key)
+    }
+
+    /// Hands `key`, which a unit wanted and did not find, to the worker thread (with
+    /// [`Misses::Background`]; otherwise nothing), starting it the first time. A key is
+    /// queued once; the queue holds at most the keys not made yet.
+    fn want(&self, key: &Key) {
+        if self.misses != Misses::Background || !Self::supported() {
+            return;
+        }
+        let mut w = self.shared.wanted.lock().expect("not poisoned");
+        if w.queued.contains(key) || self.find(key).is_some() {
+            return;
+        }
+        if !w.worker {
+            let shared = self.shared.clone();
+            let started = std::thread::Builder::new()
+                .name("dyc-stencils".into())
+                .spawn(move || shared.work());
+            if started.is_err() {
+                // No thread: units keep falling back.
+                return;
+            }
+            w.worker = true;
+        }
+        w.queued.insert(key.clone());
+        w.queue.push_back(key.clone());
+        drop(w);
+        self.shared.changed.notify_all();
+    }
+
+    /// Waits until the worker thread has made every key units wanted so far (at once
+    /// with the other policies): what follows (a benchmark's timed runs, say) gets the
+    /// code those stencils make.
+    pub fn settle(&self) {
+        let mut w = self.shared.wanted.lock().expect("not poisoned");
+        while w.busy || !w.queue.is_empty() {
+            w = self.shared.changed.wait(w).expect("not poisoned");
+        }
+    }
+
+    /// The stencil for `key`, compiled the first time.
+    pub fn get(&self, key: &Key) -> Result<Arc<Stencil>, StencilError> {
+        self.get_as(key, false)
+    }
+
+    /// [`StencilLib::get`], counting a stencil made as made while stitching a unit
+    /// (`stitching`) or ahead.
+    fn get_as(&self, key: &Key, stitching: bool) -> Result<Arc<Stencil>, StencilError> {
+        match self.find(key) {
+            Some(s) => s,
+            None => self.shared.make(key, usize::from(stitching)),
+        }
+    }
+
     /// The keys of the stencils made so far (refused ones too).
     pub fn keys(&self) -> Vec<Key> {
-        let map = self.stencils.read().expect("not poisoned");
+        let map = self.shared.stencils.read().expect("not poisoned");
         map.keys().cloned().collect()
     }
 
@@ -412,6 +608,26 @@ impl StencilLib {
             // A site with at most one promoted value has an inline cache.
             inline: promoted.len() <= 1,
         });
+    }
+
+    /// Makes ahead the stencils that units use whatever their program: moves between
+    /// frame words and cache registers, constants into frame words, a frame array's
+    /// address and element stores, fuel, traps, branches on a `bool`. (A library whose units fall back on a
+    /// missing stencil has no variant of these to fall back on.)
+    pub fn make_moves(&self) {
+        let regs = 0..CACHE_REGS as u8;
+        let mut keys = vec![Key::Set(false), Key::Set(true), Key::Move, Key::FrameAddr];
+        keys.extend([Key::Fuel, Key::Trap]);
+        // A branch on a comparison whose fused stencil is missing.
+        keys.extend([Form::Slot(Scalar::Bool), Form::Acc(Scalar::Bool)].map(Key::Branch));
+        keys.extend(Scalar::ALL.map(Key::MoveTo));
+        keys.extend(regs.clone().flat_map(|k| [Key::Reload(k), Key::Spill(k)]));
+        for j in regs.clone() {
+            keys.extend(regs.clone().filter(|&k| k != j).map(|k| Key::Xfer(j, k)));
+        }
+        for key in &keys {
+            let _ = self.get(key);
+        }
     }
 
     /// Makes the variants of `key` that specialization commonly asks for (refused ones
@@ -2025,16 +2241,86 @@ impl<'a> StencilEmitter<'a> {
             if let Some(st) = sc.packed.get(&p) {
                 return Ok(st.clone());
             }
-            let st = Rc::new(Stencil::clone(&*self.lib.get(key)?));
+            let st = Rc::new(Stencil::clone(&*self.lib.get_as(key, !self.variants)?));
             sc.packed.insert(p, st.clone());
             return Ok(st);
         }
         if let Some(st) = sc.stencils.get(key) {
             return Ok(st.clone());
         }
-        let st = Rc::new(Stencil::clone(&*self.lib.get(key)?));
+        let st = Rc::new(Stencil::clone(&*self.lib.get_as(key, !self.variants)?));
         sc.stencils.insert(key.clone(), st.clone());
         Ok(st)
+    }
+
+    /// Whether the stencil of `key` can be copied without waiting for Cranelift: it is
+    /// in the thread's scratch or made, and not refused; or units make what they miss
+    /// ([`Misses::Make`], and the emitter that makes a program's stencils ahead). A key
+    /// that is not ready is handed to the worker thread, if any, and the caller copies a
+    /// variant made ahead instead (see `in_words`).
+    fn ready(&mut self, key: &Key) -> bool {
+        if self.variants || self.lib.misses == Misses::Make {
+            return true;
+        }
+        let sc = self.scratch.as_ref().expect("the emitter has the scratch");
+        let cached = match key.pack() {
+            Some(p) => sc.packed.contains_key(&p),
+            None => sc.stencils.contains_key(key),
+        };
+        if cached {
+            return true;
+        }
+        match self.lib.find(key) {
+            Some(made) => made.is_ok(),
+            None => {
+                self.lib.want(key);
+                false
+            }
+        }
+    }
+
+    /// `forms` (with their operand `words`) with every operand a cache register holds
+    /// read from its frame word instead (a register only ever holds a copy of a word that
+    /// is written), and a baked constant put in a frame word: the forms of the variants
+    /// made ahead with a program's generic code (see [`StencilLib::make_variants`]).
+    /// Counts a fallback.
+    fn in_words(&mut self, forms: &[Form], words: &[u64]) -> (Forms, Words) {
+        self.lib.shared.counts[3].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (mut out, mut out_words) = (Forms::new(), Words::new());
+        let mut old = words.iter();
+        for &f in forms {
+            let word = match f {
+                Form::Acc(Scalar::F64) => self.facc,
+                Form::Acc(_) => self.regs[0],
+                Form::Reg(_, k) => self.regs[usize::from(k)],
+                Form::Baked(t, bits) => match self.materialize(SVal::Imm(u64::from(bits), t)) {
+                    SVal::Slot(w, _) => Some(w),
+                    _ => None,
+                },
+                f => {
+                    let n = match f {
+                        Form::Slice(_) | Form::ConstSlice(_) => 2,
+                        _ => 1,
+                    };
+                    out_words.extend(old.by_ref().take(n).copied());
+                    out.push(f);
+                    continue;
+                }
+            };
+            let (Form::Acc(t) | Form::Reg(t, _) | Form::Baked(t, _)) = f else {
+                unreachable!("the other forms are kept")
+            };
+            let Some(w) = word else {
+                self.fail(StencilError(format!("{f:?}: the register holds no word")));
+                return (
+                    forms.iter().copied().collect(),
+                    words.iter().copied().collect(),
+                );
+            };
+            out_words.push(8 * u64::from(w));
+            out.push(Form::Slot(t));
+        }
+        (out, out_words)
     }
 
     fn fail(&mut self, e: StencilError) {
@@ -3437,6 +3723,9 @@ impl<'a> StencilEmitter<'a> {
             op: lc.op,
             forms: lc.forms,
         };
+        if !self.ready(&key) {
+            return None;
+        }
         self.stencil(&key).ok()?;
         self.code.truncate(lc.start);
         self.defs
@@ -3654,19 +3943,6 @@ impl Backend for StencilEmitter<'_> {
             n
         });
         let res = &res[..nres];
-        let before = (
-            self.code.len(),
-            self.fixups.len(),
-            self.frame_holes.len(),
-            self.copies,
-            self.insts,
-        );
-        let cmp = match (&op, result) {
-            (TOp::Cmp(_), Some(SVal::Slot(s, _))) if callee.is_none() => {
-                Some((op.clone(), forms.clone(), words.clone(), s))
-            }
-            _ => None,
-        };
         // A scalar result is left in a cache register too (an `f64` in its own): one
         // holding a result this one reads, else the one `free_reg` picks.
         let temp = forms.iter().rev().find_map(|&f| {
@@ -3677,28 +3953,55 @@ impl Backend for StencilEmitter<'_> {
             };
             (self.temps & 1 << k != 0).then_some(k)
         });
-        let dst = match result {
+        let mut dst = match result {
             Some(SVal::Slot(_, t)) if t != Scalar::F64 => temp.unwrap_or_else(|| self.free_reg()),
             _ => 0,
+        };
+        let mut key = Key::Op {
+            op,
+            forms,
+            callee,
+            dst: dst as u8,
+        };
+        if !self.ready(&key) {
+            let Key::Op {
+                op, forms, callee, ..
+            } = key
+            else {
+                unreachable!("an operation's key")
+            };
+            let fallback;
+            (fallback, words) = self.in_words(&forms, &words);
+            dst = 0;
+            key = Key::Op {
+                op,
+                forms: fallback,
+                callee,
+                dst: 0,
+            };
+        }
+        let Key::Op { op, forms, .. } = &key else {
+            unreachable!("an operation's key")
+        };
+        let before = (
+            self.code.len(),
+            self.fixups.len(),
+            self.frame_holes.len(),
+            self.copies,
+            self.insts,
+        );
+        let cmp = match (op, result, &key) {
+            (TOp::Cmp(_), Some(SVal::Slot(s, _)), Key::Op { callee: None, .. }) => {
+                Some((op.clone(), forms.clone(), words.clone(), s))
+            }
+            _ => None,
         };
         let bit = |m: u8| m & 1 << dst != 0;
         let held = (
             self.regs[dst],
             [bit(self.inherited), bit(self.temps), bit(self.read_here)],
         );
-        self.emit(
-            &Key::Op {
-                op,
-                forms,
-                callee,
-                dst: dst as u8,
-            },
-            &words,
-            res,
-            loc,
-            extra,
-            &[None],
-        );
+        self.emit(&key, &words, res, loc, extra, &[None]);
         if let Some((op, forms, words, res)) = cmp {
             let (start, fixups, frame_holes, copies, insts) = before;
             self.last_cmp = Some(LastCmp {
@@ -3775,14 +4078,13 @@ impl Backend for StencilEmitter<'_> {
         let mut used = Used::default();
         let s = self.form(slice, false, &mut used, &mut words);
         let i = self.form(index, true, &mut used, &mut words);
-        self.emit(
-            &Key::BoundsCheck(s, i),
-            &words,
-            &[],
-            loc,
-            Extra::None,
-            &[None],
-        );
+        let mut key = Key::BoundsCheck(s, i);
+        if !self.ready(&key) {
+            let forms;
+            (forms, words) = self.in_words(&[s, i], &words);
+            key = Key::BoundsCheck(forms[0], forms[1]);
+        }
+        self.emit(&key, &words, &[], loc, Extra::None, &[None]);
     }
 
     fn jump(&mut self, dest: u32, args: &[SVal]) {
@@ -3795,7 +4097,13 @@ impl Backend for StencilEmitter<'_> {
             None => {
                 let mut words = Words::new();
                 let c = self.form(cond, false, &mut Used::default(), &mut words);
-                (Key::Branch(c), words)
+                match Key::Branch(c) {
+                    key if self.ready(&key) => (key, words),
+                    _ => {
+                        let (forms, words) = self.in_words(&[c], &words);
+                        (Key::Branch(forms[0]), words)
+                    }
+                }
             }
         };
         let mut pending = Pending::default();
@@ -3827,7 +4135,7 @@ impl Backend for StencilEmitter<'_> {
 
     fn switch(&mut self, arg: SVal, t: Scalar, cases: &[BCase<Self>], default: (u32, &[SVal])) {
         let mut words = Words::new();
-        let x = self.form(arg, false, &mut Used::default(), &mut words);
+        let mut x = self.form(arg, false, &mut Used::default(), &mut words);
         let mask = match t.int_bits() {
             Some(64) | None => u64::MAX,
             Some(w) => (1u64 << w) - 1,
@@ -3837,6 +4145,11 @@ impl Backend for StencilEmitter<'_> {
             let v = *k & mask;
             let target = self.edge(*b, args, &mut pending);
             words.truncate(usize::from(matches!(x, Form::Slot(_))));
+            if !matches!(x, Form::Slot(_)) && !self.ready(&Key::CaseEq(x, v >= 1 << 31)) {
+                let forms;
+                (forms, words) = self.in_words(&[x], &[]);
+                x = forms[0];
+            }
             words.push(v);
             self.emit(
                 &Key::CaseEq(x, v >= 1 << 31),
@@ -3853,7 +4166,12 @@ impl Backend for StencilEmitter<'_> {
 
     fn ret(&mut self, value: Option<SVal>) {
         let mut words = Words::new();
-        let form = value.map(|v| self.form(v, false, &mut Used::default(), &mut words));
+        let mut form = value.map(|v| self.form(v, false, &mut Used::default(), &mut words));
+        if let Some(f) = form.filter(|&f| !self.ready(&Key::Ret(Some(f)))) {
+            let forms;
+            (forms, words) = self.in_words(&[f], &words);
+            form = Some(forms[0]);
+        }
         self.emit(
             &Key::Ret(form),
             &words,

@@ -209,8 +209,11 @@ fn register() -> &'static Record {
     r
 }
 
-/// Registers the process with `membarrier` once, or settles on fences.
-fn init_mode() {
+/// Registers the process with `membarrier` once, or settles on fences. The runtime calls
+/// this when it is made: registering costs a kernel-wide synchronization (5-7 ms here)
+/// once the process has more than one thread, which a first pin would otherwise pay in
+/// the middle of a call (the first promotion of a process).
+pub fn init_mode() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let mode = if membarrier::register() {

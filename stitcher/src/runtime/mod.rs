@@ -64,6 +64,7 @@ use dyc_templates::fold::Fold;
 use dyc_templates::ops::Const;
 use dyc_templates::params::Shape;
 use dyc_templates::stencil::{self, StencilEmitter, StencilLib};
+pub use dyc_templates::stencil::{Misses, StencilCounts};
 use dyc_templates::tape::Tape;
 use dyc_templates::template::{Emitter, FaultKind};
 use dyc_templates::types::{Scalar, SrcLoc, Type};
@@ -123,6 +124,11 @@ pub struct RuntimeOptions {
     /// ones are kept as values ([`crate::ge::StitchProgram::home`]; default
     /// [`crate::ge::MAX_ARRAY_VALUES`], 32).
     pub max_array_values: u32,
+    /// What a stitch-tier unit does when it needs a stencil not made ahead (a variant
+    /// with its operands in other cache registers): by default it copies a variant made
+    /// ahead and a worker thread makes the missing one for later units, so that
+    /// specializing never waits for Cranelift ([`Misses::Background`]).
+    pub stencil_misses: Misses,
 }
 
 /// A code-generation tier.
@@ -225,6 +231,7 @@ impl Default for RuntimeOptions {
             tiers: Tiers::default(),
             constant_params: true,
             max_array_values: crate::ge::MAX_ARRAY_VALUES,
+            stencil_misses: Misses::Background,
         }
     }
 }
@@ -788,6 +795,10 @@ impl Shared {
             prog,
             sites: input.spec.map(|s| &s.sites),
         };
+        if variants {
+            // (Made ahead, as the stencils the emitter makes with their variants.)
+            self.stencils.make_entry(inputs, None);
+        }
         let mut em = StencilEmitter::new(
             self.stencils,
             &mut services,
@@ -901,12 +912,21 @@ impl Shared {
 /// share their stencils: a program compiled after another makes only the stencils no
 /// earlier program used. The library lives as long as the process and holds one stencil
 /// per key ever used (keys are operations by operand forms, and signatures of units).
-static STENCIL_LIBS: [std::sync::OnceLock<StencilLib>; 2] =
-    [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+/// One library per way of handling missing stencils ([`Misses`]) too, as units copy what
+/// their library holds.
+static STENCIL_LIBS: [std::sync::OnceLock<StencilLib>; 6] =
+    [const { std::sync::OnceLock::new() }; 6];
 
-/// The stencil library of runtimes with the verifier `verify` (see [`STENCIL_LIBS`]).
-fn stencil_lib(verify: bool) -> Result<&'static StencilLib, RuntimeError> {
-    let cell = &STENCIL_LIBS[usize::from(verify)];
+/// The stencil library of runtimes with the verifier `verify` whose units handle a
+/// missing stencil as `misses` says (see [`STENCIL_LIBS`]); made with the stencils every
+/// unit may use ([`StencilLib::make_moves`]).
+fn stencil_lib(verify: bool, misses: Misses) -> Result<&'static StencilLib, RuntimeError> {
+    let m = match misses {
+        Misses::Background => 0,
+        Misses::Make => 1,
+        Misses::Fallback => 2,
+    };
+    let cell = &STENCIL_LIBS[3 * usize::from(verify) + m];
     if let Some(lib) = cell.get() {
         return Ok(lib);
     }
@@ -915,7 +935,40 @@ fn stencil_lib(verify: bool) -> Result<&'static StencilLib, RuntimeError> {
         verify,
     })
     .map_err(|e| RuntimeError::Jit(e.to_string()))?;
-    Ok(cell.get_or_init(|| StencilLib::new(isa)))
+    Ok(cell.get_or_init(|| {
+        let lib = StencilLib::with_misses(isa, misses);
+        if StencilLib::supported() {
+            lib.make_moves();
+        }
+        lib
+    }))
+}
+
+/// How many stencils the process's libraries made, and where, and how many stencil
+/// copies fell back on a variant made ahead (see [`Misses`]).
+pub fn stencil_counts() -> StencilCounts {
+    let mut all = StencilCounts::default();
+    for c in STENCIL_LIBS
+        .iter()
+        .filter_map(|c| c.get())
+        .map(StencilLib::counts)
+    {
+        all.ahead += c.ahead;
+        all.while_stitching += c.while_stitching;
+        all.background += c.background;
+        all.fallbacks += c.fallbacks;
+    }
+    all
+}
+
+/// Waits until the worker threads of the process's libraries have made every stencil
+/// units wanted so far ([`Misses::Background`]), so that the units stitched next copy
+/// them.
+pub fn settle_stencils() {
+    STENCIL_LIBS
+        .iter()
+        .filter_map(|c| c.get())
+        .for_each(StencilLib::settle);
 }
 
 /// The keys of the stitch tier's stencils made so far in this process (runtimes share
@@ -949,6 +1002,7 @@ impl Runtime {
     /// A runtime for a module whose functions have the generic programs `generic` (index =
     /// function index); their code is compiled now.
     pub fn new(generic: Vec<StitchProgram>, opts: RuntimeOptions) -> Result<Runtime, RuntimeError> {
+        epoch::init_mode();
         guarded("compiling generic code", || Runtime::build(generic, opts))
     }
 
@@ -981,7 +1035,7 @@ impl Runtime {
             isa,
             large_isa,
             quick_isa,
-            stencils: stencil_lib(opts.jit.verify)?,
+            stencils: stencil_lib(opts.jit.verify, opts.stencil_misses)?,
             hosts,
             generic: generic.clone(),
             symbols: Arc::new(HashMap::new()),
