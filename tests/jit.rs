@@ -17,7 +17,9 @@ use std::sync::Arc;
 
 use dyc::interp::{parse_args, ErrorKind, Interpreter, Memory, Val};
 use dyc::ir::{Const, Module, Scalar};
-use dyc::{Arg, Error, Limits, OnExceeded, Program, RuntimeOptions, Specialized, Tier, Tiers};
+use dyc::{
+    Arg, Error, Limits, Misses, OnExceeded, Program, RuntimeOptions, Specialized, Tier, Tiers,
+};
 
 /// Typed Rust storage for a slice argument.
 enum Storage {
@@ -1114,19 +1116,27 @@ fn random_bytecode(rng: &mut Rng) -> Vec<i64> {
 /// of blocks the code falls into, loop heads entered first by falling in and later by back
 /// edges, promotions at indirect jumps) that random region programs seldom make. Every
 /// other program runs with the register file in memory
-/// ([`RuntimeOptions::max_array_values`] 0) rather than as values.
+/// ([`RuntimeOptions::max_array_values`] 0) rather than as values; every other pair with
+/// units that never make a stencil they miss ([`Misses::Fallback`]: they copy the
+/// variants made ahead) rather than the default.
 #[test]
 fn the_stitch_tier_agrees_with_plain_rust_on_random_byte_code() {
-    let opts = |max_array_values| RuntimeOptions {
+    let opts = |max_array_values, stencil_misses| RuntimeOptions {
         tiers: Tiers {
             first: Tier::Stitch,
             hot_calls: u64::MAX,
             hot_time: std::time::Duration::MAX,
         },
         max_array_values,
+        stencil_misses,
         ..RuntimeOptions::default()
     };
-    let programs = [bytecode(opts(32)), bytecode(opts(0))];
+    let programs = [
+        bytecode(opts(32, Misses::Background)),
+        bytecode(opts(0, Misses::Background)),
+        bytecode(opts(32, Misses::Fallback)),
+        bytecode(opts(0, Misses::Fallback)),
+    ];
     let regions = programs
         .each_ref()
         .map(|p| p.region("run").expect("region"));
@@ -1134,7 +1144,8 @@ fn the_stitch_tier_agrees_with_plain_rust_on_random_byte_code() {
     for seed in 0..cases {
         let mut rng = Rng(seed);
         let code = random_bytecode(&mut rng);
-        let s = regions[seed as usize % 2]
+        let region = &regions[seed as usize % 4];
+        let s = region
             .specialize_in(&[Arg::from(&code[..])], Tier::Stitch)
             .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{code:?}"));
         for n in [0, 3, -5, 11] {
@@ -1150,7 +1161,7 @@ fn the_stitch_tier_agrees_with_plain_rust_on_random_byte_code() {
         // entry; at every fourth program in the optimizing tier, whose program keeps the
         // register file as values where the stitch tier's had it in memory.
         let tier = [Tier::Stitch, Tier::Optimizing][usize::from(seed % 4 == 1)];
-        let again = regions[seed as usize % 2]
+        let again = region
             .respecialize(&[Arg::from(&code[..])], tier, &s)
             .unwrap_or_else(|e| panic!("seed {seed}, again: {e}\n{code:?}"));
         for n in [11, -5, 3, 0] {

@@ -40,8 +40,21 @@
 //! runtime's helpers and of generic code are absolute addresses (`Abs8` relocations).
 //!
 //! **Stencils are made once per process** (the runtime keeps one [`StencilLib`] for all its
-//! instances), on first use, and kept (a handful of dozens per program: one per operation,
-//! operand types and operand forms). A unit is made by
+//! instances) and kept (a few hundred per program: one per operation, operand types,
+//! operand forms and result register). The runtime makes ahead, when a program is
+//! compiled, what its generic code copies with the common variants of each
+//! ([`StencilLib::make_variants`]: operands in frame words, in the accumulator, as
+//! constants), its regions' entries, and the moves every unit uses
+//! ([`StencilLib::make_moves`]). A unit that needs a stencil not made (a variant with its
+//! operands or result in other cache registers) does what the library's [`Misses`] says;
+//! by default it copies the variant made ahead instead (operands read from their frame
+//! words, which a register only ever holds a copy of; the result left in the
+//! accumulator: `StencilEmitter::in_words`), and the library's worker thread makes the
+//! missing one, so that no unit waits for Cranelift and the units stitched after it get
+//! their registers. Each unit that falls back changes what the registers hold after it,
+//! so the next ones may miss other variants: the interpreter's six programs stop falling
+//! back after five rounds of specializations, and then make exactly the code they make
+//! with every stencil made at once (`tests/stencils.rs`). A unit is made by
 //! [`StencilEmitter`], a [`Backend`] behind the fold layer like the Cranelift backend; its
 //! code is position-independent (continuations are relative within the unit, everything
 //! else absolute), so the runtime copies it into executable memory of its own.
