@@ -469,7 +469,7 @@ impl Program {
                     opts.executor,
                     opts.max_array_values,
                 )?);
-                self.inner.runtime.prepare_stencils(&s.prog);
+                self.inner.runtime.prepare(&s.prog);
                 slot.get_or_init(|| s).clone()
             }
         };

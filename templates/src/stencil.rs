@@ -395,7 +395,7 @@ struct Wanted {
     queued: std::collections::HashSet<Key>,
     /// The worker is making a key.
     busy: bool,
-    /// Whether the worker thread was started.
+    /// Whether the worker thread is running.
     worker: bool,
     /// The library was dropped: the worker ends.
     closed: bool,
@@ -493,11 +493,11 @@ impl StencilLib {
     }
 
     /// A library whose units handle a missing stencil as `misses` says. With
-    /// [`Misses::Background`], its worker thread starts with the first key a unit
-    /// wants, and ends when the library is dropped.
+    /// [`Misses::Background`], its worker thread starts now (so that no unit waits for
+    /// the thread to be made), and ends when the library is dropped.
     pub fn with_misses(isa: OwnedTargetIsa, misses: Misses) -> StencilLib {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        StencilLib {
+        let lib = StencilLib {
             shared: Arc::new(Shared {
                 isa,
                 stencils: RwLock::new(HashMap::new()),
@@ -507,7 +507,16 @@ impl StencilLib {
             }),
             id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             misses,
+        };
+        if misses == Misses::Background && Self::supported() {
+            let shared = lib.shared.clone();
+            let started = std::thread::Builder::new()
+                .name("dyc-stencils".into())
+                .spawn(move || shared.work());
+            // Without a thread, units keep falling back (`want` queues nothing).
+            lib.shared.wanted.lock().expect("not poisoned").worker = started.is_ok();
         }
+        lib
     }
 
     /// Whether this target has the stitch tier (x86-64).
@@ -541,26 +550,15 @@ impl StencilLib {
     }
 
     /// Hands `key`, which a unit wanted and did not find, to the worker thread (with
-    /// [`Misses::Background`]; otherwise nothing), starting it the first time. A key is
-    /// queued once; the queue holds at most the keys not made yet.
+    /// [`Misses::Background`]; otherwise nothing). A key is queued once; the queue holds
+    /// at most the keys not made yet.
     fn want(&self, key: &Key) {
         if self.misses != Misses::Background || !Self::supported() {
             return;
         }
         let mut w = self.shared.wanted.lock().expect("not poisoned");
-        if w.queued.contains(key) || self.find(key).is_some() {
+        if !w.worker || w.queued.contains(key) || self.find(key).is_some() {
             return;
-        }
-        if !w.worker {
-            let shared = self.shared.clone();
-            let started = std::thread::Builder::new()
-                .name("dyc-stencils".into())
-                .spawn(move || shared.work());
-            if started.is_err() {
-                // No thread: units keep falling back.
-                return;
-            }
-            w.worker = true;
         }
         w.queued.insert(key.clone());
         w.queue.push_back(key.clone());
@@ -2275,8 +2273,9 @@ impl<'a> StencilEmitter<'a> {
         if self.variants || self.lib.misses == Misses::Make {
             return true;
         }
-        let sc = self.scratch.as_ref().expect("the emitter has the scratch");
-        let cached = match key.pack() {
+        let sc = self.scratch.as_mut().expect("the emitter has the scratch");
+        let packed = key.pack();
+        let cached = match packed {
             Some(p) => sc.packed.contains_key(&p),
             None => sc.stencils.contains_key(key),
         };
@@ -2284,7 +2283,16 @@ impl<'a> StencilEmitter<'a> {
             return true;
         }
         match self.lib.find(key) {
-            Some(made) => made.is_ok(),
+            // Kept in the scratch, where `stencil` finds it.
+            Some(Ok(st)) => {
+                let st = Rc::new(Stencil::clone(&st));
+                match packed {
+                    Some(p) => sc.packed.insert(p, st),
+                    None => sc.stencils.insert(key.clone(), st),
+                };
+                true
+            }
+            Some(Err(_)) => false,
             None => {
                 self.lib.want(key);
                 false

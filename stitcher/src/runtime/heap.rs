@@ -280,6 +280,20 @@ impl Drop for Extent {
     }
 }
 
+/// Maps a chunk ahead when the heap has no open one, so that a process's first unit does
+/// not wait for the mappings (a runtime whose first tier is the stitch tier calls this when
+/// it is made; the chunk stays while it is the only idle one). A failure is met again,
+/// and reported, by the first allocation.
+pub fn reserve() {
+    let mut heap = HEAP.lock();
+    if dual::forking() || heap.chunks.iter().any(Chunk::open) {
+        return;
+    }
+    if let Ok(map) = Mapping::new(CHUNK_PAGES) {
+        heap.chunks.push(Chunk::new(map));
+    }
+}
+
 /// Free space for `bytes` of code (at least one grain).
 pub fn alloc(bytes: usize) -> Result<Extent, String> {
     let bytes = bytes.max(1);

@@ -1003,6 +1003,9 @@ impl Runtime {
     /// function index); their code is compiled now.
     pub fn new(generic: Vec<StitchProgram>, opts: RuntimeOptions) -> Result<Runtime, RuntimeError> {
         epoch::init_mode();
+        if opts.tiers.first == Tier::Stitch && StencilLib::supported() {
+            heap::reserve();
+        }
         guarded("compiling generic code", || Runtime::build(generic, opts))
     }
 
@@ -1085,12 +1088,15 @@ impl Runtime {
         })
     }
 
-    /// Makes ahead, when the stitch tier is the first tier, the stencils that entering the
-    /// units of specialization program `prog` takes: the prologues of its entry, of its
-    /// promotion blocks and of its lazy blocks, and the promotions into them (the stencils
-    /// of operations were made with the generic code). A region calls this when it is made,
-    /// so that a specialization, and its first promotions, compile no stencil.
-    pub fn prepare_stencils(&self, prog: &StitchProgram) {
+    /// Makes ahead what specializing program `prog` takes besides its units: the wrapper
+    /// that calls its entry units from Rust (compiled by Cranelift); and when the stitch
+    /// tier is the first tier, the stencils that entering its units takes: the prologues
+    /// of its entry, of its promotion blocks and of its lazy blocks, and the promotions into
+    /// them (the stencils of operations were made with the generic code). A region calls
+    /// this when it is made, so that a stitch-tier specialization, and its first
+    /// promotions, call no Cranelift. (An error here is met again by the specialization.)
+    pub fn prepare(&self, prog: &StitchProgram) {
+        let _ = self.shared.wrapper(prog.input_types(prog.entry));
         if self.shared.opts.tiers.first != Tier::Stitch || !StencilLib::supported() {
             return;
         }
