@@ -410,13 +410,18 @@ pub struct StencilLib {
     misses: Misses,
 }
 
+/// How soon the worker thread looks at the queue after making a stencil, and at most how
+/// long it waits when the queue stays empty.
+const POLL_MIN: std::time::Duration = std::time::Duration::from_millis(1);
+const POLL_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What a library shares with its worker thread.
 struct Shared {
     isa: OwnedTargetIsa,
     stencils: RwLock<HashMap<Key, Result<Arc<Stencil>, StencilError>>>,
     wanted: std::sync::Mutex<Wanted>,
-    /// Signalled when a key is queued, when the queue empties, and when the library is
-    /// dropped.
+    /// Signalled when the worker made a stencil, when a thread waits for it to finish
+    /// ([`StencilLib::settle`]), and when the library is dropped.
     changed: std::sync::Condvar,
     /// [`StencilCounts`]: ahead, while stitching, background, fallbacks.
     counts: [std::sync::atomic::AtomicUsize; 4],
@@ -450,8 +455,13 @@ impl Shared {
     }
 
     /// The worker thread: makes the keys units wanted, oldest first, until the library
-    /// is dropped.
+    /// is dropped. Units queue keys without waking it (a wake-up is a system call that
+    /// cost a first specialization about 40 us here): it looks at the queue after
+    /// [`POLL_MIN`], and waits twice as long each time it finds it empty, up to
+    /// [`POLL_MAX`] (so an idle process wakes it once a second, and a key wanted after a
+    /// long idle waits up to a second, during which units keep falling back).
     fn work(&self) {
+        let mut poll = POLL_MIN;
         loop {
             let key = {
                 let mut w = self.wanted.lock().expect("not poisoned");
@@ -463,9 +473,14 @@ impl Shared {
                         w.busy = true;
                         break k;
                     }
-                    w = self.changed.wait(w).expect("not poisoned");
+                    let (g, waited) = self.changed.wait_timeout(w, poll).expect("not poisoned");
+                    w = g;
+                    if waited.timed_out() && w.queue.is_empty() {
+                        poll = (poll * 2).min(POLL_MAX);
+                    }
                 }
             };
+            poll = POLL_MIN;
             let _ = self.make(&key, 2);
             let mut w = self.wanted.lock().expect("not poisoned");
             w.busy = false;
@@ -562,8 +577,6 @@ impl StencilLib {
         }
         w.queued.insert(key.clone());
         w.queue.push_back(key.clone());
-        drop(w);
-        self.shared.changed.notify_all();
     }
 
     /// Waits until the worker thread has made every key units wanted so far (at once
@@ -571,6 +584,9 @@ impl StencilLib {
     /// code those stencils make.
     pub fn settle(&self) {
         let mut w = self.shared.wanted.lock().expect("not poisoned");
+        // The worker may be waiting out its poll (notified under the lock, so that it is
+        // either waiting now or looks at the queue before it waits again).
+        self.shared.changed.notify_all();
         while w.busy || !w.queue.is_empty() {
             w = self.shared.changed.wait(w).expect("not poisoned");
         }
