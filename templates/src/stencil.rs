@@ -2010,6 +2010,9 @@ pub struct StencilEmitter<'a> {
     frame_arrays: smallvec::SmallVec<[(u32, u32, Scalar, u32); 2]>,
     /// Also make each stencil's common variants ([`StencilLib::make_variants`]).
     variants: bool,
+    /// The stencil `ready` found in the thread's scratch, by its packed key, for the copy
+    /// that follows.
+    found: Option<(u128, Rc<Stencil>)>,
     /// Stencils copied and their machine instructions.
     copies: usize,
     insts: usize,
@@ -2135,6 +2138,7 @@ impl<'a> StencilEmitter<'a> {
             chain: std::mem::take(&mut sc.chain),
             frame_arrays: smallvec::SmallVec::new(),
             variants: false,
+            found: None,
             copies: 0,
             insts: 0,
             error: None,
@@ -2291,12 +2295,16 @@ impl<'a> StencilEmitter<'a> {
         }
         let sc = self.scratch.as_mut().expect("the emitter has the scratch");
         let packed = key.pack();
-        let cached = match packed {
-            Some(p) => sc.packed.contains_key(&p),
-            None => sc.stencils.contains_key(key),
-        };
-        if cached {
-            return true;
+        match packed {
+            Some(p) => {
+                if let Some(st) = sc.packed.get(&p) {
+                    // (Kept for the copy that follows, which need not look it up again.)
+                    self.found = Some((p, st.clone()));
+                    return true;
+                }
+            }
+            None if sc.stencils.contains_key(key) => return true,
+            None => {}
         }
         match self.lib.find(key) {
             // Kept in the scratch, where `stencil` finds it.
@@ -3207,7 +3215,11 @@ impl<'a> StencilEmitter<'a> {
         if self.variants {
             self.lib.make_variants(key);
         }
-        let st = match self.stencil(key) {
+        let found = match self.found.take() {
+            Some((p, st)) if key.pack() == Some(p) => Ok(st),
+            _ => self.stencil(key),
+        };
+        let st = match found {
             Ok(s) => s,
             Err(e) => return self.fail(e),
         };
