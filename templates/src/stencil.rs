@@ -395,8 +395,8 @@ struct Wanted {
     queued: std::collections::HashSet<Key>,
     /// The worker is making a key.
     busy: bool,
-    /// Whether the worker thread is running.
-    worker: bool,
+    /// The process the worker thread runs in, if it runs.
+    worker: Option<u32>,
     /// The library was dropped: the worker ends.
     closed: bool,
 }
@@ -524,14 +524,29 @@ impl StencilLib {
             misses,
         };
         if misses == Misses::Background && Self::supported() {
-            let shared = lib.shared.clone();
-            let started = std::thread::Builder::new()
-                .name("dyc-stencils".into())
-                .spawn(move || shared.work());
-            // Without a thread, units keep falling back (`want` queues nothing).
-            lib.shared.wanted.lock().expect("not poisoned").worker = started.is_ok();
+            let mut w = lib.shared.wanted.lock().expect("not poisoned");
+            lib.start_worker(&mut w);
         }
         lib
+    }
+
+    /// Starts the worker thread of this process: the first time, and in a process forked
+    /// from one that had it (a child has only the thread that forked; what the parent's
+    /// worker had queued is forgotten, and units want it again). Without a thread, units
+    /// keep falling back (`want` queues nothing).
+    fn start_worker(&self, w: &mut Wanted) {
+        let pid = std::process::id();
+        if w.worker == Some(pid) {
+            return;
+        }
+        w.queue.clear();
+        w.queued.clear();
+        w.busy = false;
+        let shared = self.shared.clone();
+        let started = std::thread::Builder::new()
+            .name("dyc-stencils".into())
+            .spawn(move || shared.work());
+        w.worker = started.is_ok().then_some(pid);
     }
 
     /// Whether this target has the stitch tier (x86-64).
@@ -572,7 +587,8 @@ impl StencilLib {
             return;
         }
         let mut w = self.shared.wanted.lock().expect("not poisoned");
-        if !w.worker || w.queued.contains(key) || self.find(key).is_some() {
+        self.start_worker(&mut w);
+        if w.worker.is_none() || w.queued.contains(key) || self.find(key).is_some() {
             return;
         }
         w.queued.insert(key.clone());
@@ -584,6 +600,11 @@ impl StencilLib {
     /// code those stencils make.
     pub fn settle(&self) {
         let mut w = self.shared.wanted.lock().expect("not poisoned");
+        if w.worker != Some(std::process::id()) {
+            // No worker in this process (a forked child that wanted nothing yet, or no
+            // thread could be made): nothing it queued will be made here.
+            return;
+        }
         // The worker may be waiting out its poll (notified under the lock, so that it is
         // either waiting now or looks at the queue before it waits again).
         self.shared.changed.notify_all();
@@ -4386,6 +4407,56 @@ mod tests {
             callee: None,
             dst: 0,
         }
+    }
+
+    /// A key a unit wants is made by the worker thread, for later units; in a process
+    /// whose library's worker is another process's (a child forked while it ran, with
+    /// keys queued), waiting for the worker returns at once, and the first key wanted
+    /// starts a worker of its own, which makes it.
+    #[test]
+    fn wanted_stencils_are_made_by_the_worker_of_this_process() {
+        if !StencilLib::supported() {
+            return;
+        }
+        let lib = StencilLib::with_misses(test_isa(), Misses::Background);
+        let add = |a, b| {
+            int(
+                TOp::Binary(BinaryOp::Add),
+                &[Form::Reg(Scalar::I64, a), Form::Reg(Scalar::I64, b)],
+            )
+        };
+        lib.want(&add(1, 2));
+        lib.settle();
+        assert!(lib.find(&add(1, 2)).is_some_and(|s| s.is_ok()));
+        assert_eq!(lib.counts().background, 1);
+        // A forked child: the library as the parent left it, without its thread.
+        let child = StencilLib {
+            shared: Arc::new(Shared {
+                isa: test_isa(),
+                stencils: RwLock::new(HashMap::new()),
+                wanted: std::sync::Mutex::new(Wanted {
+                    queue: [Key::Trap].into(),
+                    queued: [Key::Trap].into(),
+                    busy: true,
+                    worker: Some(std::process::id().wrapping_add(1)),
+                    closed: false,
+                }),
+                changed: Default::default(),
+                counts: Default::default(),
+            }),
+            id: 0,
+            misses: Misses::Background,
+        };
+        child.settle();
+        child.want(&add(2, 3));
+        child.settle();
+        assert!(child.find(&add(2, 3)).is_some_and(|s| s.is_ok()));
+        assert!(
+            child.find(&Key::Trap).is_none(),
+            "the parent's queue is forgotten"
+        );
+        let counts = child.counts();
+        assert_eq!((counts.background, counts.while_stitching), (1, 0));
     }
 
     /// Every kind of stencil is made (its holes located) for typical forms; those that
