@@ -554,11 +554,6 @@ impl StencilLib {
         cfg!(target_arch = "x86_64")
     }
 
-    /// What units stitched with this library do when a stencil is missing.
-    pub fn misses(&self) -> Misses {
-        self.misses
-    }
-
     /// How many stencils it made, and where, and how many copies fell back.
     pub fn counts(&self) -> StencilCounts {
         let [ahead, while_stitching, background, fallbacks] = self
@@ -660,8 +655,8 @@ impl StencilLib {
 
     /// Makes ahead the stencils that units use whatever their program: moves between
     /// frame words and cache registers, constants into frame words, a frame array's
-    /// address and element stores, fuel, traps, branches on a `bool`. (A library whose units fall back on a
-    /// missing stencil has no variant of these to fall back on.)
+    /// address and element stores, fuel, traps, branches on a `bool`. (A unit that misses
+    /// one of these has no variant of it to fall back on.)
     pub fn make_moves(&self) {
         let regs = 0..CACHE_REGS as u8;
         let mut keys = vec![Key::Set(false), Key::Set(true), Key::Move, Key::FrameAddr];
