@@ -63,7 +63,8 @@ use dyc_stitcher::ge::StitchProgram;
 use dyc_stitcher::ge::{BudgetKind, SVal, SliceData, SpecError};
 use dyc_stitcher::runtime::cache::{hash_bytes, Cache, WordHasher};
 use dyc_stitcher::runtime::{
-    self, const_to_word, OnExceeded, RunError, Runtime, RuntimeOptions, Specialization, Tier,
+    self, const_to_word, Misses, OnExceeded, RunError, Runtime, RuntimeOptions, Specialization,
+    Tier,
 };
 
 use crate::bta::Mode;
@@ -613,6 +614,10 @@ struct RegionState {
 /// Stripes of a region entry's hit counter.
 const STRIPES: usize = 16;
 
+/// How many times a region entry's version is stitched again, at most, because its units
+/// copied stencils in place of missing ones (see `Region::restitch_due`).
+const MAX_RESTITCHES: u32 = 8;
+
 /// A claim on specializing one key of a region entry: dropping it (whatever happened)
 /// removes the key from the entry's in-flight set and wakes the threads waiting for it.
 struct Claim<'a> {
@@ -652,6 +657,7 @@ struct Counters {
     misses: AtomicU64,
     specializations: AtomicU64,
     tier_ups: AtomicU64,
+    restitches: AtomicU64,
     evictions: AtomicU64,
     fallbacks: AtomicU64,
     stitch_ns: AtomicU64,
@@ -713,6 +719,9 @@ pub struct RegionStats {
     /// and optimizing-tier versions whose promotions stitched continuation units (made
     /// again with what they saw, [`Region::respecialize`]).
     pub tier_ups: u64,
+    /// First-tier versions stitched again once the stencils their units had missed were
+    /// made ([`crate::Misses::Background`]; not counted in `specializations`).
+    pub restitches: u64,
     /// Versions evicted to stay within the limits.
     pub evictions: u64,
     /// Calls that ran generic code because a limit or a budget was reached.
@@ -735,12 +744,13 @@ impl std::fmt::Display for RegionStats {
         };
         write!(
             f,
-            "{} calls, {} hits ({rate:.1}%), {} misses, {} specializations ({} tier-ups), {} evictions, {} fallbacks; {} versions cached, {} code bytes; stitch {:.3} ms, compile {:.3} ms",
+            "{} calls, {} hits ({rate:.1}%), {} misses, {} specializations ({} tier-ups, {} stitched again), {} evictions, {} fallbacks; {} versions cached, {} code bytes; stitch {:.3} ms, compile {:.3} ms",
             calls,
             self.hits,
             self.misses,
             self.specializations,
             self.tier_ups,
+            self.restitches,
             self.evictions,
             self.fallbacks,
             self.versions,
@@ -1123,6 +1133,9 @@ impl Region {
                     st.counters.hits.bump();
                     if let Version::Spec(first) = v {
                         if first.tier() != Tier::Optimizing || first.may_move(st) {
+                            if self.restitch_due(first) {
+                                return self.restitch(first, key.as_slice(), args, &guard);
+                            }
                             if self.hot(first) {
                                 return self.tier_up(first, key.as_slice(), args, &guard);
                             }
@@ -1294,29 +1307,91 @@ impl Region {
         // (Made again with what its promotions saw: it does not move again.)
         optimized.tiering.store(true, Ordering::Relaxed);
         let c = &st.counters;
-        c.specializations.fetch_add(1, Ordering::Relaxed);
         c.tier_ups.fetch_add(1, Ordering::Relaxed);
-        c.stitch_ns
-            .fetch_add(optimized.stats().stitch_ns, Ordering::Relaxed);
-        c.compile_ns
-            .fetch_add(optimized.stats().compile_ns, Ordering::Relaxed);
+        c.specializations.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(region = %self.name(), code_bytes = optimized.code_bytes(), "tiered up");
-        // Replace the version only if it is still `quick` (eviction may have come first).
+        self.replace(quick, optimized, key, hosts_gen, args, guard)
+    }
+
+    /// Whether first-tier version `v` is to be stitched again, by this call: its entry
+    /// unit copied stencils in place of ones not made then ([`Misses::Background`]), the
+    /// library's worker has made every stencil wanted since, no other call has claimed it,
+    /// and its key has been stitched again fewer than [`MAX_RESTITCHES`] times (a unit
+    /// that falls back leaves other words in registers, so the units after it may miss
+    /// other stencils: the interpreter's programs take up to five rounds).
+    fn restitch_due(&self, v: &Specialized) -> bool {
+        let runtime = &self.program.inner.runtime;
+        v.tier() == Tier::Stitch
+            && v.stats().fallbacks > 0
+            && v.restitched < MAX_RESTITCHES
+            && runtime.options().stencil_misses == Misses::Background
+            && runtime.stencils_pending() == 0
+            && !v.restitching.swap(true, Ordering::Relaxed)
+    }
+
+    /// Stitches `old`'s key again, now that the stencils its units missed are made,
+    /// replaces `old` in the cache (it is freed once no call still runs it; the new
+    /// version carries on its calls and running time toward moving up) and runs the call;
+    /// if that fails, `old` goes on serving.
+    fn restitch(
+        &self,
+        old: &Arc<Specialized>,
+        key: &[u64],
+        args: &mut [Arg],
+        guard: &Guard,
+    ) -> Result<Option<Const>, Error> {
+        let st = &*self.state;
+        let hosts_gen = self.program.inner.hosts_gen.load(Ordering::SeqCst);
+        let specialized = {
+            let key_args: KeyArgs = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
+            self.specialize_in(&key_args, Tier::Stitch)
+        };
+        let mut new = match specialized {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(region = %self.name(), error = %e, "stitching again failed");
+                return old.call_at(args, &st.values);
+            }
+        };
+        new.restitched = old.restitched + 1;
+        for (n, o) in [(&new.calls, &old.calls), (&new.run_ns, &old.run_ns)] {
+            n.store(o.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        st.counters.restitches.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(region = %self.name(), fallbacks = new.stats().fallbacks, "stitched again");
+        self.replace(old, new, key, hosts_gen, args, guard)
+    }
+
+    /// Counts the time `new` took (a version made again for `key` in place of `old`),
+    /// replaces `old` with it in the cache if `old` is still there (eviction may have come
+    /// first), and runs the call.
+    fn replace(
+        &self,
+        old: &Arc<Specialized>,
+        new: Specialized,
+        key: &[u64],
+        hosts_gen: u64,
+        args: &mut [Arg],
+        guard: &Guard,
+    ) -> Result<Option<Const>, Error> {
+        let st = &*self.state;
+        let c = &st.counters;
+        c.stitch_ns
+            .fetch_add(new.stats().stitch_ns, Ordering::Relaxed);
+        c.compile_ns
+            .fetch_add(new.stats().compile_ns, Ordering::Relaxed);
         let still = {
             let now = 2 * self.program.inner.tick.load(Ordering::Relaxed) + 1;
-            matches!(st.cache.get(key, now, guard), Some(Version::Spec(v)) if Arc::ptr_eq(v, quick))
+            matches!(st.cache.get(key, now, guard), Some(Version::Spec(v)) if Arc::ptr_eq(v, old))
         };
         if !still {
-            return optimized.call_at(args, &st.values);
+            return new.call_at(args, &st.values);
         }
         st.cache.remove(key, guard);
-        match self.program.cache_version(
-            st,
-            key,
-            Version::Spec(Arc::new(optimized)),
-            hosts_gen,
-            guard,
-        ) {
+        match self
+            .program
+            .cache_version(st, key, Version::Spec(Arc::new(new)), hosts_gen, guard)
+        {
             Ok(v) => self.run(v, args),
             Err(v) => self.run(&v, args),
         }
@@ -1342,6 +1417,7 @@ impl Region {
             misses: c.misses.load(Ordering::Relaxed),
             specializations: c.specializations.load(Ordering::Relaxed),
             tier_ups: c.tier_ups.load(Ordering::Relaxed),
+            restitches: c.restitches.load(Ordering::Relaxed),
             evictions: c.evictions.load(Ordering::Relaxed),
             fallbacks: c.fallbacks.load(Ordering::Relaxed),
             stitch_ns: c.stitch_ns.load(Ordering::Relaxed),
@@ -1498,6 +1574,11 @@ pub struct Specialized {
     calls: AtomicU64,
     run_ns: AtomicU64,
     tiering: AtomicBool,
+    /// How many times its key was stitched again before it because units had copied
+    /// stencils in place of missing ones, and whether a call has claimed stitching it
+    /// again (see `Region::restitch`).
+    restitched: u32,
+    restitching: AtomicBool,
 }
 
 impl Specialized {
@@ -1513,6 +1594,8 @@ impl Specialized {
             calls: AtomicU64::new(0),
             run_ns: AtomicU64::new(0),
             tiering: AtomicBool::new(false),
+            restitched: 0,
+            restitching: AtomicBool::new(false),
         }
     }
 

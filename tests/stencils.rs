@@ -33,6 +33,45 @@ fn specializing_and_promoting_make_no_stencils() {
     let region = program.region("run").expect("region `run`");
     let before = entries();
     assert!(!before.is_empty());
+
+    // Through the region's cache (the first thing this process stitches, so its units
+    // miss register variants): the cached version is stitched again at a call once the
+    // worker has made what its units missed, until a version misses nothing.
+    let collatz = bytecode::benches()
+        .into_iter()
+        .find(|b| b.name == "collatz")
+        .expect("collatz");
+    let call = || {
+        let mut mem = vec![0i64; collatz.mem.max(1)];
+        let got = region
+            .call(&mut [
+                Arg::from(&collatz.code[..]),
+                Arg::from(7i64),
+                Arg::from(&mut mem[..]),
+            ])
+            .expect("runs");
+        let want = bytecode::interpret(&collatz.code, 7, &mut vec![0; collatz.mem.max(1)]);
+        assert_eq!(got.and_then(|c| c.as_i64()), Some(want));
+    };
+    call();
+    assert_eq!(region.stats().restitches, 0);
+    let mut restitches = Vec::new();
+    for _ in 0..10 {
+        dyc::settle_stencils();
+        call();
+        restitches.push(region.stats().restitches);
+    }
+    let last = *restitches.last().expect("ten calls");
+    // (At most eight times: fewer means a version missed nothing.)
+    assert!((1..8).contains(&last), "stitched again: {restitches:?}");
+    assert_eq!(
+        restitches[restitches.len() - 2],
+        last,
+        "still stitched again: {restitches:?}"
+    );
+    let stats = region.stats();
+    assert_eq!((stats.versions, stats.tier_ups), (1, 0), "{stats}");
+
     // Every benchmark program; the one with indirect jumps promotes its `pc` at each
     // `JMPR`, which stitches a unit per target.
     let mut promoted_units = 0;

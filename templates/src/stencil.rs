@@ -425,6 +425,8 @@ struct Shared {
     changed: std::sync::Condvar,
     /// [`StencilCounts`]: ahead, while stitching, background, fallbacks.
     counts: [std::sync::atomic::AtomicUsize; 4],
+    /// Keys queued or being made (read without the lock: [`StencilLib::pending`]).
+    pending: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -484,7 +486,10 @@ impl Shared {
             let _ = self.make(&key, 2);
             let mut w = self.wanted.lock().expect("not poisoned");
             w.busy = false;
-            w.queued.remove(&key);
+            if w.queued.remove(&key) {
+                self.pending
+                    .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
             drop(w);
             self.changed.notify_all();
         }
@@ -519,6 +524,7 @@ impl StencilLib {
                 wanted: Default::default(),
                 changed: Default::default(),
                 counts: Default::default(),
+                pending: Default::default(),
             }),
             id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             misses,
@@ -542,6 +548,9 @@ impl StencilLib {
         w.queue.clear();
         w.queued.clear();
         w.busy = false;
+        self.shared
+            .pending
+            .store(0, std::sync::atomic::Ordering::Relaxed);
         let shared = self.shared.clone();
         let started = std::thread::Builder::new()
             .name("dyc-stencils".into())
@@ -588,6 +597,16 @@ impl StencilLib {
         }
         w.queued.insert(key.clone());
         w.queue.push_back(key.clone());
+        self.shared
+            .pending
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many keys units wanted that the worker has not made yet.
+    pub fn pending(&self) -> usize {
+        self.shared
+            .pending
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Waits until the worker thread has made every key units wanted so far (at once
@@ -2029,6 +2048,8 @@ pub struct StencilEmitter<'a> {
     /// The stencil `ready` found in the thread's scratch, by its packed key, for the copy
     /// that follows.
     found: Option<(u128, Rc<Stencil>)>,
+    /// Copies of a variant made ahead in place of a missing one (see `in_words`).
+    fallbacks: usize,
     /// Stencils copied and their machine instructions.
     copies: usize,
     insts: usize,
@@ -2155,6 +2176,7 @@ impl<'a> StencilEmitter<'a> {
             frame_arrays: smallvec::SmallVec::new(),
             variants: false,
             found: None,
+            fallbacks: 0,
             copies: 0,
             insts: 0,
             error: None,
@@ -2185,6 +2207,12 @@ impl<'a> StencilEmitter<'a> {
             sc.prologue = Some(prologue);
         }
         e
+    }
+
+    /// How many stencils this unit copied in place of missing ones (each a variant made
+    /// ahead: see [`Misses`]).
+    pub fn fallbacks(&self) -> usize {
+        self.fallbacks
     }
 
     /// Makes this emitter also make the common variants of every stencil it copies (to
@@ -2347,6 +2375,7 @@ impl<'a> StencilEmitter<'a> {
     /// Counts a fallback.
     fn in_words(&mut self, forms: &[Form], words: &[u64]) -> (Forms, Words) {
         self.lib.shared.counts[3].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.fallbacks += 1;
         let (mut out, mut out_words) = (Forms::new(), Words::new());
         let mut old = words.iter();
         for &f in forms {
@@ -4438,6 +4467,7 @@ mod tests {
                 }),
                 changed: Default::default(),
                 counts: Default::default(),
+                pending: Default::default(),
             }),
             id: 0,
             misses: Misses::Background,

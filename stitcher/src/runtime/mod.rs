@@ -287,6 +287,9 @@ pub struct UnitStats {
     /// Block copies merged into the block that jumps to them, the one edge into them
     /// ([`Tier::Stitch`]; [`dyc_templates::tape::Tape::replay`]).
     pub merged_blocks: usize,
+    /// Stencils copied in place of ones not made yet ([`Tier::Stitch`], see
+    /// [`RuntimeOptions::stencil_misses`]).
+    pub fallbacks: usize,
     /// Time specializing and building Cranelift IR (the stitcher's own work).
     pub stitch_ns: u64,
     /// Time in Cranelift compiling the IR to machine code.
@@ -303,6 +306,7 @@ impl UnitStats {
         self.constant_params += other.constant_params;
         self.dead_params += other.dead_params;
         self.merged_blocks += other.merged_blocks;
+        self.fallbacks += other.fallbacks;
         self.stitch_ns += other.stitch_ns;
         self.compile_ns += other.compile_ns;
     }
@@ -468,6 +472,8 @@ struct Stitched {
     /// Stencils copied, and their machine instructions.
     stencils: usize,
     insts: usize,
+    /// Stencils copied in place of missing ones.
+    fallbacks: usize,
     /// What the tape found: block parameters read as constants, parameters left out as
     /// dead, and blocks merged.
     tape: (usize, usize, usize),
@@ -694,6 +700,7 @@ impl Shared {
             constant_params: 0,
             dead_params: 0,
             merged_blocks: 0,
+            fallbacks: 0,
             stitch_ns: t0.elapsed().as_nanos() as u64,
             compile_ns: 0,
         };
@@ -851,6 +858,7 @@ impl Shared {
             }
             _ => (self.run_executor(input, &mut em)?, (0, 0, 0)),
         };
+        let fallbacks = em.backend.fallbacks();
         Ok(em
             .backend
             .finish(unit.entry)
@@ -859,6 +867,7 @@ impl Shared {
                 code,
                 stencils,
                 insts,
+                fallbacks,
                 tape: found,
                 unit,
             }))
@@ -894,6 +903,7 @@ impl Shared {
                 constant_params: made.tape.0,
                 dead_params: made.tape.1,
                 merged_blocks: made.tape.2,
+                fallbacks: made.fallbacks,
                 stitch_ns,
                 compile_ns: t1.elapsed().as_nanos() as u64,
             },
@@ -1119,6 +1129,12 @@ impl Runtime {
             };
             lib.make_entry(prog.input_types(b), promoted.as_deref());
         }
+    }
+
+    /// How many stencils units of this runtime wanted that its library's worker has not
+    /// made yet ([`Misses::Background`]).
+    pub fn stencils_pending(&self) -> usize {
+        self.shared.stencils.pending()
     }
 
     /// The options the runtime was made with.
