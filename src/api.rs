@@ -1318,7 +1318,7 @@ impl Region {
     /// library's worker has made every stencil wanted since, no other call has claimed it,
     /// and its key has been stitched again fewer than [`MAX_RESTITCHES`] times (a unit
     /// that falls back leaves other words in registers, so the units after it may miss
-    /// other stencils: the interpreter's programs take up to five rounds).
+    /// other stencils: the interpreter's programs take three rounds).
     fn restitch_due(&self, v: &Specialized) -> bool {
         let runtime = &self.program.inner.runtime;
         v.tier() == Tier::Stitch

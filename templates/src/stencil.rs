@@ -48,13 +48,15 @@
 //! ([`StencilLib::make_moves`]). A unit that needs a stencil not made (a variant with its
 //! operands or result in other cache registers) does what the library's [`Misses`] says;
 //! by default it copies the variant made ahead instead (operands read from their frame
-//! words, which a register only ever holds a copy of; the result left in the
-//! accumulator: `StencilEmitter::in_words`), and the library's worker thread makes the
-//! missing one, so that no unit waits for Cranelift and the units stitched after it get
-//! their registers. Each unit that falls back changes what the registers hold after it,
-//! so the next ones may miss other variants: the interpreter's six programs stop falling
-//! back after five rounds of specializations, and then make exactly the code they make
-//! with every stencil made at once (`tests/stencils.rs`). A unit is made by
+//! words, which a register only ever holds a copy of: `StencilEmitter::in_words`; the
+//! result in the register it was to go to if that variant is made, which the worker
+//! makes first, for the operations of the generic code, else in the accumulator), and the
+//! library's worker thread makes the missing one, so that no unit waits for Cranelift
+//! and the units stitched after it get their registers. A unit that falls back may change
+//! what the registers hold after it, so the next ones may miss other variants: the
+//! interpreter's six programs stop falling back after three rounds of specializations,
+//! and then make exactly the code they make with every stencil made at once
+//! (`tests/stencils.rs`). A unit is made by
 //! [`StencilEmitter`], a [`Backend`] behind the fold layer like the Cranelift backend; its
 //! code is position-independent (continuations are relative within the unit, everything
 //! else absolute), so the runtime copies it into executable memory of its own.
@@ -357,8 +359,8 @@ impl std::fmt::Display for StencilError {
 /// the ones made with the program, or an operation the generic code never copied).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Misses {
-    /// It uses a variant made ahead (operands read from their frame words, the result
-    /// left in the accumulator), and the library's worker thread makes the missing one
+    /// It uses a variant made ahead (operands read from their frame words, the result in
+    /// its register or the accumulator), and the library's worker thread makes the missing one
     /// for later units: specializing never waits for Cranelift (unless no variant was
     /// made ahead either), and the code gets its registers back once the worker is done.
     #[default]
@@ -694,7 +696,8 @@ impl StencilLib {
 
     /// Makes the variants of `key` that specialization commonly asks for (refused ones
     /// are kept as refused): each operand in frame words taken from the accumulator, or
-    /// as a constant where the operation allows one, and both together.
+    /// as a constant where the operation allows one, and both together; and hands the
+    /// worker thread, if any, those with an integer result in each other cache register.
     pub fn make_variants(&self, key: &Key) {
         let scalar = |f: Form| match f {
             Form::Slot(t) => Some(t),
@@ -795,9 +798,55 @@ impl StencilLib {
                 _ => None,
             })
             .collect();
+        // The variants with the result in another cache register, for the worker to make
+        // (see `StencilEmitter::op`): a unit that misses a variant of its operands keeps
+        // its choice of result register, and the registers hold what they would.
+        let results: Vec<Key> = variants
+            .iter()
+            .filter_map(|v| match v {
+                Key::Op {
+                    op,
+                    forms,
+                    callee: None,
+                    dst: 0,
+                } if int_result(op, forms) => Some((op, forms)),
+                _ => None,
+            })
+            .flat_map(|(op, forms)| {
+                (1..CACHE_REGS as u8).map(|dst| Key::Op {
+                    op: op.clone(),
+                    forms: forms.clone(),
+                    callee: None,
+                    dst,
+                })
+            })
+            .collect();
         for v in variants.into_iter().chain(fused) {
             let _ = self.get(&v);
         }
+        for v in &results {
+            self.want(v);
+        }
+    }
+}
+
+/// Whether operation `op` on operands of `forms` leaves an integer (or `bool`) result in
+/// a cache register (one it chooses: not a store, not a floating-point value).
+fn int_result(op: &TOp, forms: &[Form]) -> bool {
+    let f64_operand = forms.iter().any(|f| {
+        matches!(
+            f,
+            Form::Slot(Scalar::F64)
+                | Form::Imm(Scalar::F64, _)
+                | Form::Acc(Scalar::F64)
+                | Form::Slice(Scalar::F64)
+                | Form::ConstSlice(Scalar::F64)
+        )
+    });
+    match op {
+        TOp::Store | TOp::Call { .. } | TOp::Cast(Scalar::F64) => false,
+        TOp::Cmp(_) | TOp::Cast(_) | TOp::Len => true,
+        _ => !f64_operand,
     }
 }
 
@@ -2334,6 +2383,15 @@ impl<'a> StencilEmitter<'a> {
     /// that is not ready is handed to the worker thread, if any, and the caller copies a
     /// variant made ahead instead (see `in_words`).
     fn ready(&mut self, key: &Key) -> bool {
+        self.lookup(key, true)
+    }
+
+    /// `ready`, without handing a missing key to the worker.
+    fn made(&mut self, key: &Key) -> bool {
+        self.lookup(key, false)
+    }
+
+    fn lookup(&mut self, key: &Key, want: bool) -> bool {
         if self.variants || self.lib.misses == Misses::Make {
             return true;
         }
@@ -2362,7 +2420,9 @@ impl<'a> StencilEmitter<'a> {
             }
             Some(Err(_)) => false,
             None => {
-                self.lib.want(key);
+                if want {
+                    self.lib.want(key);
+                }
                 false
             }
         }
@@ -4066,13 +4126,20 @@ impl Backend for StencilEmitter<'_> {
             };
             let fallback;
             (fallback, words) = self.in_words(&forms, &words);
-            dst = 0;
             key = Key::Op {
                 op,
                 forms: fallback,
                 callee,
-                dst: 0,
+                dst: dst as u8,
             };
+            // The result where it was to go, if that variant is made; else in the
+            // accumulator.
+            if dst != 0 && !self.made(&key) {
+                dst = 0;
+                if let Key::Op { dst, .. } = &mut key {
+                    *dst = 0;
+                }
+            }
         }
         let Key::Op { op, forms, .. } = &key else {
             unreachable!("an operation's key")
