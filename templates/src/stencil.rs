@@ -360,9 +360,10 @@ impl std::fmt::Display for StencilError {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Misses {
     /// It uses a variant made ahead (operands read from their frame words, the result in
-    /// its register or the accumulator), and the library's worker thread makes the missing one
-    /// for later units: specializing never waits for Cranelift (unless no variant was
-    /// made ahead either), and the code gets its registers back once the worker is done.
+    /// its register or the accumulator), and the library's worker thread makes the
+    /// missing one for later units: specializing never waits for Cranelift (unless no
+    /// variant was made ahead either), and the code gets its registers back once the
+    /// worker is done.
     #[default]
     Background,
     /// It makes the missing stencil at once (about 100 us of Cranelift each): the best
