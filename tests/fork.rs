@@ -1,6 +1,7 @@
 //! A process that forks after stitching code: the child stitches and runs code of its
 //! own, and neither process overwrites code the other runs (the stitch tier's code heap
-//! maps its memory shared between the two on Linux x86-64).
+//! maps its memory shared between the two on Linux x86-64); the child's stencil library
+//! works without the parent's worker thread.
 //!
 //! The fork happens in a child test process that runs only this scenario, so that no
 //! other test's thread is cut off in the middle of holding a lock.
@@ -39,8 +40,9 @@ fn scenario() -> Result<(), String> {
     if call(&a, 5) != Some(16) {
         return Err("the parent's code before the fork".into());
     }
-    // SAFETY: this process runs no other thread that could hold a lock the child needs
-    // (the test harness's main thread only waits for this one).
+    // SAFETY: this process runs no other thread that could hold a lock the child needs:
+    // the test harness's main thread only waits for this one, and the runtime holds the
+    // locks of its stencil library's worker thread across the fork.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err("fork failed".into());
@@ -52,6 +54,9 @@ fn scenario() -> Result<(), String> {
             }
             drop(a);
             let mine: Vec<_> = (100..400).map(stitch).collect::<Result<_, _>>().ok()?;
+            // The child's own stencil worker (if its units wanted any stencil) makes what
+            // they wanted; waiting for it returns.
+            dyc::settle_stencils();
             Some(
                 mine.iter()
                     .zip(100..)

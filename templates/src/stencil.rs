@@ -389,6 +389,12 @@ pub struct StencilCounts {
     pub fallbacks: usize,
 }
 
+/// A library's locks, held across a fork ([`StencilLib::hold_for_fork`]).
+pub struct ForkGuard<'a> {
+    _wanted: std::sync::MutexGuard<'a, Wanted>,
+    _stencils: std::sync::RwLockWriteGuard<'a, HashMap<Key, Result<Arc<Stencil>, StencilError>>>,
+}
+
 /// The keys units asked for and did not find, waiting for the worker thread.
 #[derive(Default)]
 struct Wanted {
@@ -603,6 +609,18 @@ impl StencilLib {
         self.shared
             .pending
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Holds the library's locks until the guard is dropped. A process about to fork
+    /// takes them (the runtime's `pthread_atfork` handler), so that the child, which has
+    /// no worker thread, does not inherit a lock the worker held at the fork.
+    pub fn hold_for_fork(&self) -> ForkGuard<'_> {
+        let wanted = self.shared.wanted.lock().expect("not poisoned");
+        let stencils = self.shared.stencils.write().expect("not poisoned");
+        ForkGuard {
+            _wanted: wanted,
+            _stencils: stencils,
+        }
     }
 
     /// How many keys units wanted that the worker has not made yet.

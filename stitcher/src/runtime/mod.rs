@@ -946,12 +946,47 @@ fn stencil_lib(verify: bool, misses: Misses) -> Result<&'static StencilLib, Runt
     })
     .map_err(|e| RuntimeError::Jit(e.to_string()))?;
     Ok(cell.get_or_init(|| {
+        hold_stencils_across_forks();
         let lib = StencilLib::with_misses(isa, misses);
         if StencilLib::supported() {
             lib.make_moves();
         }
         lib
     }))
+}
+
+thread_local! {
+    /// The stencil libraries' locks, held by the thread that forks from just before the
+    /// fork to just after it, in the parent and in the child.
+    static FORK_GUARDS: std::cell::RefCell<Vec<stencil::ForkGuard<'static>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Registers, once, `pthread_atfork` handlers that hold every stencil library's locks
+/// across a fork: a library's worker thread takes them briefly, and the child of a fork
+/// has no such thread to release them (it starts a worker of its own when it needs one).
+fn hold_stencils_across_forks() {
+    #[cfg(unix)]
+    {
+        extern "C" fn before() {
+            let held: Vec<_> = STENCIL_LIBS
+                .iter()
+                .filter_map(|c| c.get())
+                .map(StencilLib::hold_for_fork)
+                .collect();
+            FORK_GUARDS.with(|g| *g.borrow_mut() = held);
+        }
+        extern "C" fn after() {
+            FORK_GUARDS.with(|g| g.borrow_mut().clear());
+        }
+        static REGISTERED: std::sync::Once = std::sync::Once::new();
+        // SAFETY: the handlers only take and release the libraries' locks, in the thread
+        // that forks (before the fork, as any thread may; after it, in each process, the
+        // guards that thread holds).
+        REGISTERED.call_once(|| unsafe {
+            libc::pthread_atfork(Some(before), Some(after), Some(after));
+        });
+    }
 }
 
 /// How many stencils the process's libraries made, and where, and how many stencil
