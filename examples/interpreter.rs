@@ -15,9 +15,12 @@
 //! then the speedups, and what each program cost to compile: specialization time and CLIF
 //! instructions beside the hand translation's; last, the three tiers side by side (the
 //! stitch tier, which copies and patches stencils, and the quick tier against the
-//! optimizing tier: specialization time and code speed). Timings are the median of
-//! several runs in one process, side by side; a specialization's time is the median of
-//! several specializations of the program, each made afresh.
+//! optimizing tier: specialization time and code speed), after each program's first
+//! stitch-tier specialization in the process (timed before anything else, when the
+//! stitch tier's worker thread has not yet made the stencil variants its units miss).
+//! Timings are the median of several runs in one process, side by side; a
+//! specialization's time is the median of several specializations of the program, each
+//! made afresh.
 //!
 //! Run with `cargo run --release --example interpreter`.
 
