@@ -399,7 +399,10 @@ pub struct ForkGuard<'a> {
 #[derive(Default)]
 struct Wanted {
     /// The keys units wanted, oldest first.
-    queue: std::collections::VecDeque<Key>,
+    /// The keys units wanted, then those made ahead in the background (see
+    /// `StencilLib::make_variants`), each oldest first: the worker takes the first before
+    /// the second.
+    queues: [std::collections::VecDeque<Key>; 2],
     /// The keys queued or being made (each is queued once).
     queued: std::collections::HashSet<Key>,
     /// The worker is making a key.
@@ -480,13 +483,13 @@ impl Shared {
                     if w.closed {
                         return;
                     }
-                    if let Some(k) = w.queue.pop_front() {
+                    if let Some(k) = w.queues.iter_mut().find_map(|q| q.pop_front()) {
                         w.busy = true;
                         break k;
                     }
                     let (g, waited) = self.changed.wait_timeout(w, poll).expect("not poisoned");
                     w = g;
-                    if waited.timed_out() && w.queue.is_empty() {
+                    if waited.timed_out() && w.queues.iter().all(|q| q.is_empty()) {
                         poll = (poll * 2).min(POLL_MAX);
                     }
                 }
@@ -554,7 +557,7 @@ impl StencilLib {
         if w.worker == Some(pid) {
             return;
         }
-        w.queue.clear();
+        w.queues.iter_mut().for_each(|q| q.clear());
         w.queued.clear();
         w.busy = false;
         self.shared
@@ -593,9 +596,14 @@ impl StencilLib {
     }
 
     /// Hands `key`, which a unit wanted and did not find, to the worker thread (with
-    /// [`Misses::Background`]; otherwise nothing). A key is queued once; the queue holds
+    /// [`Misses::Background`]; otherwise nothing). A key is queued once; the queues hold
     /// at most the keys not made yet.
     fn want(&self, key: &Key) {
+        self.queue(key, 0);
+    }
+
+    /// Queues `key` for the worker, in queue `q` (0: units' wants; 1: the background's).
+    fn queue(&self, key: &Key, q: usize) {
         if self.misses != Misses::Background || !Self::supported() {
             return;
         }
@@ -605,7 +613,7 @@ impl StencilLib {
             return;
         }
         w.queued.insert(key.clone());
-        w.queue.push_back(key.clone());
+        w.queues[q].push_back(key.clone());
         self.shared
             .pending
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -643,7 +651,7 @@ impl StencilLib {
         // The worker may be waiting out its poll (notified under the lock, so that it is
         // either waiting now or looks at the queue before it waits again).
         self.shared.changed.notify_all();
-        while w.busy || !w.queue.is_empty() {
+        while w.busy || w.queues.iter().any(|q| !q.is_empty()) {
             w = self.shared.changed.wait(w).expect("not poisoned");
         }
     }
@@ -844,7 +852,7 @@ impl StencilLib {
             let _ = self.get(&v);
         }
         for v in &results {
-            self.want(v);
+            self.queue(v, 1);
         }
     }
 }
@@ -4545,7 +4553,7 @@ mod tests {
                 isa: test_isa(),
                 stencils: RwLock::new(HashMap::new()),
                 wanted: std::sync::Mutex::new(Wanted {
-                    queue: [Key::Trap].into(),
+                    queues: [[Key::Trap].into(), Default::default()],
                     queued: [Key::Trap].into(),
                     busy: true,
                     worker: Some(std::process::id().wrapping_add(1)),
