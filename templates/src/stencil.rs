@@ -2121,9 +2121,6 @@ pub struct StencilEmitter<'a> {
     frame_arrays: smallvec::SmallVec<[(u32, u32, Scalar, u32); 2]>,
     /// Also make each stencil's common variants ([`StencilLib::make_variants`]).
     variants: bool,
-    /// The stencil `ready` found in the thread's scratch, by its packed key, for the copy
-    /// that follows.
-    found: Option<(u128, Rc<Stencil>)>,
     /// Copies of a variant made ahead in place of a missing one (see `in_words`).
     fallbacks: usize,
     /// Stencils copied and their machine instructions.
@@ -2251,7 +2248,6 @@ impl<'a> StencilEmitter<'a> {
             chain: std::mem::take(&mut sc.chain),
             frame_arrays: smallvec::SmallVec::new(),
             variants: false,
-            found: None,
             fallbacks: 0,
             copies: 0,
             insts: 0,
@@ -2409,48 +2405,45 @@ impl<'a> StencilEmitter<'a> {
     /// ([`Misses::Make`], and the emitter that makes a program's stencils ahead). A key
     /// that is not ready is handed to the worker thread, if any, and the caller copies a
     /// variant made ahead instead (see `in_words`).
-    fn ready(&mut self, key: &Key) -> bool {
+    fn ready(&mut self, key: &Key) -> Option<Rc<Stencil>> {
         self.lookup(key, true)
     }
 
     /// `ready`, without handing a missing key to the worker.
     fn made(&mut self, key: &Key) -> bool {
-        self.lookup(key, false)
+        self.lookup(key, false).is_some()
     }
 
-    fn lookup(&mut self, key: &Key, want: bool) -> bool {
+    /// The stencil of `key` if it can be copied now (see `ready`), kept in the thread's
+    /// scratch; `want`: a missing one is handed to the worker.
+    fn lookup(&mut self, key: &Key, want: bool) -> Option<Rc<Stencil>> {
         if self.variants || self.lib.misses == Misses::Make {
-            return true;
+            return self.stencil(key).ok();
         }
         let sc = self.scratch.as_mut().expect("the emitter has the scratch");
         let packed = key.pack();
-        match packed {
-            Some(p) => {
-                if let Some(st) = sc.packed.get(&p) {
-                    // (Kept for the copy that follows, which need not look it up again.)
-                    self.found = Some((p, st.clone()));
-                    return true;
-                }
-            }
-            None if sc.stencils.contains_key(key) => return true,
-            None => {}
+        let cached = match packed {
+            Some(p) => sc.packed.get(&p),
+            None => sc.stencils.get(key),
+        };
+        if let Some(st) = cached {
+            return Some(st.clone());
         }
         match self.lib.find(key) {
-            // Kept in the scratch, where `stencil` finds it.
             Some(Ok(st)) => {
                 let st = Rc::new(Stencil::clone(&st));
                 match packed {
-                    Some(p) => sc.packed.insert(p, st),
-                    None => sc.stencils.insert(key.clone(), st),
+                    Some(p) => sc.packed.insert(p, st.clone()),
+                    None => sc.stencils.insert(key.clone(), st.clone()),
                 };
-                true
+                Some(st)
             }
-            Some(Err(_)) => false,
+            Some(Err(_)) => None,
             None => {
                 if want {
                     self.lib.want(key);
                 }
-                false
+                None
             }
         }
     }
@@ -3339,6 +3332,21 @@ impl<'a> StencilEmitter<'a> {
         extra: Extra,
         conts: &[Option<u32>],
     ) {
+        self.emit_with(None, key, args, res, loc, extra, conts);
+    }
+
+    /// `emit`, with the stencil of `key` if the caller has it (`ready` gave it).
+    #[allow(clippy::too_many_arguments)]
+    fn emit_with(
+        &mut self,
+        st: Option<Rc<Stencil>>,
+        key: &Key,
+        args: &[u64],
+        res: &[u64],
+        loc: SrcLoc,
+        extra: Extra,
+        conts: &[Option<u32>],
+    ) {
         if args.len() > usize::from(u16::MAX) {
             return self.fail(StencilError(
                 "too many operand words for one stencil".into(),
@@ -3347,11 +3355,7 @@ impl<'a> StencilEmitter<'a> {
         if self.variants {
             self.lib.make_variants(key);
         }
-        let found = match self.found.take() {
-            Some((p, st)) if key.pack() == Some(p) => Ok(st),
-            _ => self.stencil(key),
-        };
-        let st = match found {
+        let st = match st.map_or_else(|| self.stencil(key), Ok) {
             Ok(s) => s,
             Err(e) => return self.fail(e),
         };
@@ -3904,10 +3908,7 @@ impl<'a> StencilEmitter<'a> {
             op: lc.op,
             forms: lc.forms,
         };
-        if !self.ready(&key) {
-            return None;
-        }
-        self.stencil(&key).ok()?;
+        self.ready(&key)?;
         self.code.truncate(lc.start);
         self.defs
             .retain(|d| d.sites.iter().all(|&at| (at as usize) < lc.start));
@@ -4144,7 +4145,8 @@ impl Backend for StencilEmitter<'_> {
             callee,
             dst: dst as u8,
         };
-        if !self.ready(&key) {
+        let found = self.ready(&key);
+        if found.is_none() {
             let Key::Op {
                 op, forms, callee, ..
             } = key
@@ -4189,7 +4191,7 @@ impl Backend for StencilEmitter<'_> {
             self.regs[dst],
             [bit(self.inherited), bit(self.temps), bit(self.read_here)],
         );
-        self.emit(&key, &words, res, loc, extra, &[None]);
+        self.emit_with(found, &key, &words, res, loc, extra, &[None]);
         if let Some((op, forms, words, res)) = cmp {
             let (start, fixups, frame_holes, copies, insts) = before;
             self.last_cmp = Some(LastCmp {
@@ -4267,7 +4269,7 @@ impl Backend for StencilEmitter<'_> {
         let s = self.form(slice, false, &mut used, &mut words);
         let i = self.form(index, true, &mut used, &mut words);
         let mut key = Key::BoundsCheck(s, i);
-        if !self.ready(&key) {
+        if self.ready(&key).is_none() {
             let forms;
             (forms, words) = self.in_words(&[s, i], &words);
             key = Key::BoundsCheck(forms[0], forms[1]);
@@ -4286,7 +4288,7 @@ impl Backend for StencilEmitter<'_> {
                 let mut words = Words::new();
                 let c = self.form(cond, false, &mut Used::default(), &mut words);
                 match Key::Branch(c) {
-                    key if self.ready(&key) => (key, words),
+                    key if self.ready(&key).is_some() => (key, words),
                     _ => {
                         let (forms, words) = self.in_words(&[c], &words);
                         (Key::Branch(forms[0]), words)
@@ -4333,7 +4335,7 @@ impl Backend for StencilEmitter<'_> {
             let v = *k & mask;
             let target = self.edge(*b, args, &mut pending);
             words.truncate(usize::from(matches!(x, Form::Slot(_))));
-            if !matches!(x, Form::Slot(_)) && !self.ready(&Key::CaseEq(x, v >= 1 << 31)) {
+            if !matches!(x, Form::Slot(_)) && self.ready(&Key::CaseEq(x, v >= 1 << 31)).is_none() {
                 let forms;
                 (forms, words) = self.in_words(&[x], &[]);
                 x = forms[0];
@@ -4355,7 +4357,7 @@ impl Backend for StencilEmitter<'_> {
     fn ret(&mut self, value: Option<SVal>) {
         let mut words = Words::new();
         let mut form = value.map(|v| self.form(v, false, &mut Used::default(), &mut words));
-        if let Some(f) = form.filter(|&f| !self.ready(&Key::Ret(Some(f)))) {
+        if let Some(f) = form.filter(|&f| self.ready(&Key::Ret(Some(f))).is_none()) {
             let forms;
             (forms, words) = self.in_words(&[f], &words);
             form = Some(forms[0]);
