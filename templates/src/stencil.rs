@@ -2400,11 +2400,11 @@ impl<'a> StencilEmitter<'a> {
         Ok(st)
     }
 
-    /// Whether the stencil of `key` can be copied without waiting for Cranelift: it is
-    /// in the thread's scratch or made, and not refused; or units make what they miss
-    /// ([`Misses::Make`], and the emitter that makes a program's stencils ahead). A key
-    /// that is not ready is handed to the worker thread, if any, and the caller copies a
-    /// variant made ahead instead (see `in_words`).
+    /// The stencil of `key` if it can be copied without waiting for Cranelift: it is in
+    /// the thread's scratch or made, and not refused; or units make what they miss
+    /// ([`Misses::Make`], and the emitter that makes a program's stencils ahead), and it
+    /// is not refused. A key that is not ready is handed to the worker thread, if any,
+    /// and the caller copies a variant made ahead instead (see `in_words`).
     fn ready(&mut self, key: &Key) -> Option<Rc<Stencil>> {
         self.lookup(key, true)
     }
