@@ -4529,6 +4529,31 @@ mod tests {
         }
     }
 
+    /// The variants the worker makes ahead with the result in other registers are those
+    /// of operations whose result the emitter leaves in a cache register: integers and
+    /// `bool`s, not `f64` values (which have their own register), not stores.
+    #[test]
+    fn result_register_variants_are_made_for_integer_results() {
+        use crate::ops::CmpOp;
+        use Scalar::{F64, I64};
+        let add = TOp::Binary(BinaryOp::Add);
+        assert!(int_result(&add, &[Form::Slot(I64), Form::Imm(I64, false)]));
+        assert!(!int_result(&add, &[Form::Slot(F64), Form::Acc(F64)]));
+        assert!(int_result(
+            &TOp::Cmp(CmpOp::Lt),
+            &[Form::Slot(F64), Form::Slot(F64)]
+        ));
+        assert!(int_result(&TOp::Load, &[Form::Slice(I64), Form::Slot(I64)]));
+        assert!(!int_result(
+            &TOp::Load,
+            &[Form::ConstSlice(F64), Form::Slot(I64)]
+        ));
+        let store = [Form::Slice(I64), Form::Slot(I64), Form::Slot(I64)];
+        assert!(!int_result(&TOp::Store, &store));
+        assert!(int_result(&TOp::Cast(I64), &[Form::Slot(F64)]));
+        assert!(!int_result(&TOp::Cast(F64), &[Form::Slot(I64)]));
+    }
+
     /// A key a unit wants is made by the worker thread, for later units; in a process
     /// whose library's worker is another process's (a child forked while it ran, with
     /// keys queued), waiting for the worker returns at once, and the first key wanted
