@@ -403,10 +403,9 @@ struct Wanted {
     /// `StencilLib::make_variants`), each oldest first: the worker takes the first before
     /// the second.
     queues: [std::collections::VecDeque<Key>; 2],
-    /// The keys queued or being made (each is queued once).
+    /// The keys queued or being made (each is queued once; the worker takes a key off
+    /// its queue when it starts making it, and out of this set when it is made).
     queued: std::collections::HashSet<Key>,
-    /// The worker is making a key.
-    busy: bool,
     /// The process the worker thread runs in, if it runs.
     worker: Option<u32>,
     /// The library was dropped: the worker ends.
@@ -435,11 +434,15 @@ struct Shared {
     /// Signalled when the worker made a stencil, when a thread waits for it to finish
     /// ([`StencilLib::settle`]), and when the library is dropped.
     changed: std::sync::Condvar,
-    /// [`StencilCounts`]: ahead, while stitching, background, fallbacks.
+    /// [`StencilCounts`], by [`AHEAD`], [`WHILE_STITCHING`], [`BACKGROUND`], [`FALLBACKS`].
     counts: [std::sync::atomic::AtomicUsize; 4],
-    /// Keys queued or being made (read without the lock: [`StencilLib::pending`]).
-    pending: std::sync::atomic::AtomicUsize,
 }
+
+/// The counts of [`Shared::counts`].
+const AHEAD: usize = 0;
+const WHILE_STITCHING: usize = 1;
+const BACKGROUND: usize = 2;
+const FALLBACKS: usize = 3;
 
 impl Shared {
     fn find(&self, key: &Key) -> Option<Result<Arc<Stencil>, StencilError>> {
@@ -450,7 +453,8 @@ impl Shared {
             .cloned()
     }
 
-    /// Makes `key` (a panic in Cranelift refuses it), keeps it, and counts it as `k`.
+    /// Makes `key` (a panic in Cranelift refuses it), keeps it, and counts it as `k` (one
+    /// of [`AHEAD`], [`WHILE_STITCHING`], [`BACKGROUND`]).
     fn make(&self, key: &Key, k: usize) -> Result<Arc<Stencil>, StencilError> {
         let made = if StencilLib::supported() {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| make(&*self.isa, key)))
@@ -484,7 +488,6 @@ impl Shared {
                         return;
                     }
                     if let Some(k) = w.queues.iter_mut().find_map(|q| q.pop_front()) {
-                        w.busy = true;
                         break k;
                     }
                     let (g, waited) = self.changed.wait_timeout(w, poll).expect("not poisoned");
@@ -495,14 +498,12 @@ impl Shared {
                 }
             };
             poll = POLL_MIN;
-            let _ = self.make(&key, 2);
-            let mut w = self.wanted.lock().expect("not poisoned");
-            w.busy = false;
-            if w.queued.remove(&key) {
-                self.pending
-                    .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            drop(w);
+            let _ = self.make(&key, BACKGROUND);
+            self.wanted
+                .lock()
+                .expect("not poisoned")
+                .queued
+                .remove(&key);
             self.changed.notify_all();
         }
     }
@@ -536,7 +537,6 @@ impl StencilLib {
                 wanted: Default::default(),
                 changed: Default::default(),
                 counts: Default::default(),
-                pending: Default::default(),
             }),
             id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             misses,
@@ -559,10 +559,6 @@ impl StencilLib {
         }
         w.queues.iter_mut().for_each(|q| q.clear());
         w.queued.clear();
-        w.busy = false;
-        self.shared
-            .pending
-            .store(0, std::sync::atomic::Ordering::Relaxed);
         let shared = self.shared.clone();
         let started = std::thread::Builder::new()
             .name("dyc-stencils".into())
@@ -614,9 +610,6 @@ impl StencilLib {
         }
         w.queued.insert(key.clone());
         w.queues[q].push_back(key.clone());
-        self.shared
-            .pending
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Holds the library's locks until the guard is dropped. A process about to fork
@@ -631,11 +624,15 @@ impl StencilLib {
         }
     }
 
-    /// How many keys units wanted that the worker has not made yet.
+    /// How many keys units wanted (or the library queued) that the worker has not made
+    /// yet.
     pub fn pending(&self) -> usize {
         self.shared
-            .pending
-            .load(std::sync::atomic::Ordering::Relaxed)
+            .wanted
+            .lock()
+            .expect("not poisoned")
+            .queued
+            .len()
     }
 
     /// Waits until the worker thread has made every key units wanted so far (at once
@@ -651,7 +648,7 @@ impl StencilLib {
         // The worker may be waiting out its poll (notified under the lock, so that it is
         // either waiting now or looks at the queue before it waits again).
         self.shared.changed.notify_all();
-        while w.busy || w.queues.iter().any(|q| !q.is_empty()) {
+        while !w.queued.is_empty() {
             w = self.shared.changed.wait(w).expect("not poisoned");
         }
     }
@@ -666,7 +663,9 @@ impl StencilLib {
     fn get_as(&self, key: &Key, stitching: bool) -> Result<Arc<Stencil>, StencilError> {
         match self.find(key) {
             Some(s) => s,
-            None => self.shared.make(key, usize::from(stitching)),
+            None => self
+                .shared
+                .make(key, if stitching { WHILE_STITCHING } else { AHEAD }),
         }
     }
 
@@ -2454,7 +2453,7 @@ impl<'a> StencilEmitter<'a> {
     /// made ahead with a program's generic code (see [`StencilLib::make_variants`]).
     /// Counts a fallback.
     fn in_words(&mut self, forms: &[Form], words: &[u64]) -> (Forms, Words) {
-        self.lib.shared.counts[3].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.lib.shared.counts[FALLBACKS].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.fallbacks += 1;
         let (mut out, mut out_words) = (Forms::new(), Words::new());
         let mut old = words.iter();
@@ -2491,6 +2490,23 @@ impl<'a> StencilEmitter<'a> {
             out.push(Form::Slot(t));
         }
         (out, out_words)
+    }
+
+    /// `key` (of operand forms `forms` and words `words`) and its stencil if that is
+    /// ready; else the key `make` builds from the forms of the variant made ahead (see
+    /// `in_words`), with its words, to be looked up when copied.
+    fn ready_or_in_words(
+        &mut self,
+        key: Key,
+        forms: &[Form],
+        words: Words,
+        make: impl FnOnce(&[Form]) -> Key,
+    ) -> (Key, Words, Option<Rc<Stencil>>) {
+        if let Some(st) = self.ready(&key) {
+            return (key, words, Some(st));
+        }
+        let (forms, words) = self.in_words(forms, &words);
+        (make(&forms), words, None)
     }
 
     fn fail(&mut self, e: StencilError) {
@@ -3888,7 +3904,7 @@ impl<'a> StencilEmitter<'a> {
         cond: SVal,
         then_args: &[SVal],
         else_args: &[SVal],
-    ) -> Option<(Key, Words)> {
+    ) -> Option<(Key, Words, Rc<Stencil>)> {
         let SVal::Slot(s, _) = cond else {
             return None;
         };
@@ -3908,7 +3924,7 @@ impl<'a> StencilEmitter<'a> {
             op: lc.op,
             forms: lc.forms,
         };
-        self.ready(&key)?;
+        let st = self.ready(&key)?;
         self.code.truncate(lc.start);
         self.defs
             .retain(|d| d.sites.iter().all(|&at| (at as usize) < lc.start));
@@ -3935,7 +3951,7 @@ impl<'a> StencilEmitter<'a> {
         ] {
             *mask = *mask & !(1 << k) | u8::from(on) << k;
         }
-        Some((key, lc.words))
+        Some((key, lc.words, st))
     }
 
     /// The target of an edge: `b` itself when no arguments need passing, else a fresh
@@ -4268,13 +4284,11 @@ impl Backend for StencilEmitter<'_> {
         let mut used = Used::default();
         let s = self.form(slice, false, &mut used, &mut words);
         let i = self.form(index, true, &mut used, &mut words);
-        let mut key = Key::BoundsCheck(s, i);
-        if self.ready(&key).is_none() {
-            let forms;
-            (forms, words) = self.in_words(&[s, i], &words);
-            key = Key::BoundsCheck(forms[0], forms[1]);
-        }
-        self.emit(&key, &words, &[], loc, Extra::None, &[None]);
+        let (key, words, st) =
+            self.ready_or_in_words(Key::BoundsCheck(s, i), &[s, i], words, |f| {
+                Key::BoundsCheck(f[0], f[1])
+            });
+        self.emit_with(st, &key, &words, &[], loc, Extra::None, &[None]);
     }
 
     fn jump(&mut self, dest: u32, args: &[SVal]) {
@@ -4282,18 +4296,12 @@ impl Backend for StencilEmitter<'_> {
     }
 
     fn brif(&mut self, cond: SVal, t: (u32, &[SVal]), e: (u32, &[SVal])) {
-        let (key, words) = match self.fused_compare(cond, t.1, e.1) {
-            Some(fused) => fused,
+        let (key, words, st) = match self.fused_compare(cond, t.1, e.1) {
+            Some((key, words, st)) => (key, words, Some(st)),
             None => {
                 let mut words = Words::new();
                 let c = self.form(cond, false, &mut Used::default(), &mut words);
-                match Key::Branch(c) {
-                    key if self.ready(&key).is_some() => (key, words),
-                    _ => {
-                        let (forms, words) = self.in_words(&[c], &words);
-                        (Key::Branch(forms[0]), words)
-                    }
-                }
+                self.ready_or_in_words(Key::Branch(c), &[c], words, |f| Key::Branch(f[0]))
             }
         };
         let mut pending = Pending::default();
@@ -4302,7 +4310,8 @@ impl Backend for StencilEmitter<'_> {
         // last jump (to continuation 1, as Cranelift lays out a two-way branch) is
         // dropped, so the true path takes one jump, not two; its own jump goes when the
         // then block is placed next.
-        let cut = self.stencil(&key).is_ok_and(|st| st.cut.is_some());
+        let st = st.or_else(|| self.stencil(&key).ok());
+        let cut = st.as_ref().is_some_and(|st| st.cut.is_some());
         let ((near, near_args), far) = if cut { (e, t) } else { (t, e) };
         let target = self.edge(far.0, far.1, &mut pending);
         let conts = if cut {
@@ -4310,7 +4319,15 @@ impl Backend for StencilEmitter<'_> {
         } else {
             [Some(target), None]
         };
-        self.emit(&key, &words, &[], SrcLoc::default(), Extra::None, &conts);
+        self.emit_with(
+            st,
+            &key,
+            &words,
+            &[],
+            SrcLoc::default(),
+            Extra::None,
+            &conts,
+        );
         self.jump_with(near, near_args, false);
         // A cut branch whose jump to the false side follows its conditional jump: a
         // candidate for `invert_cuts` (forgotten if the false side is placed next).
@@ -4334,15 +4351,22 @@ impl Backend for StencilEmitter<'_> {
         for (k, b, args) in cases {
             let v = *k & mask;
             let target = self.edge(*b, args, &mut pending);
+            let wide = v >= 1 << 31;
             words.truncate(usize::from(matches!(x, Form::Slot(_))));
-            if !matches!(x, Form::Slot(_)) && self.ready(&Key::CaseEq(x, v >= 1 << 31)).is_none() {
-                let forms;
-                (forms, words) = self.in_words(&[x], &[]);
-                x = forms[0];
+            let (key, kept, st) = match x {
+                Form::Slot(_) => (Key::CaseEq(x, wide), words, None),
+                _ => self.ready_or_in_words(Key::CaseEq(x, wide), &[x], words, |f| {
+                    Key::CaseEq(f[0], wide)
+                }),
+            };
+            if let Key::CaseEq(f, _) = key {
+                x = f;
             }
+            words = kept;
             words.push(v);
-            self.emit(
-                &Key::CaseEq(x, v >= 1 << 31),
+            self.emit_with(
+                st,
+                &key,
                 &words,
                 &[],
                 SrcLoc::default(),
@@ -4356,20 +4380,14 @@ impl Backend for StencilEmitter<'_> {
 
     fn ret(&mut self, value: Option<SVal>) {
         let mut words = Words::new();
-        let mut form = value.map(|v| self.form(v, false, &mut Used::default(), &mut words));
-        if let Some(f) = form.filter(|&f| self.ready(&Key::Ret(Some(f))).is_none()) {
-            let forms;
-            (forms, words) = self.in_words(&[f], &words);
-            form = Some(forms[0]);
-        }
-        self.emit(
-            &Key::Ret(form),
-            &words,
-            &[],
-            SrcLoc::default(),
-            Extra::None,
-            &[],
-        );
+        let form = value.map(|v| self.form(v, false, &mut Used::default(), &mut words));
+        let (key, words, st) = match form {
+            Some(f) => {
+                self.ready_or_in_words(Key::Ret(form), &[f], words, |g| Key::Ret(Some(g[0])))
+            }
+            None => (Key::Ret(None), words, None),
+        };
+        self.emit_with(st, &key, &words, &[], SrcLoc::default(), Extra::None, &[]);
         self.forget_accs();
     }
 
@@ -4533,7 +4551,7 @@ mod tests {
     /// of operations whose result the emitter leaves in a cache register: integers and
     /// `bool`s, not `f64` values (which have their own register), not stores.
     #[test]
-    fn result_register_variants_are_made_for_integer_results() {
+    fn only_integer_results_get_result_register_variants() {
         use crate::ops::CmpOp;
         use Scalar::{F64, I64};
         let add = TOp::Binary(BinaryOp::Add);
@@ -4582,13 +4600,11 @@ mod tests {
                 wanted: std::sync::Mutex::new(Wanted {
                     queues: [[Key::Trap].into(), Default::default()],
                     queued: [Key::Trap].into(),
-                    busy: true,
                     worker: Some(std::process::id().wrapping_add(1)),
                     closed: false,
                 }),
                 changed: Default::default(),
                 counts: Default::default(),
-                pending: Default::default(),
             }),
             id: 0,
             misses: Misses::Background,
