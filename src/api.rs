@@ -1314,7 +1314,8 @@ impl Region {
     }
 
     /// Whether first-tier version `v` is to be stitched again, by this call: its entry
-    /// unit copied stencils in place of ones not made then ([`Misses::Background`]), the
+    /// unit or a unit its promotions stitched copied stencils in place of ones not made
+    /// then ([`Misses::Background`]), the
     /// library's worker has made every stencil wanted since, no other call has claimed it,
     /// and its key has been stitched again fewer than [`MAX_RESTITCHES`] times (a unit
     /// that falls back leaves other words in registers, so the units after it may miss
@@ -1322,17 +1323,19 @@ impl Region {
     fn restitch_due(&self, v: &Specialized) -> bool {
         let runtime = &self.program.inner.runtime;
         v.tier() == Tier::Stitch
-            && v.stats().fallbacks > 0
             && v.restitched < MAX_RESTITCHES
+            && v.fallbacks() > 0
             && runtime.options().stencil_misses == Misses::Background
             && runtime.stencils_pending() == 0
             && !v.restitching.swap(true, Ordering::Relaxed)
     }
 
-    /// Stitches `old`'s key again, now that the stencils its units missed are made,
-    /// replaces `old` in the cache (it is freed once no call still runs it; the new
-    /// version carries on its calls and running time toward moving up) and runs the call;
-    /// if that fails, `old` goes on serving.
+    /// Stitches `old`'s key again, now that the stencils its units missed are made, with
+    /// what its promotions saw dispatched inline from the entry if they stitched units
+    /// ([`Region::respecialize`]: the continuations they stitched are made again too, as
+    /// one unit), replaces `old` in the cache (it is freed once no call still runs it; the
+    /// new version carries on its calls and running time toward moving up) and runs the
+    /// call; if that fails, `old` goes on serving.
     fn restitch(
         &self,
         old: &Arc<Specialized>,
@@ -1344,7 +1347,10 @@ impl Region {
         let hosts_gen = self.program.inner.hosts_gen.load(Ordering::SeqCst);
         let specialized = {
             let key_args: KeyArgs = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
-            self.specialize_in(&key_args, Tier::Stitch)
+            match old.lazy_stats().0 {
+                0 => self.specialize_in(&key_args, Tier::Stitch),
+                _ => self.respecialize(&key_args, Tier::Stitch, old),
+            }
         };
         let mut new = match specialized {
             Ok(s) => s,
@@ -1358,7 +1364,7 @@ impl Region {
             n.store(o.load(Ordering::Relaxed), Ordering::Relaxed);
         }
         st.counters.restitches.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(region = %self.name(), fallbacks = new.stats().fallbacks, "stitched again");
+        tracing::debug!(region = %self.name(), fallbacks = new.fallbacks(), "stitched again");
         self.replace(old, new, key, hosts_gen, args, guard)
     }
 
@@ -1636,6 +1642,16 @@ impl Specialized {
     /// together (the entry unit's cost is [`Specialized::stats`]).
     pub fn lazy_stats(&self) -> (usize, dyc_stitcher::runtime::UnitStats) {
         self.spec.lazy_stats()
+    }
+
+    /// How many stencil copies of its code so far (its entry unit's and its promotions'
+    /// units') were of a variant made ahead in place of one the library had not made yet
+    /// ([`Misses::Background`]). Such code is correct but slower; a region's cache stitches
+    /// such a version again once the library's worker has made what it missed. A
+    /// specialization made with [`Region::specialize_in`] keeps its code: make it again
+    /// after [`crate::settle_stencils`] if this is not 0.
+    pub fn fallbacks(&self) -> usize {
+        self.spec.fallbacks()
     }
 
     /// Calls the code; arguments are checked against [`Specialized::params`].

@@ -53,14 +53,52 @@ fn specializing_and_promoting_make_no_stencils() {
         let want = bytecode::interpret(&collatz.code, 7, &mut vec![0; collatz.mem.max(1)]);
         assert_eq!(got.and_then(|c| c.as_i64()), Some(want));
     };
+    // And a program whose indirect jumps stitch units at promotions, through a region of
+    // a program of its own: its version is stitched again with the targets its promotions
+    // saw dispatched inline, so that once it misses nothing its calls reach no promotion.
+    let jumps_program = Program::compile_with("bytecode.dyc", src, opts).expect("compiles");
+    let jumps_region = jumps_program.region("run").expect("region `run`");
+    let jumps = bytecode::benches()
+        .into_iter()
+        .find(|b| b.name == "indirect jumps")
+        .expect("indirect jumps");
+    let call_jumps = || {
+        let got = jumps_region
+            .call(&mut [
+                Arg::from(&jumps.code[..]),
+                Arg::from(40i64),
+                Arg::from(&mut [0i64][..]),
+            ])
+            .expect("runs");
+        let want = bytecode::interpret(&jumps.code, 40, &mut [0]);
+        assert_eq!(got.and_then(|c| c.as_i64()), Some(want));
+    };
+    let site_calls = || -> u64 { jumps_region.site_stats().iter().map(|s| s.calls).sum() };
     call();
+    let fallbacks = dyc::stencil_counts().fallbacks;
+    call_jumps();
+    assert!(
+        dyc::stencil_counts().fallbacks > fallbacks,
+        "the jumps fell back"
+    );
+    assert!(site_calls() > 0);
     assert_eq!(region.stats().restitches, 0);
     let mut restitches = Vec::new();
     for _ in 0..10 {
         dyc::settle_stencils();
         call();
+        call_jumps();
         restitches.push(region.stats().restitches);
     }
+    let jumps_stats = jumps_region.stats();
+    assert!((1..8).contains(&jumps_stats.restitches), "{jumps_stats}");
+    let calls = site_calls();
+    call_jumps();
+    assert_eq!(
+        site_calls(),
+        calls,
+        "the version made again dispatches inline"
+    );
     let last = *restitches.last().expect("ten calls");
     // (At most eight times: fewer means a version missed nothing.)
     assert!((1..8).contains(&last), "stitched again: {restitches:?}");
@@ -95,6 +133,36 @@ fn specializing_and_promoting_make_no_stencils() {
     let counts = dyc::stencil_counts();
     assert_eq!(counts.while_stitching, 0, "{counts:?}");
     assert!(counts.fallbacks > 0, "{counts:?}");
+
+    // Nor another interpreter's (a stack machine: static slices, constant indices checked
+    // against them, multiplications and divisions by constants strength-reduced into
+    // operations its generic code has none of), on random words as programs.
+    let vm_src = include_str!("lang/programs/stack_vm_calls.dyc");
+    // (With fuel: some of these programs loop forever.)
+    let vm_opts = RuntimeOptions {
+        fuel: Some(10_000),
+        ..RuntimeOptions::default()
+    };
+    let vm = Program::compile_with("stack_vm_calls.dyc", vm_src, vm_opts).expect("compiles");
+    let vm_region = vm.region("run").expect("region `run`");
+    let (mut seed, mut specialized) = (7u64, 0);
+    for _ in 0..200 {
+        let code: Vec<i64> = (0..12)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                (seed >> 33) as i64 % 16
+            })
+            .collect();
+        // (Some specialize without end, a call in a loop, and stop at the budget; most
+        // of the others fault when they run: a fault is an error returned.)
+        if let Ok(spec) = vm_region.specialize_in(&[Arg::from(&code[..])], Tier::Stitch) {
+            let _ = spec.call(&mut [Arg::from(3i64)]);
+            specialized += 1;
+        }
+    }
+    assert!(specialized > 100, "{specialized} specialized");
+    let counts = dyc::stencil_counts();
+    assert_eq!(counts.while_stitching, 0, "{counts:?}");
 
     // Once the worker has made what units missed, round after round, units stop falling
     // back, and make the code a program whose units make every stencil at once makes.

@@ -818,7 +818,7 @@ pub fn index_in(c: Const, len: usize) -> Option<usize> {
 }
 
 /// The unsigned type of an integer type's width.
-fn unsigned_of(t: Scalar) -> Scalar {
+pub(crate) fn unsigned_of(t: Scalar) -> Scalar {
     match t.int_bits() {
         Some(8) => Scalar::U8,
         Some(16) => Scalar::U16,

@@ -756,6 +756,7 @@ impl StencilLib {
             k => k.clone(),
         };
         let mut variants = vec![key.clone()];
+        variants.extend(reductions(&key));
         match &key {
             Key::Op {
                 op, forms, callee, ..
@@ -854,6 +855,53 @@ impl StencilLib {
             self.queue(v, 1);
         }
     }
+}
+
+/// What the fold layer's strength reduction may turn `key` into when an operand is a
+/// constant (see [`crate::fold`]), with its operands in frame words: the operations that
+/// a unit copying a variant made ahead in place of a missing one (`StencilEmitter::
+/// in_words`) falls back to, which a program's generic code may not have (a
+/// multiplication by 8 becomes a shift; a signed division by 4 shifts, casts and adds).
+fn reductions(key: &Key) -> Vec<Key> {
+    let Key::Op {
+        op: TOp::Binary(BinaryOp::Mul | BinaryOp::Div | BinaryOp::Rem),
+        forms,
+        callee: None,
+        ..
+    } = key
+    else {
+        return Vec::new();
+    };
+    let Some(&Form::Slot(t)) = forms.first() else {
+        return Vec::new();
+    };
+    if t.int_bits().is_none() {
+        return Vec::new();
+    }
+    let op = |op: TOp, forms: &[Form]| Key::Op {
+        op,
+        forms: forms.iter().copied().collect(),
+        callee: None,
+        dst: 0,
+    };
+    let binary = |o, t| op(TOp::Binary(o), &[Form::Slot(t), Form::Slot(t)]);
+    let mut keys: Vec<Key> = [
+        BinaryOp::Shl,
+        BinaryOp::Shr,
+        BinaryOp::And,
+        BinaryOp::Add,
+        BinaryOp::Sub,
+    ]
+    .into_iter()
+    .map(|o| binary(o, t))
+    .collect();
+    if t.is_signed() {
+        let u = crate::fold::unsigned_of(t);
+        keys.push(binary(BinaryOp::Shr, u));
+        keys.push(op(TOp::Cast(u), &[Form::Slot(t)]));
+        keys.push(op(TOp::Cast(t), &[Form::Slot(u)]));
+    }
+    keys
 }
 
 /// Whether operation `op` on operands of `forms` leaves an integer (or `bool`) result in
@@ -2450,44 +2498,77 @@ impl<'a> StencilEmitter<'a> {
     /// `forms` (with their operand `words`) with every operand a cache register holds
     /// read from its frame word instead (a register only ever holds a copy of a word that
     /// is written), and a baked constant put in a frame word: the forms of the variants
-    /// made ahead with a program's generic code (see [`StencilLib::make_variants`]).
-    /// Counts a fallback.
-    fn in_words(&mut self, forms: &[Form], words: &[u64]) -> (Forms, Words) {
+    /// made ahead with a program's generic code and its common variants (see
+    /// [`StencilLib::make_variants`]). If the variant of those forms that `make` keys is
+    /// not made either (a constant operand or a static slice that the generic code,
+    /// which has neither, made no variant of; an operation only strength reduction
+    /// makes), every constant goes in frame words too: the forms of the generic code's
+    /// own. Counts a fallback.
+    fn in_words(
+        &mut self,
+        forms: &[Form],
+        words: &[u64],
+        make: impl Fn(&[Form]) -> Key,
+    ) -> (Forms, Words) {
         self.lib.shared.counts[FALLBACKS].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.fallbacks += 1;
+        let (forms, words) = self.words_of(forms, words, false);
+        if self.made(&make(&forms)) {
+            return (forms, words);
+        }
+        self.words_of(&forms, &words, true)
+    }
+
+    /// `forms` with their `words`, each operand a register holds and each baked constant
+    /// in a frame word, and with `constants`, each immediate and constant slice too (see
+    /// `in_words`).
+    fn words_of(&mut self, forms: &[Form], words: &[u64], constants: bool) -> (Forms, Words) {
         let (mut out, mut out_words) = (Forms::new(), Words::new());
-        let mut old = words.iter();
+        let mut old = words.iter().copied();
         for &f in forms {
-            let word = match f {
-                Form::Acc(Scalar::F64) => self.facc,
-                Form::Acc(_) => self.regs[0],
-                Form::Reg(_, k) => self.regs[usize::from(k)],
-                Form::Baked(t, bits) => match self.materialize(SVal::Imm(u64::from(bits), t)) {
-                    SVal::Slot(w, _) => Some(w),
+            let n = match f {
+                Form::Slice(_) | Form::ConstSlice(_) => 2,
+                Form::Slot(_) | Form::Imm(..) => 1,
+                Form::Acc(_) | Form::Reg(..) | Form::Baked(..) => 0,
+            };
+            let mut own = old.by_ref().take(n);
+            let value = match f {
+                Form::Acc(Scalar::F64) => self.facc.map(|w| SVal::Slot(w, Scalar::F64)),
+                Form::Acc(t) => self.regs[0].map(|w| SVal::Slot(w, t)),
+                Form::Reg(t, k) => self.regs[usize::from(k)].map(|w| SVal::Slot(w, t)),
+                Form::Baked(t, bits) => Some(self.materialize(SVal::Imm(u64::from(bits), t))),
+                Form::Imm(t, _) if constants => {
+                    own.next().map(|bits| self.materialize(SVal::Imm(bits, t)))
+                }
+                Form::ConstSlice(elem) if constants => match (own.next(), own.next()) {
+                    (Some(ptr), Some(len)) => u32::try_from(len)
+                        .ok()
+                        .map(|len| self.materialize(SVal::StaticSlice { ptr, len, elem })),
                     _ => None,
                 },
                 f => {
-                    let n = match f {
-                        Form::Slice(_) | Form::ConstSlice(_) => 2,
-                        _ => 1,
-                    };
-                    out_words.extend(old.by_ref().take(n).copied());
+                    out_words.extend(own);
                     out.push(f);
                     continue;
                 }
             };
-            let (Form::Acc(t) | Form::Reg(t, _) | Form::Baked(t, _)) = f else {
-                unreachable!("the other forms are kept")
-            };
-            let Some(w) = word else {
-                self.fail(StencilError(format!("{f:?}: the register holds no word")));
-                return (
-                    forms.iter().copied().collect(),
-                    words.iter().copied().collect(),
-                );
-            };
-            out_words.push(8 * u64::from(w));
-            out.push(Form::Slot(t));
+            match value {
+                Some(SVal::Slot(w, t)) => {
+                    out_words.push(8 * u64::from(w));
+                    out.push(Form::Slot(t));
+                }
+                Some(SVal::Slice { ptr, len, elem }) => {
+                    out_words.extend([8 * u64::from(ptr), 8 * u64::from(len)]);
+                    out.push(Form::Slice(elem));
+                }
+                _ => {
+                    self.fail(StencilError(format!("{f:?}: the register holds no word")));
+                    return (
+                        forms.iter().copied().collect(),
+                        words.iter().copied().collect(),
+                    );
+                }
+            }
         }
         (out, out_words)
     }
@@ -2500,12 +2581,12 @@ impl<'a> StencilEmitter<'a> {
         key: Key,
         forms: &[Form],
         words: Words,
-        make: impl FnOnce(&[Form]) -> Key,
+        make: impl Fn(&[Form]) -> Key,
     ) -> (Key, Words, Option<Rc<Stencil>>) {
         if let Some(st) = self.ready(&key) {
             return (key, words, Some(st));
         }
-        let (forms, words) = self.in_words(forms, &words);
+        let (forms, words) = self.in_words(forms, &words, &make);
         (make(&forms), words, None)
     }
 
@@ -4170,7 +4251,12 @@ impl Backend for StencilEmitter<'_> {
                 unreachable!("an operation's key")
             };
             let fallback;
-            (fallback, words) = self.in_words(&forms, &words);
+            (fallback, words) = self.in_words(&forms, &words, |forms| Key::Op {
+                op: op.clone(),
+                forms: forms.iter().copied().collect(),
+                callee: callee.clone(),
+                dst: 0,
+            });
             key = Key::Op {
                 op,
                 forms: fallback,

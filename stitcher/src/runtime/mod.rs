@@ -1394,6 +1394,9 @@ pub(crate) struct SpecState {
     units: AtomicUsize,
     /// What the continuation units cost, summed.
     lazy_stats: Mutex<UnitStats>,
+    /// Of which copies of a stencil variant made ahead in place of a missing one
+    /// (`lazy_stats.fallbacks`, read without the lock at every call through a cache).
+    lazy_fallbacks: AtomicUsize,
     /// The fault site of failed lazy specializations, made at the first (most
     /// specializations have none).
     lazy_fault: std::sync::OnceLock<u64>,
@@ -1445,6 +1448,7 @@ impl SpecState {
             site_ids: Mutex::new(HashMap::new()),
             units: AtomicUsize::new(0),
             lazy_stats: Mutex::new(UnitStats::default()),
+            lazy_fallbacks: AtomicUsize::new(0),
             lazy_fault: std::sync::OnceLock::new(),
             executor,
             tier,
@@ -1621,6 +1625,8 @@ impl SpecState {
                 let made = inline_or_not(true, stitch)?;
                 if let Some((code, stats)) = made {
                     self.lazy_stats.lock().add(&stats);
+                    self.lazy_fallbacks
+                        .fetch_add(stats.fallbacks, Ordering::Relaxed);
                     return Ok(code);
                 }
             }
@@ -1711,6 +1717,14 @@ impl Specialization {
     /// continuations stitched lazily; the entry wrapper is the runtime's).
     pub fn code_bytes(&self) -> usize {
         self.state.region.code_bytes()
+    }
+
+    /// How many of its stencil copies, in its entry unit and in the continuation units
+    /// stitched so far, were of a variant made ahead in place of one not made then
+    /// ([`Misses::Background`]): code that stitching it again, once the library's worker
+    /// has made them, makes better.
+    pub fn fallbacks(&self) -> usize {
+        self.stats.fallbacks + self.state.lazy_fallbacks.load(Ordering::Relaxed)
     }
 
     /// The continuation units stitched lazily so far (at promotions), and what they cost
