@@ -15,7 +15,8 @@
 //! then the speedups, and what each program cost to compile: specialization time and CLIF
 //! instructions beside the hand translation's; last, the three tiers side by side (the
 //! stitch tier, which copies and patches stencils, and the quick tier against the
-//! optimizing tier: specialization time and code speed), after each program's first
+//! optimizing tier: specialization time and code speed; each tier's code made again as
+//! above when its promotions stitched units), after each program's first
 //! stitch-tier specialization in the process (timed before anything else, when the
 //! stitch tier's worker thread has not yet made the stencil variants its units miss).
 //! Timings are the median of several runs in one process, side by side; a
@@ -84,7 +85,8 @@ fn main() {
     // ahead instead, and a worker thread makes the one it missed. Each program's first
     // specialization in this process is timed here. Then, in rounds, every program is
     // specialized and run once (so that the units its promotions stitch ask for their
-    // stencils too) and the worker is waited for, until a round copies no variant in place
+    // stencils too; and made again, as timed below, if they stitched any) and the worker
+    // is waited for, until a round copies no variant in place
     // of a missing one: the code timed below is the code once the worker is done.
     let t = Instant::now();
     let mut first_specs = Vec::new();
@@ -103,6 +105,14 @@ fn main() {
             let mut mem = vec![0i64; b.mem.max(1)];
             s.call(&mut [Arg::from(b.n), Arg::from(&mut mem[..])])
                 .expect("runs");
+            // (And made again as timed below, when its promotions stitched units.)
+            if s.lazy_stats().0 > 0 {
+                region
+                    .respecialize(&[Arg::from(&b.code[..])], Tier::Stitch, &s)
+                    .expect("specializes")
+                    .call(&mut [Arg::from(b.n), Arg::from(&mut mem[..])])
+                    .expect("runs");
+            }
         }
         first_counts.get_or_insert_with(dyc::stencil_counts);
         dyc::settle_stencils();
@@ -185,8 +195,29 @@ fn main() {
             let units = 1 + again.lazy_stats().0;
             made_again.push((b.name, 1 + units_first, t_first, units, t_run, t_make));
         }
-        let (quick, t_quick_spec, r_quick, t_quick) = in_tier(Tier::Quick);
-        let (stitch, t_stitch_spec, r_stitch, t_stitch) = in_tier(Tier::Stitch);
+        // The first tiers' code is made again too when its promotions stitched units, so
+        // that the tiers' code is compared alike.
+        let again_in = |tier| {
+            let (spec, t_spec, r, t_run) = in_tier(tier);
+            if spec.lazy_stats().0 == 0 {
+                return (spec, t_spec, r, t_run);
+            }
+            let again = region
+                .respecialize(&[Arg::from(&code[..])], tier, &spec)
+                .expect("specializes");
+            let (r, t_run) = time(runs, reset, || {
+                let mut mem = mem.borrow_mut();
+                let mut args = [Arg::from(b.n), Arg::from(&mut mem[..])];
+                again
+                    .call(&mut args)
+                    .expect("runs")
+                    .and_then(|c| c.as_i64())
+                    .expect("i64")
+            });
+            (spec, t_spec, r, t_run)
+        };
+        let (quick, t_quick_spec, r_quick, t_quick) = again_in(Tier::Quick);
+        let (stitch, t_stitch_spec, r_stitch, t_stitch) = again_in(Tier::Stitch);
         let translated = hand::compile(code);
         let (r_hand, t_hand) = time(runs, reset, || {
             translated
@@ -248,7 +279,7 @@ fn main() {
     );
     if !made_again.is_empty() {
         println!(
-            "\nSpecialized code whose promotions stitched units while it ran is made again with the values they saw dispatched inline from its entry (`Region::respecialize`, what a region's cache does when a version moves up to the optimizing tier); the table above, and the optimizing tier in the tables below, show the code made again:\n"
+            "\nSpecialized code whose promotions stitched units while it ran is made again with the values they saw dispatched inline from its entry (`Region::respecialize`, what a region's cache does when a version moves up to the optimizing tier); the table above, and every tier in the tables below, show the code made again:\n"
         );
         println!(
             "| program | units before | code before | units after | code after | made again in |"
