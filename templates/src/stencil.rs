@@ -44,11 +44,13 @@
 //! operand forms and result register). The runtime makes ahead, when a program is
 //! compiled, what its generic code copies with the common variants of each
 //! ([`StencilLib::make_variants`]: operands in frame words, in the accumulator, as
-//! constants), its regions' entries, and the moves every unit uses
+//! constants; and what strength reduction turns its multiplications and divisions
+//! into), its regions' entries, and the moves every unit uses
 //! ([`StencilLib::make_moves`]). A unit that needs a stencil not made (a variant with its
 //! operands or result in other cache registers) does what the library's [`Misses`] says;
 //! by default it copies the variant made ahead instead (operands read from their frame
-//! words, which a register only ever holds a copy of: `StencilEmitter::in_words`; the
+//! words, which a register only ever holds a copy of, and constants put in frame words
+//! where no variant with them was made: `StencilEmitter::in_words`; the
 //! result in the register it was to go to if that variant is made, which the worker
 //! makes first, for the operations of the generic code, else in the accumulator), and the
 //! library's worker thread makes the missing one, so that no unit waits for Cranelift
