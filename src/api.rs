@@ -1315,11 +1315,11 @@ impl Region {
 
     /// Whether first-tier version `v` is to be stitched again, by this call: its entry
     /// unit or a unit its promotions stitched copied stencils in place of ones not made
-    /// then ([`Misses::Background`]), the
-    /// library's worker has made every stencil wanted since, no other call has claimed it,
-    /// and its key has been stitched again fewer than [`MAX_RESTITCHES`] times (a unit
-    /// that falls back leaves other words in registers, so the units after it may miss
-    /// other stencils: the interpreter's programs take three rounds).
+    /// then ([`Misses::Background`]), the library's worker has made every stencil wanted
+    /// since, no other call has claimed it, and its key has been stitched again fewer
+    /// than [`MAX_RESTITCHES`] times (a unit that falls back leaves other words in
+    /// registers, so the units after it may miss other stencils: the interpreter's
+    /// programs take three rounds).
     fn restitch_due(&self, v: &Specialized) -> bool {
         let runtime = &self.program.inner.runtime;
         v.tier() == Tier::Stitch

@@ -53,8 +53,8 @@
 //! where no variant with them was made: `StencilEmitter::in_words`; the
 //! result in the register it was to go to if that variant is made, which the worker
 //! makes first, for the operations of the generic code, else in the accumulator), and the
-//! library's worker thread makes the missing one, so that no unit waits for Cranelift
-//! and the units stitched after it get their registers. A unit that falls back may change
+//! library's worker thread makes the missing one, so that units do not wait for
+//! Cranelift and the units stitched after it get their registers. A unit that falls back may change
 //! what the registers hold after it, so the next ones may miss other variants: the
 //! interpreter's six programs stop falling back after three rounds of specializations,
 //! and then make exactly the code they make with every stencil made at once
@@ -361,11 +361,12 @@ impl std::fmt::Display for StencilError {
 /// the ones made with the program, or an operation the generic code never copied).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Misses {
-    /// It uses a variant made ahead (operands read from their frame words, the result in
-    /// its register or the accumulator), and the library's worker thread makes the
-    /// missing one for later units: specializing never waits for Cranelift (unless no
-    /// variant was made ahead either), and the code gets its registers back once the
-    /// worker is done.
+    /// It uses a variant made ahead (operands read from their frame words, constants too
+    /// if need be, the result in its register or the accumulator), and the library's
+    /// worker thread makes the missing one for later units: specializing never waits for
+    /// Cranelift (unless no variant was made ahead either: an operation neither the
+    /// generic code nor its strength reductions have), and the code gets its registers
+    /// back once the worker is done.
     #[default]
     Background,
     /// It makes the missing stencil at once (about 100 us of Cranelift each): the best
