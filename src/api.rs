@@ -1331,9 +1331,8 @@ impl Region {
     }
 
     /// Stitches `old`'s key again, now that the stencils its units missed are made, with
-    /// what its promotions saw dispatched inline from the entry if they stitched units
-    /// ([`Region::respecialize`]: the continuations they stitched are made again too, as
-    /// one unit), replaces `old` in the cache (it is freed once no call still runs it; the
+    /// what its promotions saw dispatched inline from the entry ([`Region::respecialize`]:
+    /// the continuations they stitched are made again too, as one unit), replaces `old` in the cache (it is freed once no call still runs it; the
     /// new version carries on its calls and running time toward moving up) and runs the
     /// call; if that fails, `old` goes on serving.
     fn restitch(
@@ -1347,10 +1346,10 @@ impl Region {
         let hosts_gen = self.program.inner.hosts_gen.load(Ordering::SeqCst);
         let specialized = {
             let key_args: KeyArgs = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
-            match old.lazy_stats().0 {
-                0 => self.specialize_in(&key_args, Tier::Stitch),
-                _ => self.respecialize(&key_args, Tier::Stitch, old),
-            }
+            // (From what `old`'s promotions saw: nothing, the same as a fresh
+            // specialization; else that, whether its promotions stitched units or it was
+            // made again with values seen before.)
+            self.respecialize(&key_args, Tier::Stitch, old)
         };
         let mut new = match specialized {
             Ok(s) => s,
