@@ -142,6 +142,17 @@ fn main() {
                 .and_then(|c| c.as_i64())
                 .expect("i64")
         });
+        // A specialization's result and run time on the program.
+        let run = |spec: &Specialized| {
+            time(runs, reset, || {
+                let mut mem = mem.borrow_mut();
+                let mut args = [Arg::from(b.n), Arg::from(&mut mem[..])];
+                spec.call(&mut args)
+                    .expect("runs")
+                    .and_then(|c| c.as_i64())
+                    .expect("i64")
+            })
+        };
         // The region specialized on the program in `tier`: the specialization, what making
         // it took (the median of `runs` specializations, each made afresh; the last is
         // kept), and its result and run time.
@@ -159,14 +170,7 @@ fn main() {
             times.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
             let t_spec = times[times.len() / 2];
             let spec = last.expect("at least one run");
-            let (r, t_run) = time(runs, reset, || {
-                let mut mem = mem.borrow_mut();
-                let mut args = [Arg::from(b.n), Arg::from(&mut mem[..])];
-                spec.call(&mut args)
-                    .expect("runs")
-                    .and_then(|c| c.as_i64())
-                    .expect("i64")
-            });
+            let (r, t_run) = run(&spec);
             (spec, t_spec, r, t_run)
         };
         let (spec, t_spec, r_spec, t_first) = in_tier(Tier::Optimizing);
@@ -182,15 +186,7 @@ fn main() {
                 .respecialize(&[Arg::from(&code[..])], Tier::Optimizing, &spec)
                 .expect("specializes");
             let t_make = t.elapsed().as_secs_f64();
-            let (r, t_run) = time(runs, reset, || {
-                let mut mem = mem.borrow_mut();
-                let mut args = [Arg::from(b.n), Arg::from(&mut mem[..])];
-                again
-                    .call(&mut args)
-                    .expect("runs")
-                    .and_then(|c| c.as_i64())
-                    .expect("i64")
-            });
+            let (r, t_run) = run(&again);
             (r_again, t_specialized) = (r, t_run);
             let units = 1 + again.lazy_stats().0;
             made_again.push((b.name, 1 + units_first, t_first, units, t_run, t_make));
@@ -205,15 +201,7 @@ fn main() {
             let again = region
                 .respecialize(&[Arg::from(&code[..])], tier, &spec)
                 .expect("specializes");
-            let (r, t_run) = time(runs, reset, || {
-                let mut mem = mem.borrow_mut();
-                let mut args = [Arg::from(b.n), Arg::from(&mut mem[..])];
-                again
-                    .call(&mut args)
-                    .expect("runs")
-                    .and_then(|c| c.as_i64())
-                    .expect("i64")
-            });
+            let (r, t_run) = run(&again);
             (spec, t_spec, r, t_run)
         };
         let (quick, t_quick_spec, r_quick, t_quick) = again_in(Tier::Quick);
