@@ -1293,11 +1293,7 @@ impl Region {
             return quick.call_at(args, &st.values);
         }
         let hosts_gen = self.program.inner.hosts_gen.load(Ordering::SeqCst);
-        let specialized = {
-            let key_args: KeyArgs = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
-            self.respecialize(&key_args, Tier::Optimizing, quick)
-        };
-        let optimized = match specialized {
+        let optimized = match self.remake(quick, Tier::Optimizing, args) {
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!(region = %self.name(), error = %e, "tier-up failed");
@@ -1311,6 +1307,20 @@ impl Region {
         c.specializations.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(region = %self.name(), code_bytes = optimized.code_bytes(), "tiered up");
         self.replace(quick, optimized, key, hosts_gen, args, guard)
+    }
+
+    /// The key of cached version `old` (the key arguments among `args`) made again in
+    /// `tier` from what `old`'s promotions saw ([`Region::respecialize`]: nothing, the
+    /// same as a fresh specialization; else those values dispatched inline from the
+    /// entry, whether its promotions stitched units or it was made again with them).
+    fn remake(&self, old: &Specialized, tier: Tier, args: &[Arg]) -> Result<Specialized, Error> {
+        let key_args: KeyArgs = self
+            .state
+            .keys
+            .iter()
+            .map(|&k| reborrow(&args[k]))
+            .collect();
+        self.respecialize(&key_args, tier, old)
     }
 
     /// Whether first-tier version `v` is to be stitched again, by this call: its entry
@@ -1331,10 +1341,10 @@ impl Region {
     }
 
     /// Stitches `old`'s key again, now that the stencils its units missed are made, with
-    /// what its promotions saw dispatched inline from the entry ([`Region::respecialize`]:
-    /// the continuations they stitched are made again too, as one unit), replaces `old` in the cache (it is freed once no call still runs it; the
-    /// new version carries on its calls and running time toward moving up) and runs the
-    /// call; if that fails, `old` goes on serving.
+    /// what its promotions saw dispatched inline from the entry (see [`Region::remake`]),
+    /// replaces `old` in the cache (it is freed once no call still runs it; the new
+    /// version carries on its calls and running time toward moving up) and runs the call;
+    /// if that fails, `old` goes on serving.
     fn restitch(
         &self,
         old: &Arc<Specialized>,
@@ -1344,14 +1354,7 @@ impl Region {
     ) -> Result<Option<Const>, Error> {
         let st = &*self.state;
         let hosts_gen = self.program.inner.hosts_gen.load(Ordering::SeqCst);
-        let specialized = {
-            let key_args: KeyArgs = st.keys.iter().map(|&k| reborrow(&args[k])).collect();
-            // (From what `old`'s promotions saw: nothing, the same as a fresh
-            // specialization; else that, whether its promotions stitched units or it was
-            // made again with values seen before.)
-            self.respecialize(&key_args, Tier::Stitch, old)
-        };
-        let mut new = match specialized {
+        let mut new = match self.remake(old, Tier::Stitch, args) {
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!(region = %self.name(), error = %e, "stitching again failed");

@@ -50,12 +50,12 @@
 //! operands or result in other cache registers) does what the library's [`Misses`] says;
 //! by default it copies the variant made ahead instead (operands read from their frame
 //! words, which a register only ever holds a copy of, and constants put in frame words
-//! where no variant with them was made: `StencilEmitter::in_words`; the
-//! result in the register it was to go to if that variant is made, which the worker
-//! makes first, for the operations of the generic code, else in the accumulator), and the
-//! library's worker thread makes the missing one, so that units do not wait for
-//! Cranelift and the units stitched after it get their registers. A unit that falls back may change
-//! what the registers hold after it, so the next ones may miss other variants: the
+//! where no variant with them was made: `StencilEmitter::in_words`; the result in the
+//! register it was to go to if that variant is made, which the worker makes first, for
+//! the operations of the generic code, else in the accumulator), and the library's
+//! worker thread makes the missing one, so that units do not wait for Cranelift and the
+//! units stitched after it get their registers. A unit that falls back may change what
+//! the registers hold after it, so the next ones may miss other variants: the
 //! interpreter's six programs stop falling back after three rounds of specializations,
 //! and then make exactly the code they make with every stencil made at once
 //! (`tests/stencils.rs`). A unit is made by
