@@ -413,6 +413,9 @@ struct Wanted {
     worker: Option<u32>,
     /// The library was dropped: the worker ends.
     closed: bool,
+    /// The worker found nothing to do for a while and waits to be woken (by the next key
+    /// queued, [`StencilLib::settle`] or the library's drop), not polling.
+    asleep: bool,
 }
 
 /// The stencils of one runtime, made ahead or on first use, and kept.
@@ -425,9 +428,10 @@ pub struct StencilLib {
 }
 
 /// How soon the worker thread looks at the queue after making a stencil, and at most how
-/// long it waits when the queue stays empty.
+/// long it waits before it looks again when the queue stays empty (after a wait this long
+/// finds it empty, the worker sleeps until a key is queued).
 const POLL_MIN: std::time::Duration = std::time::Duration::from_millis(1);
-const POLL_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+const POLL_MAX: std::time::Duration = std::time::Duration::from_millis(64);
 
 /// What a library shares with its worker thread.
 struct Shared {
@@ -476,11 +480,13 @@ impl Shared {
     }
 
     /// The worker thread: makes the keys units wanted, oldest first, until the library
-    /// is dropped. Units queue keys without waking it (a wake-up is a system call that
-    /// cost a first specialization about 40 us here): it looks at the queue after
-    /// [`POLL_MIN`], and waits twice as long each time it finds it empty, up to
-    /// [`POLL_MAX`] (so an idle process wakes it once a second, and a key wanted after a
-    /// long idle waits up to a second, during which units keep falling back).
+    /// is dropped. While it is busy, units queue keys without waking it (a wake-up is a
+    /// system call that cost a first specialization about 40 us here): it looks at the
+    /// queue after [`POLL_MIN`], and waits twice as long each time it finds it empty, up
+    /// to [`POLL_MAX`]. When a wait that long found nothing, it sleeps (`asleep`) until the
+    /// next key queued wakes it: an idle process's worker does not wake at all, and the
+    /// first key wanted after an idle period is made at once, at the price of one wake-up
+    /// for the unit that wanted it.
     fn work(&self) {
         let mut poll = POLL_MIN;
         loop {
@@ -493,9 +499,14 @@ impl Shared {
                     if let Some(k) = w.queues.iter_mut().find_map(|q| q.pop_front()) {
                         break k;
                     }
+                    if w.asleep {
+                        w = self.changed.wait(w).expect("not poisoned");
+                        continue;
+                    }
                     let (g, waited) = self.changed.wait_timeout(w, poll).expect("not poisoned");
                     w = g;
                     if waited.timed_out() && w.queues.iter().all(|q| q.is_empty()) {
+                        w.asleep = poll == POLL_MAX;
                         poll = (poll * 2).min(POLL_MAX);
                     }
                 }
@@ -562,6 +573,7 @@ impl StencilLib {
         }
         w.queues.iter_mut().for_each(|q| q.clear());
         w.queued.clear();
+        w.asleep = false;
         let shared = self.shared.clone();
         let started = std::thread::Builder::new()
             .name("dyc-stencils".into())
@@ -613,6 +625,10 @@ impl StencilLib {
         }
         w.queued.insert(key.clone());
         w.queues[q].push_back(key.clone());
+        if w.asleep {
+            w.asleep = false;
+            self.shared.changed.notify_all();
+        }
     }
 
     /// Holds the library's locks until the guard is dropped. A process about to fork
@@ -4691,6 +4707,7 @@ mod tests {
                     queued: [Key::Trap].into(),
                     worker: Some(std::process::id().wrapping_add(1)),
                     closed: false,
+                    asleep: false,
                 }),
                 changed: Default::default(),
                 counts: Default::default(),
@@ -4708,6 +4725,34 @@ mod tests {
         );
         let counts = child.counts();
         assert_eq!((counts.background, counts.while_stitching), (1, 0));
+    }
+
+    /// An idle worker sleeps (it stops polling), and the next key a unit wants wakes it:
+    /// the key is made without anyone waiting for the worker.
+    #[test]
+    fn an_idle_worker_sleeps_and_a_wanted_key_wakes_it() {
+        if !StencilLib::supported() {
+            return;
+        }
+        let lib = StencilLib::with_misses(test_isa(), Misses::Background);
+        lib.settle();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let until = |what: &str, done: &dyn Fn() -> bool| {
+            while !done() {
+                assert!(std::time::Instant::now() < deadline, "{what}");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        };
+        let asleep = || lib.shared.wanted.lock().expect("not poisoned").asleep;
+        until("the idle worker goes to sleep", &asleep);
+        let key = int(
+            TOp::Binary(BinaryOp::Xor),
+            &[Form::Reg(Scalar::I64, 3), Form::Reg(Scalar::I64, 1)],
+        );
+        lib.want(&key);
+        until("the wanted key is made", &|| lib.find(&key).is_some());
+        assert!(lib.find(&key).is_some_and(|s| s.is_ok()));
+        until("the worker sleeps again", &asleep);
     }
 
     /// Every kind of stencil is made (its holes located) for typical forms; those that
