@@ -148,6 +148,9 @@ pub enum Key {
     /// Cache register `j` copied into cache register `k` (before a jump to a block that
     /// expects the word `j` holds in `k`).
     Xfer(u8, u8),
+    /// A constant (4- or 8-byte hole) put in cache register `k`, stored nowhere (a loop
+    /// head's parameter whose frame word was just set to it).
+    SetReg(u8, bool),
     /// A scalar of this type copied from a frame word to a frame byte offset (an element
     /// of an array in the frame).
     MoveTo(Scalar),
@@ -248,6 +251,7 @@ impl Key {
             Key::Reload(k) => (4, u128::from(*k)),
             Key::Spill(k) => (5, u128::from(*k)),
             Key::Xfer(j, k) => (16, u128::from(*j) | u128::from(*k) << 8),
+            Key::SetReg(k, wide) => (17, u128::from(*k) | u128::from(*wide) << 8),
             Key::MoveTo(s) => (6, u128::from(*s as u8)),
             Key::FrameAddr => (7, 0),
             Key::Branch(f) => (8, f.pack()),
@@ -731,6 +735,10 @@ impl StencilLib {
         keys.extend([Form::Slot(Scalar::Bool), Form::Acc(Scalar::Bool)].map(Key::Branch));
         keys.extend(Scalar::ALL.map(Key::MoveTo));
         keys.extend(regs.clone().flat_map(|k| [Key::Reload(k), Key::Spill(k)]));
+        keys.extend(
+            regs.clone()
+                .flat_map(|k| [Key::SetReg(k, false), Key::SetReg(k, true)]),
+        );
         for j in regs.clone() {
             keys.extend(regs.clone().filter(|&k| k != j).map(|k| Key::Xfer(j, k)));
         }
@@ -1392,6 +1400,11 @@ fn build(
             cont(&mut em, 0, same);
         }
         Key::Xfer(j, k) => cont(&mut em, 0, with_reg(*k, regs[usize::from(*j)])),
+        Key::SetReg(k, wide) => {
+            let m = gen.borrow_mut().hole(*wide, Role::Arg(0));
+            let v = em.b.ins().iconst(types::I64, m as i64);
+            cont(&mut em, 0, with_reg(*k, v));
+        }
         Key::MoveTo(s) => {
             // An element of an array in the frame: written at its own width.
             let v = load(&mut em, clif_type(*s), Role::Arg(0));
@@ -1942,9 +1955,10 @@ struct BlockInfo {
     /// It heads a loop ([`crate::template::Emitter::loop_head`]): placed where the code
     /// before falls into it, its parameters are loaded into cache registers first.
     head: bool,
-    /// What the cache registers held at the first jump to it, if known, and per register
-    /// the block that jump was copied in if the register then still held that block's
-    /// `acc_in`: placed with that jump its only entry, it takes them as its `acc_in`.
+    /// What the cache registers held at every jump to it so far, if known (see `enter`),
+    /// and per register the block the one jump was copied in if the register then still
+    /// held that block's `acc_in` (after two jumps, none: those blocks were told the
+    /// register is read): placed, it takes them as its `acc_in`.
     first_in: Option<(Regs, [Option<u32>; CACHE_REGS])>,
     /// Its `entries` when it was placed: more now, and jumps into it were copied since,
     /// which put no word in a register it did not read there yet (see `may_use`).
@@ -1961,6 +1975,8 @@ struct Copyable {
     insts: u32,
     fixups: (u32, u32),
     locals: (u32, u32),
+    /// The cache registers its code leaves as they were on entry (a bit each).
+    keeps: u8,
 }
 
 /// The most bytes of code a block copied in place of a jump to it may have: a
@@ -2129,6 +2145,10 @@ pub struct StencilEmitter<'a> {
     last_jump: Option<u32>,
     /// The last stencil copied, while nothing follows it, if it was a comparison.
     last_cmp: Option<LastCmp>,
+    /// The frame words set to constants ([`Key::Set`]) by the code copied last, with
+    /// their constants: every stencil copied since was a `Set` of another word, and no
+    /// block was placed since (see `prefetch`).
+    just_set: smallvec::SmallVec<[(u32, u64); CACHE_REGS]>,
     /// The block being copied into, and the registers that still hold what they held on
     /// entry (the block's `acc_in`; a bit each).
     current: Option<u32>,
@@ -2137,6 +2157,9 @@ pub struct StencilEmitter<'a> {
     /// copied in if the register then still held that block's `acc_in`.
     jump_acc: Regs,
     jump_inherited: [Option<u32>; CACHE_REGS],
+    /// Where the last raw jump's code ends, and the registers that still held what they
+    /// held on entry to the block it ends (`inherited` there, which the jump forgets).
+    jump_kept: (u32, u8),
     /// The block placed last and where, while nothing has been copied after it, and
     /// whether the code before it falls into it (its jump there was dropped).
     empty: Option<(u32, u32, bool)>,
@@ -2292,10 +2315,12 @@ impl<'a> StencilEmitter<'a> {
             facc: None,
             last_jump: None,
             last_cmp: None,
+            just_set: smallvec::SmallVec::new(),
             current: None,
             inherited: 0,
             jump_acc: [None; CACHE_REGS],
             jump_inherited: [None; CACHE_REGS],
+            jump_kept: (u32::MAX, 0),
             empty: None,
             hole_values: std::mem::take(&mut sc.hole_values),
             moves: std::mem::take(&mut sc.moves),
@@ -2750,6 +2775,7 @@ impl<'a> StencilEmitter<'a> {
         {
             self.prefetch(b);
         }
+        self.just_set.clear();
         self.complete(b, falls);
         if !falls {
             self.chain.clear();
@@ -2771,14 +2797,19 @@ impl<'a> StencilEmitter<'a> {
             info.acc_from = self.jump_inherited;
             self.run.push(b);
         } else {
-            if let (false, 1, Some((regs, from))) = (falls, info.entries, info.first_in) {
-                info.acc_in = regs;
-                info.acc_from = from;
+            match (falls, info.entries, info.first_in) {
+                (_, 0, _) | (_, _, None) => {}
+                (false, _, Some((regs, from))) => {
+                    info.acc_in = regs;
+                    info.acc_from = from;
+                }
+                (true, _, Some(_)) => self.meet_entries(b),
             }
             self.defs.clear();
             self.run.clear();
             self.passes.clear();
         }
+        let info = &mut self.blocks[b as usize];
         let acc_in = info.acc_in;
         info.placed_entries = info.entries;
         self.forget_accs();
@@ -2802,13 +2833,42 @@ impl<'a> StencilEmitter<'a> {
         }
     }
 
+    /// The registers block `b`, about to be placed, takes from its entries so far: the
+    /// code before, falling into it, and jumps whose registers were known (a loop's exit,
+    /// from its first test and from its last): those that hold the same word at all of
+    /// them, if all may read them (read now on the jumps' side; on the side falling
+    /// through when they are read, as for any block that inherits).
+    fn meet_entries(&mut self, b: u32) {
+        let Some((regs, from)) = self.blocks[b as usize].first_in else {
+            return;
+        };
+        for k in 0..CACHE_REGS {
+            let same = self.jump_acc[k].is_some() && self.jump_acc[k] == regs[k];
+            if same && self.may_use_from(from[k], k) {
+                self.use_from(from[k], k);
+                let info = &mut self.blocks[b as usize];
+                info.acc_in[k] = regs[k];
+                info.acc_from[k] = self.jump_inherited[k];
+            }
+        }
+    }
+
     /// Loads the parameters of loop head `b`, about to be placed where the code before
     /// falls into it, into the cache registers that hold none of them (as many as there
     /// are registers): `b` inherits them, its code reads them there, and the jumps back
     /// into it put the new values there (see `establish`), most often from the registers
     /// they were made in, so that a value carried around the loop stays in registers.
+    ///
+    /// A parameter whose frame word the code just before set to a constant (the
+    /// constant a loop starts from) gets the constant in its register instead, and its
+    /// word is not read: when nothing else in the unit reads it, the stores into it in
+    /// the loop are dead (see `drop_dead_stores`). Sound because the word holds that
+    /// constant where `b` begins: the `Set`s are the last code copied, which falls into
+    /// `b`, and `b` has no other entry yet (later ones put the word in the register,
+    /// see `establish`).
     fn prefetch(&mut self, b: u32) {
         let (at, n) = self.blocks[b as usize].params;
+        let just_set = std::mem::take(&mut self.just_set);
         for p in at..at + n {
             let SVal::Slot(w, t) = self.params[p as usize] else {
                 continue;
@@ -2826,7 +2886,20 @@ impl<'a> StencilEmitter<'a> {
                 return;
             };
             // (What `reload` says the registers hold is forgotten when `b` is placed.)
-            self.reload(k, w);
+            match just_set.iter().find(|&&(x, _)| x == w) {
+                Some(&(_, v)) => {
+                    self.emit(
+                        &Key::SetReg(k as u8, v >= 1 << 31),
+                        &[v],
+                        &[],
+                        SrcLoc::default(),
+                        Extra::None,
+                        &[None],
+                    );
+                    self.hold(k, Some(w));
+                }
+                None => self.reload(k, w),
+            }
             self.jump_acc[k] = Some(w);
             self.jump_inherited[k] = None;
         }
@@ -2835,7 +2908,13 @@ impl<'a> StencilEmitter<'a> {
     /// Records that the current block reads its `acc_in` of register `k` from the
     /// register, and so do the blocks that fell into it holding the same word there.
     fn use_inherited(&mut self, k: usize) {
-        let mut b = self.current.filter(|_| self.inherited & 1 << k != 0);
+        self.use_from(self.current.filter(|_| self.inherited & 1 << k != 0), k);
+    }
+
+    /// Records that register `k`'s `acc_in` of block `b` is read (by `b`'s code, or by
+    /// code `b`'s falls into or jumps from with the register still holding it), and so
+    /// on up its `acc_from`.
+    fn use_from(&mut self, mut b: Option<u32>, k: usize) {
         while let Some(x) = b {
             let info = &mut self.blocks[x as usize];
             if info.acc_used & 1 << k != 0 {
@@ -2851,7 +2930,11 @@ impl<'a> StencilEmitter<'a> {
     /// already read it, no jump into any of them was copied since it was placed (such a
     /// jump put nothing in the register).
     fn may_use(&self, k: usize) -> bool {
-        let mut b = self.current.filter(|_| self.inherited & 1 << k != 0);
+        self.may_use_from(self.current.filter(|_| self.inherited & 1 << k != 0), k)
+    }
+
+    /// `may_use`, for a register that still holds `b`'s `acc_in` (`None`: written since).
+    fn may_use_from(&self, mut b: Option<u32>, k: usize) -> bool {
         while let Some(x) = b {
             let info = &self.blocks[x as usize];
             if info.acc_used & 1 << k != 0 {
@@ -2897,14 +2980,46 @@ impl<'a> StencilEmitter<'a> {
 
     /// Counts a jump to `b` (to the block it stands for); `known`: the cache registers
     /// hold what `regs` says where it jumps.
+    ///
+    /// Until `b` is placed, `first_in` keeps what the registers hold at every jump so far
+    /// (a register holding different words at two of them holds none; a jump whose
+    /// registers are unknown, none). From the second jump on, the blocks each register's
+    /// word was inherited from are asked at once whether it may be read there, and told
+    /// that it is read (as `place` does for the jump that is the only one), so that the
+    /// registers `b` takes on need no one to ask them later.
     fn enter(&mut self, b: u32, known: bool) {
         let r = self.resolve(b) as usize;
+        let here = (self.regs, self.inherited_from());
         let info = &mut self.blocks[r];
         info.entries += 1;
-        if info.entries == 1 && info.at.is_none() && known {
-            let first = Some((self.regs, self.inherited_from()));
-            self.blocks[r].first_in = first;
+        if info.at.is_some() {
+            return;
         }
+        if !known {
+            info.first_in = None;
+            return;
+        }
+        if info.entries == 1 {
+            info.first_in = Some(here);
+            return;
+        }
+        let Some((mut regs, mut from)) = info.first_in else {
+            return;
+        };
+        for k in 0..CACHE_REGS {
+            let keep = regs[k].is_some()
+                && regs[k] == here.0[k]
+                && self.may_use_from(from[k], k)
+                && self.may_use_from(here.1[k], k);
+            if keep {
+                self.use_from(from[k], k);
+                self.use_from(here.1[k], k);
+            } else {
+                regs[k] = None;
+            }
+            from[k] = None;
+        }
+        self.blocks[r].first_in = Some((regs, from));
     }
 
     /// The words a jump to `b` must leave in the cache registers, where `b`'s code reads
@@ -2958,6 +3073,12 @@ impl<'a> StencilEmitter<'a> {
         let (Some(at), end) = (info.at, self.code.len() as u32) else {
             return;
         };
+        // The registers its code leaves as they were on entry: if it ends in a raw jump
+        // (dropped if `falls`), those the jump found so.
+        let keeps = match self.jump_kept {
+            (j, bits) if j == end || (falls && j == end + 5) => bits,
+            _ => self.inherited,
+        };
         if end > at && end - at <= COPY_LIMIT && counts[1] > start[1] && counts[3..] == start[3..] {
             self.blocks[c as usize].copy = Some(Copyable {
                 end,
@@ -2965,6 +3086,7 @@ impl<'a> StencilEmitter<'a> {
                 insts: counts[0] - start[0],
                 fixups: (start[1], counts[1]),
                 locals: (start[2], counts[2]),
+                keeps,
             });
             self.last_copyable = Some(c);
         }
@@ -2986,11 +3108,20 @@ impl<'a> StencilEmitter<'a> {
         };
         let base = self.code.len() as u32;
         self.last_cmp = None;
+        self.just_set.clear();
+        // The registers the block's code leaves alone hold what they held before the copy
+        // (a loop's test only compares), throughout the copy: its jumps leave them so.
+        for k in 0..CACHE_REGS {
+            if cp.keeps & 1 << k == 0 {
+                self.hold(k, None);
+            }
+        }
+        self.facc = None;
         self.code.extend_from_within(at as usize..cp.end as usize);
         for k in cp.fixups.0..cp.fixups.1 {
             let (p, t) = self.fixups[k as usize];
             self.fixups.push((p - at + base, t));
-            self.enter(t, false);
+            self.enter(t, true);
         }
         for k in cp.locals.0..cp.locals.1 {
             let (p, t) = self.locals[k as usize];
@@ -2998,7 +3129,6 @@ impl<'a> StencilEmitter<'a> {
         }
         self.copies += 1;
         self.insts += cp.insts as usize;
-        self.forget_accs();
         match cp.falls {
             // (To where `f` jumps, if that is all its code: the false side of a branch.)
             Some(f) => self.jump_to(self.only_jumps_to(f).unwrap_or(f)),
@@ -3062,6 +3192,7 @@ impl<'a> StencilEmitter<'a> {
         self.code.extend_from_slice(&[0xe9, 0, 0, 0, 0]);
         self.fixups.push((at + 1, b));
         self.enter(b, true);
+        self.jump_kept = (at + 5, self.inherited);
         self.last_jump = Some(at);
         self.jump_acc = self.regs;
         self.jump_inherited = self.inherited_from();
@@ -3477,6 +3608,9 @@ impl<'a> StencilEmitter<'a> {
         };
         self.last_jump = None;
         self.last_cmp = None;
+        if !matches!(key, Key::Set(_)) {
+            self.just_set.clear();
+        }
         let drop_tail = st.tail > 0 && conts.get(usize::from(st.tail_cont)) == Some(&None);
         // A cut branch: its conditional jump goes to continuation 1's block, and it falls
         // through to the code that follows (continuation 0) otherwise.
@@ -3671,6 +3805,7 @@ impl<'a> StencilEmitter<'a> {
             Extra::None,
             &[None],
         );
+        self.just_set.push((dst, v));
     }
 
     /// A load or a store at a constant index of a local array in the frame whose elements
@@ -3857,9 +3992,9 @@ impl<'a> StencilEmitter<'a> {
                 let entries = self.blocks[b as usize].entries;
                 self.blocks[b as usize].alias = Some(target);
                 self.blocks[b as usize].at = None;
-                // Its one entry, if it had one, jumps to `dest` now: with what the
-                // registers held there, if `dest` had none.
-                let first = self.blocks[b as usize].first_in.filter(|_| entries == 1);
+                // Its entries jump to `dest` now: with what the registers held there, if
+                // `dest` had none.
+                let first = self.blocks[b as usize].first_in;
                 let t = &mut self.blocks[target as usize];
                 t.first_in = if t.entries == 0 { first } else { None };
                 t.entries += entries;
@@ -4926,16 +5061,18 @@ mod tests {
         (em.finish(entry).expect("stitched").0, wi, wacc)
     }
 
-    /// A loop head's parameters are loaded into cache registers before the loop, and the
-    /// values carried around it stay there: `i` is loaded once, before the loop, `acc`
-    /// before the loop and where it is returned, not in the loop. Untold that the head
-    /// heads a loop, the loop loads both.
+    /// A loop head's parameters are put in cache registers before the loop, and the
+    /// values carried around it stay there: `i` and `acc` start from constants put in
+    /// their registers, so `i`'s word is never read, and its stores in the loop are
+    /// dead; `acc` is loaded at most where it is returned, not in the loop. Untold that
+    /// the head heads a loop, the loop loads both.
     #[test]
     fn a_loops_carried_values_stay_in_cache_registers() {
         let lib = StencilLib::new(test_isa());
         let (code, i, acc) = counted_loop(&lib, true);
-        assert_eq!(loads_of(&code, i), 1, "{code:x?}");
-        assert!(loads_of(&code, acc) <= 2, "{code:x?}");
+        assert_eq!(loads_of(&code, i), 0, "{code:x?}");
+        assert!(!stores_to(&code, i), "{code:x?}");
+        assert!(loads_of(&code, acc) <= 1, "{code:x?}");
         let (code, i, acc) = counted_loop(&lib, false);
         assert!(loads_of(&code, i) >= 2, "{code:x?}");
         assert!(loads_of(&code, acc) >= 2, "{code:x?}");
