@@ -3811,6 +3811,7 @@ impl<'a> StencilEmitter<'a> {
             Extra::None,
             &[None],
         );
+        self.just_set.retain(|&mut (w, _)| w != dst);
         self.just_set.push((dst, v));
     }
 
