@@ -1983,9 +1983,12 @@ struct Copyable {
 /// comparison's loads, the comparison and its two jumps (about 30 bytes).
 const COPY_LIMIT: u32 = 48;
 
-/// A comparison just copied: if a branch on its result comes next and nothing else reads
-/// the result, its copy is taken back and a [`Key::CmpBranch`] copied instead.
-struct LastCmp {
+/// An operation with an integer result just copied, while nothing follows it. A
+/// comparison: if a branch on its result comes next and nothing else reads the result,
+/// its copy is taken back and a [`Key::CmpBranch`] copied instead (`fused_compare`).
+/// Any: if the jump that comes next wants its result in another register, it is copied
+/// again with its result there (`remake_in`).
+struct LastOp {
     op: TOp,
     forms: Forms,
     words: Words,
@@ -2002,6 +2005,10 @@ struct LastCmp {
     frame_holes: usize,
     copies: usize,
     insts: usize,
+    /// Its copy's jumps and cold part (none, if equal to `fixups` and `cold_fixups` after
+    /// it), and its source position.
+    cold_fixups: usize,
+    loc: SrcLoc,
 }
 
 /// An operation's result copied into the current run of fall-through blocks: its frame
@@ -2144,7 +2151,7 @@ pub struct StencilEmitter<'a> {
     /// placed right after).
     last_jump: Option<u32>,
     /// The last stencil copied, while nothing follows it, if it was a comparison.
-    last_cmp: Option<LastCmp>,
+    last_op: Option<LastOp>,
     /// The frame words set to constants ([`Key::Set`]) by the code copied last, with
     /// their constants: every stencil copied since was a `Set` of another word, and no
     /// block was placed since (see `prefetch`).
@@ -2314,7 +2321,7 @@ impl<'a> StencilEmitter<'a> {
             read_here: 0,
             facc: None,
             last_jump: None,
-            last_cmp: None,
+            last_op: None,
             just_set: smallvec::SmallVec::new(),
             current: None,
             inherited: 0,
@@ -2782,7 +2789,7 @@ impl<'a> StencilEmitter<'a> {
         }
         self.chain.push(b);
         self.empty = Some((b, self.code.len() as u32, falls));
-        self.last_cmp = None;
+        self.last_op = None;
         let info = &mut self.blocks[b as usize];
         info.at = Some(self.code.len() as u32);
         info.fixed = true;
@@ -3110,7 +3117,7 @@ impl<'a> StencilEmitter<'a> {
             return self.jump_to(h);
         };
         let base = self.code.len() as u32;
-        self.last_cmp = None;
+        self.last_op = None;
         self.just_set.clear();
         // The registers the block's code leaves alone hold what they held before the copy
         // (a loop's test only compares), throughout the copy: its jumps leave them so.
@@ -3193,7 +3200,7 @@ impl<'a> StencilEmitter<'a> {
     /// A raw `jmp rel32` to block `b`.
     fn jump_to(&mut self, b: u32) {
         self.establish(b);
-        self.last_cmp = None;
+        self.last_op = None;
         let at = self.code.len() as u32;
         self.code.extend_from_slice(&[0xe9, 0, 0, 0, 0]);
         self.fixups.push((at + 1, b));
@@ -3223,6 +3230,7 @@ impl<'a> StencilEmitter<'a> {
     /// parallel move: from the register holding a word, else from its frame word).
     fn establish(&mut self, b: u32) {
         let need = self.acc_for(b);
+        self.remake_in(&need);
         let mut pending: smallvec::SmallVec<[(usize, u32); CACHE_REGS]> = smallvec::SmallVec::new();
         for (k, w) in need.iter().enumerate() {
             match *w {
@@ -3613,7 +3621,7 @@ impl<'a> StencilEmitter<'a> {
             Err(e) => return self.fail(e),
         };
         self.last_jump = None;
-        self.last_cmp = None;
+        self.last_op = None;
         if !matches!(key, Key::Set(_)) {
             self.just_set.clear();
         }
@@ -4150,9 +4158,9 @@ impl<'a> StencilEmitter<'a> {
         let SVal::Slot(s, _) = cond else {
             return None;
         };
-        let lc = self.last_cmp.take()?;
+        let lc = self.last_op.take()?;
         // (A value kept is read later from its frame word, unpassed.)
-        if self.is_pinned(s) {
+        if self.is_pinned(s) || !matches!(lc.op, TOp::Cmp(_)) {
             return None;
         }
         let passed = then_args
@@ -4163,10 +4171,26 @@ impl<'a> StencilEmitter<'a> {
             return None;
         }
         let key = Key::CmpBranch {
-            op: lc.op,
-            forms: lc.forms,
+            op: lc.op.clone(),
+            forms: lc.forms.clone(),
         };
         let st = self.ready(&key)?;
+        self.take_back(&lc);
+        // The result never reaches its register now: it holds what it held before.
+        let (k, (w, [inherited, temp, read])) = (lc.dst, lc.before);
+        self.regs[k] = w;
+        for (mask, on) in [
+            (&mut self.inherited, inherited),
+            (&mut self.temps, temp),
+            (&mut self.read_here, read),
+        ] {
+            *mask = *mask & !(1 << k) | u8::from(on) << k;
+        }
+        Some((key, lc.words, st))
+    }
+
+    /// Takes back the copy `lc` describes, the last code copied.
+    fn take_back(&mut self, lc: &LastOp) {
         self.code.truncate(lc.start);
         self.defs
             .retain(|d| d.sites.iter().all(|&at| (at as usize) < lc.start));
@@ -4183,17 +4207,60 @@ impl<'a> StencilEmitter<'a> {
         self.frame_holes.truncate(lc.frame_holes);
         self.copies = lc.copies;
         self.insts = lc.insts;
-        // The result never reaches its register now: it holds what it held before.
-        let (k, (w, [inherited, temp, read])) = (lc.dst, lc.before);
-        self.regs[k] = w;
-        for (mask, on) in [
-            (&mut self.inherited, inherited),
-            (&mut self.temps, temp),
-            (&mut self.read_here, read),
-        ] {
-            *mask = *mask & !(1 << k) | u8::from(on) << k;
+    }
+
+    /// **Results made where a jump wants them.** Before a jump's parallel move
+    /// (`establish`, with `need` what it must leave in each register): when the last code
+    /// copied is an operation whose result a register `j` holds, and the jump wants that
+    /// word in another register `k` whose own word it does not want anywhere, the
+    /// operation is copied again with its result in `k` (if that variant is made), and
+    /// no move is needed: a loop's counter is stepped in its own register (`add $1,
+    /// %rcx`, not `lea 1(%rcx), %r8; mov %r8, %rcx`), which takes the move off the
+    /// loop's chain of dependences. The copy again writes the word the first one wrote
+    /// (its result holes may have been retargeted since: the word `j` holds). Sound
+    /// because nothing was copied after the operation (the jump's moves come after
+    /// this), so no code read `k` since, and its copy had no jump and no cold part.
+    fn remake_in(&mut self, need: &Regs) {
+        let Some(lo) = self.last_op.take() else {
+            return;
+        };
+        let j = lo.dst;
+        let Some(w) = self.regs[j] else {
+            return;
+        };
+        let Some(k) = (0..CACHE_REGS).find(|&k| k != j && need[k] == Some(w)) else {
+            return;
+        };
+        let clear = lo.end == self.code.len()
+            && lo.fixups == self.fixups.len()
+            && lo.cold_fixups == self.cold_fixups.len()
+            && need[j] != Some(w)
+            && !need.iter().any(|&n| n.is_some() && n == self.regs[k]);
+        if !clear {
+            return;
         }
-        Some((key, lc.words, st))
+        let key = Key::Op {
+            op: lo.op.clone(),
+            forms: lo.forms.clone(),
+            callee: None,
+            dst: k as u8,
+        };
+        let Some(st) = self.ready(&key) else {
+            return;
+        };
+        self.take_back(&lo);
+        self.hold(j, None);
+        self.emit_with(
+            Some(st),
+            &key,
+            &lo.words,
+            &[8 * u64::from(w)],
+            lo.loc,
+            Extra::None,
+            &[None],
+        );
+        self.hold(k, Some(w));
+        self.temps |= 1 << k;
     }
 
     /// The target of an edge: `b` itself when no arguments need passing, else a fresh
@@ -4443,12 +4510,13 @@ impl Backend for StencilEmitter<'_> {
             self.copies,
             self.insts,
         );
-        let cmp = match (op, result, &key) {
-            (TOp::Cmp(_), Some(SVal::Slot(s, _)), Key::Op { callee: None, .. }) => {
+        let cmp = match (result, &key) {
+            (Some(SVal::Slot(s, t)), Key::Op { callee: None, .. }) if t != Scalar::F64 => {
                 Some((op.clone(), forms.clone(), words.clone(), s))
             }
             _ => None,
         };
+        let cold_fixups = self.cold_fixups.len();
         let bit = |m: u8| m & 1 << dst != 0;
         let held = (
             self.regs[dst],
@@ -4457,7 +4525,7 @@ impl Backend for StencilEmitter<'_> {
         self.emit_with(found, &key, &words, res, loc, extra, &[None]);
         if let Some((op, forms, words, res)) = cmp {
             let (start, fixups, frame_holes, copies, insts) = before;
-            self.last_cmp = Some(LastCmp {
+            self.last_op = Some(LastOp {
                 op,
                 forms,
                 words,
@@ -4470,6 +4538,8 @@ impl Backend for StencilEmitter<'_> {
                 frame_holes,
                 copies,
                 insts,
+                cold_fixups,
+                loc,
             });
         }
         match result {
@@ -5028,6 +5098,24 @@ mod tests {
             .count()
     }
 
+    /// The register-to-register moves (`mov r64, r64`) in the code's one loop: from the
+    /// target of its conditional jump back (`0f 8x` with a negative displacement) to that
+    /// jump.
+    fn moves_in_loop(code: &[u8]) -> usize {
+        let back = (0..code.len().saturating_sub(6)).find_map(|at| {
+            let rel = i32::from_le_bytes(code[at + 2..at + 6].try_into().ok()?);
+            let jcc = code[at] == 0x0f && code[at + 1] & 0xf0 == 0x80;
+            (jcc && rel < 0).then(|| ((at as i64 + 6 + i64::from(rel)) as usize, at))
+        });
+        let Some((top, end)) = back else {
+            return usize::MAX;
+        };
+        code[top..end]
+            .windows(3)
+            .filter(|c| c[0] & 0xf0 == 0x40 && c[0] & 0x08 != 0 && c[1] == 0x89 && c[2] >= 0xc0)
+            .count()
+    }
+
     /// `i = 0; acc = 0; while i < n { acc = acc + i * 3; i = i + 1 }; ret acc`, its head
     /// told a loop head (or not): its code, and the frame words of `i` and `acc`.
     fn counted_loop(lib: &StencilLib, hint: bool) -> (Vec<u8>, u32, u32) {
@@ -5072,8 +5160,8 @@ mod tests {
     /// values carried around it stay there: `i` and `acc` start from constants put in
     /// their registers, and the loop's exit (entered from its first test and from the
     /// copy of the test that ends its body) returns `acc` from its register, so neither
-    /// word is ever read, and the loop stores neither. Untold that the head heads a
-    /// loop, the loop loads both.
+    /// word is ever read, and the loop stores neither; `i` is stepped in its own
+    /// register. Untold that the head heads a loop, the loop loads both.
     #[test]
     fn a_loops_carried_values_stay_in_cache_registers() {
         let lib = StencilLib::new(test_isa());
@@ -5082,6 +5170,9 @@ mod tests {
         assert!(!stores_to(&code, i), "{code:x?}");
         assert_eq!(loads_of(&code, acc), 0, "{code:x?}");
         assert!(!stores_to(&code, acc), "{code:x?}");
+        // The counter is stepped in its own register, not made in another and moved back
+        // (`remake_in`): of the two values, only the sum moves at the jump back.
+        assert!(moves_in_loop(&code) <= 1, "{code:x?}");
         let (code, i, acc) = counted_loop(&lib, false);
         assert!(loads_of(&code, i) >= 2, "{code:x?}");
         assert!(loads_of(&code, acc) >= 2, "{code:x?}");
