@@ -4500,9 +4500,6 @@ impl Backend for StencilEmitter<'_> {
                 }
             }
         }
-        let Key::Op { op, forms, .. } = &key else {
-            unreachable!("an operation's key")
-        };
         let before = (
             self.code.len(),
             self.fixups.len(),
@@ -4511,9 +4508,7 @@ impl Backend for StencilEmitter<'_> {
             self.insts,
         );
         let cmp = match (result, &key) {
-            (Some(SVal::Slot(s, t)), Key::Op { callee: None, .. }) if t != Scalar::F64 => {
-                Some((op.clone(), forms.clone(), words.clone(), s))
-            }
+            (Some(SVal::Slot(s, t)), Key::Op { callee: None, .. }) if t != Scalar::F64 => Some(s),
             _ => None,
         };
         let cold_fixups = self.cold_fixups.len();
@@ -4523,7 +4518,7 @@ impl Backend for StencilEmitter<'_> {
             [bit(self.inherited), bit(self.temps), bit(self.read_here)],
         );
         self.emit_with(found, &key, &words, res, loc, extra, &[None]);
-        if let Some((op, forms, words, res)) = cmp {
+        if let (Some(res), Key::Op { op, forms, .. }) = (cmp, key) {
             let (start, fixups, frame_holes, copies, insts) = before;
             self.last_op = Some(LastOp {
                 op,
