@@ -1326,7 +1326,9 @@ impl Region {
     /// Whether first-tier version `v` is to be stitched again, by this call: its entry
     /// unit or a unit its promotions stitched copied stencils in place of ones not made
     /// then ([`Misses::Background`]), the library's worker has made every stencil wanted
-    /// since, no other call has claimed it, and its key has been stitched again fewer
+    /// since, no other call has claimed it (to stitch it again, or to move it up: the
+    /// claim is both, so that a version is not both stitched again and moved up, the new
+    /// version moving up again later), and its key has been stitched again fewer
     /// than [`MAX_RESTITCHES`] times (a unit that falls back leaves other words in
     /// registers, so the units after it may miss other stencils: the interpreter's
     /// programs take three rounds).
@@ -1338,6 +1340,7 @@ impl Region {
             && runtime.options().stencil_misses == Misses::Background
             && runtime.stencils_pending() == 0
             && !v.restitching.swap(true, Ordering::Relaxed)
+            && !v.tiering.swap(true, Ordering::Relaxed)
     }
 
     /// Stitches `old`'s key again, now that the stencils its units missed are made, with
@@ -1358,6 +1361,8 @@ impl Region {
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!(region = %self.name(), error = %e, "stitching again failed");
+                // (It may still move up.)
+                old.tiering.store(false, Ordering::Relaxed);
                 return old.call_at(args, &st.values);
             }
         };
