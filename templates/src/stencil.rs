@@ -2150,7 +2150,8 @@ pub struct StencilEmitter<'a> {
     /// The raw jump that ends the code, if any: its offset (dropped when its target is
     /// placed right after).
     last_jump: Option<u32>,
-    /// The last stencil copied, while nothing follows it, if it was a comparison.
+    /// The last stencil copied, while nothing follows it, if it was an operation with an
+    /// integer result (see [`LastOp`]).
     last_op: Option<LastOp>,
     /// The frame words set to constants ([`Key::Set`]) by the code copied last, with
     /// their constants: every stencil copied since was a `Set` of another word, and no
@@ -4248,8 +4249,8 @@ impl<'a> StencilEmitter<'a> {
         let Some(st) = self.ready(&key) else {
             return;
         };
+        // (The copy writes `w`, so `emit_with` forgets that `j` holds it.)
         self.take_back(&lo);
-        self.hold(j, None);
         self.emit_with(
             Some(st),
             &key,
@@ -4506,20 +4507,21 @@ impl Backend for StencilEmitter<'_> {
             self.frame_holes.len(),
             self.copies,
             self.insts,
+            self.cold_fixups.len(),
         );
-        let cmp = match (result, &key) {
+        // (Recorded as the last operation: one with an integer result in a frame word.)
+        let recorded = match (result, &key) {
             (Some(SVal::Slot(s, t)), Key::Op { callee: None, .. }) if t != Scalar::F64 => Some(s),
             _ => None,
         };
-        let cold_fixups = self.cold_fixups.len();
         let bit = |m: u8| m & 1 << dst != 0;
         let held = (
             self.regs[dst],
             [bit(self.inherited), bit(self.temps), bit(self.read_here)],
         );
         self.emit_with(found, &key, &words, res, loc, extra, &[None]);
-        if let (Some(res), Key::Op { op, forms, .. }) = (cmp, key) {
-            let (start, fixups, frame_holes, copies, insts) = before;
+        if let (Some(res), Key::Op { op, forms, .. }) = (recorded, key) {
+            let (start, fixups, frame_holes, copies, insts, cold_fixups) = before;
             self.last_op = Some(LastOp {
                 op,
                 forms,
