@@ -1782,6 +1782,27 @@ const EPILOGUE: [u8; 4] = [0x48, 0x89, 0xec, 0x5d];
 /// A four-byte `nop`.
 const NOP4: [u8; 4] = [0x0f, 0x1f, 0x40, 0x00];
 
+/// The recommended multi-byte `nop`s, of 1 to 11 bytes (`NOPS[n - 1]` is `n` bytes long):
+/// `nop`, `xchg %ax,%ax`, `nopl` with a growing memory operand, then operand-size and
+/// segment prefixes. Each decodes as one instruction.
+const NOPS: [&[u8]; 11] = [
+    &[0x90],
+    &[0x66, 0x90],
+    &[0x0f, 0x1f, 0x00],
+    &NOP4,
+    &[0x0f, 0x1f, 0x44, 0, 0],
+    &[0x66, 0x0f, 0x1f, 0x44, 0, 0],
+    &[0x0f, 0x1f, 0x80, 0, 0, 0, 0],
+    &[0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0],
+    &[0x66, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0],
+    &[0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0],
+    &[0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0],
+];
+
+/// The bytes of the windows the processor fetches and caches decoded code by (a cache line
+/// on current x86-64 processors: see `StencilEmitter::align_loops`).
+const FETCH_WINDOW: u32 = 64;
+
 /// Drops the frame of a stencil that does not need one: nothing in it calls, and no
 /// instruction but its prologue and epilogues touches `rsp` or `rbp` (Cranelift keeps
 /// frame pointers for tail calls, so every stencil has a frame). The prologue goes
@@ -2406,6 +2427,7 @@ impl<'a> StencilEmitter<'a> {
         self.invert_cuts();
         self.drop_dead_stores();
         self.compact();
+        self.align_loops();
         let cold_at = self.code.len() as i64;
         self.code.extend_from_slice(&self.cold);
         for &(at, off) in &self.cold_fixups {
@@ -3363,11 +3385,6 @@ impl<'a> StencilEmitter<'a> {
     /// or a word of an array in the frame, which all count as loaded; the final
     /// displacement is read from the code, after any retargeting.
     fn drop_dead_stores(&mut self) {
-        const NOPS: [&[u8]; 3] = [
-            &[0x0f, 0x1f, 0x80, 0, 0, 0, 0],
-            &[0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0],
-            &[0x66, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0],
-        ];
         let code = &mut self.code;
         let mut removed = 0;
         for &(at, end) in &self.stores {
@@ -3401,8 +3418,7 @@ impl<'a> StencilEmitter<'a> {
                 }
                 _ => continue,
             };
-            let nop = NOPS[at + 4 - start - 7];
-            code[start..at + 4].copy_from_slice(nop);
+            code[start..at + 4].copy_from_slice(NOPS[at + 4 - start - 1]);
             if at + 4 == end as usize {
                 self.cut_out.push((start as u32, end));
                 removed += 1;
@@ -3443,7 +3459,7 @@ impl<'a> StencilEmitter<'a> {
         // offsets asked in ascending order, as `fixups` and `locals` mostly are, cost a
         // step or two each; any other, a binary search.)
         let mut k = 0;
-        let mut map = |p: u32| -> u32 {
+        let map = |p: u32| -> u32 {
             if k > 0 && cut[k - 1].0 >= p {
                 k = cut.partition_point(|&(start, _)| start < p);
             }
@@ -3462,6 +3478,17 @@ impl<'a> StencilEmitter<'a> {
             w += next - end as usize;
         }
         self.code.truncate(w);
+        self.move_offsets(map);
+        cut.clear();
+        self.cut_out = cut;
+    }
+
+    /// Moves every offset that refers to the code as `map` says (the code itself was just
+    /// rewritten so): the blocks' places, the `rel32` fields of jumps to blocks and to the
+    /// cold part, the prologue's frame-size holes, and the jumps within a copy to the code
+    /// that follows it, whose displacements are patched again here (the others are
+    /// patched by `finish`).
+    fn move_offsets(&mut self, mut map: impl FnMut(u32) -> u32) {
         for f in self.fixups.iter_mut().chain(self.cold_fixups.iter_mut()) {
             f.0 = map(f.0);
         }
@@ -3471,14 +3498,89 @@ impl<'a> StencilEmitter<'a> {
         for b in &mut self.blocks {
             b.at = b.at.map(&mut map);
         }
-        for &(at, target) in &self.locals {
-            let (at, target) = (map(at), map(target));
+        for l in &mut self.locals {
+            let (at, target) = (map(l.0), map(l.1));
+            *l = (at, target);
             let rel = i64::from(target) - (i64::from(at) + 4);
             let at = at as usize;
             self.code[at..at + 4].copy_from_slice(&(rel as i32).to_le_bytes());
         }
-        cut.clear();
-        self.cut_out = cut;
+    }
+
+    /// **Loop alignment.** The processor fetches code, and caches it decoded, by aligned
+    /// windows of [`FETCH_WINDOW`] bytes; a loop that fits in one window but straddles two
+    /// takes at least two fetches per iteration, where one would do. (Measured on the
+    /// machine of `docs/benchmarks.md`, a 29-byte loop of six instructions that runs one
+    /// iteration per cycle when it starts at most 35 bytes into a window ran twice as
+    /// slowly from any later start.) So each loop of the placed code, from the block a
+    /// jump goes back to (its head) to the end of the last jump back to it, is moved to
+    /// start on a window boundary when that makes it span fewer windows, by `nop`s put
+    /// before its head: at most `FETCH_WINDOW - 1` bytes, which the code before runs
+    /// once per entry into the loop if it falls in. Loops are taken by their heads'
+    /// places in order, each at its place after the padding of those before it (an inner
+    /// loop's padding may make the loop around it one window longer; the inner one runs
+    /// more often). A unit starts on a window boundary (see the code heap), so the places
+    /// here are the places in memory modulo the window. Linear in the code, plus sorting
+    /// the loops.
+    fn align_loops(&mut self) {
+        // Each loop: its head and where its last jump back ends.
+        let mut loops: Vec<(u32, u32)> = Vec::new();
+        for &(at, b) in &self.fixups {
+            match self.blocks[self.resolve(b) as usize].at {
+                Some(head) if head <= at => loops.push((head, at + 4)),
+                _ => {}
+            }
+        }
+        if loops.is_empty() {
+            return;
+        }
+        loops.sort_unstable();
+        let windows = |start: u32, len: u32| (start % FETCH_WINDOW + len).div_ceil(FETCH_WINDOW);
+        // Where padding goes (a head's place before padding) and its bytes.
+        let mut pads: Vec<(u32, u32)> = Vec::new();
+        let mut added = 0;
+        for (k, &(head, end)) in loops.iter().enumerate() {
+            if loops.get(k + 1).is_some_and(|&(next, _)| next == head) {
+                continue;
+            }
+            let (at, len) = (head + added, end - head);
+            if windows(at, len) > len.div_ceil(FETCH_WINDOW) {
+                let pad = FETCH_WINDOW - at % FETCH_WINDOW;
+                pads.push((head, pad));
+                added += pad;
+            }
+        }
+        if pads.is_empty() {
+            return;
+        }
+        let mut code = Vec::with_capacity(self.code.len() + added as usize);
+        let mut from = 0;
+        for &(head, pad) in &pads {
+            code.extend_from_slice(&self.code[from..head as usize]);
+            let mut left = pad as usize;
+            while left > 0 {
+                let n = left.min(NOPS.len());
+                code.extend_from_slice(NOPS[n - 1]);
+                left -= n;
+            }
+            from = head as usize;
+        }
+        code.extend_from_slice(&self.code[from..]);
+        self.code = code;
+        // An offset moves by the padding at or before it (a head's own place too: its
+        // code follows its padding). A cursor, as in `compact`.
+        let (mut k, mut moved) = (0, 0);
+        self.move_offsets(|p| {
+            if k > 0 && pads[k - 1].0 > p {
+                k = pads.partition_point(|&(head, _)| head <= p);
+                moved = pads[..k].iter().map(|&(_, pad)| pad).sum();
+            }
+            while k < pads.len() && pads[k].0 <= p {
+                moved += pads[k].1;
+                k += 1;
+            }
+            p + moved
+        });
     }
 
     /// Stamps frame word `w` read by the next copy.
@@ -5099,12 +5201,7 @@ mod tests {
     /// target of its conditional jump back (`0f 8x` with a negative displacement) to that
     /// jump.
     fn moves_in_loop(code: &[u8]) -> usize {
-        let back = (0..code.len().saturating_sub(6)).find_map(|at| {
-            let rel = i32::from_le_bytes(code[at + 2..at + 6].try_into().ok()?);
-            let jcc = code[at] == 0x0f && code[at + 1] & 0xf0 == 0x80;
-            (jcc && rel < 0).then(|| ((at as i64 + 6 + i64::from(rel)) as usize, at))
-        });
-        let Some((top, end)) = back else {
+        let Some((top, end)) = back_jump(code) else {
             return usize::MAX;
         };
         code[top..end]
@@ -5113,9 +5210,19 @@ mod tests {
             .count()
     }
 
+    /// The first conditional jump back in `code`: where it goes, and where it stands.
+    fn back_jump(code: &[u8]) -> Option<(usize, usize)> {
+        (0..code.len().saturating_sub(6)).find_map(|at| {
+            let rel = i32::from_le_bytes(code[at + 2..at + 6].try_into().ok()?);
+            let jcc = code[at] == 0x0f && code[at + 1] & 0xf0 == 0x80;
+            (jcc && rel < 0).then(|| ((at as i64 + 6 + i64::from(rel)) as usize, at))
+        })
+    }
+
     /// `i = 0; acc = 0; while i < n { acc = acc + i * 3; i = i + 1 }; ret acc`, its head
-    /// told a loop head (or not): its code, and the frame words of `i` and `acc`.
-    fn counted_loop(lib: &StencilLib, hint: bool) -> (Vec<u8>, u32, u32) {
+    /// told a loop head (or not), and `n` first stepped `pre` times (code before the
+    /// loop): its code, and the frame words of `i` and `acc`.
+    fn counted_loop(lib: &StencilLib, hint: bool, pre: usize) -> (Vec<u8>, u32, u32) {
         use crate::ops::CmpOp;
         let mut services = NoServices;
         let (t, t3) = ([Type::I64], [Type::I64; 3]);
@@ -5127,7 +5234,12 @@ mod tests {
         let loc = SrcLoc::default();
         let int = |em: &mut StencilEmitter, v: u64| em.constant(Const::Int(Scalar::I64, v));
         em.switch_to_block(entry);
-        let n = params(&mut em, entry, &t)[0];
+        let mut n = params(&mut em, entry, &t)[0];
+        for k in 0..pre {
+            let step = int(&mut em, k as u64 + 2);
+            let add = TOp::Binary(BinaryOp::Add);
+            n = em.op(&add, &[n, step], &t, loc).expect("a result");
+        }
         let zero = int(&mut em, 0);
         em.jump(head, &[n, zero, zero]);
         em.switch_to_block(head);
@@ -5162,7 +5274,7 @@ mod tests {
     #[test]
     fn a_loops_carried_values_stay_in_cache_registers() {
         let lib = StencilLib::new(test_isa());
-        let (code, i, acc) = counted_loop(&lib, true);
+        let (code, i, acc) = counted_loop(&lib, true, 0);
         assert_eq!(loads_of(&code, i), 0, "{code:x?}");
         assert!(!stores_to(&code, i), "{code:x?}");
         assert_eq!(loads_of(&code, acc), 0, "{code:x?}");
@@ -5170,9 +5282,36 @@ mod tests {
         // The counter is stepped in its own register, not made in another and moved back
         // (`remake_in`): of the two values, only the sum moves at the jump back.
         assert!(moves_in_loop(&code) <= 1, "{code:x?}");
-        let (code, i, acc) = counted_loop(&lib, false);
+        let (code, i, acc) = counted_loop(&lib, false, 0);
         assert!(loads_of(&code, i) >= 2, "{code:x?}");
         assert!(loads_of(&code, acc) >= 2, "{code:x?}");
+    }
+
+    /// A loop that fits in a fetch window is placed within one (`align_loops`): however
+    /// much code comes before it, its head starts where its code ends in the window its
+    /// head is in. Some of those loops start on a window boundary after `nop`s.
+    #[test]
+    fn small_loops_are_placed_within_one_fetch_window() {
+        let lib = StencilLib::new(test_isa());
+        let mut padded = 0;
+        let mut starts = std::collections::BTreeSet::new();
+        for pre in 0..12 {
+            let (code, _, _) = counted_loop(&lib, true, pre);
+            let (top, end) = back_jump(&code).expect("a loop");
+            let len = end + 6 - top;
+            assert!(len <= FETCH_WINDOW as usize, "{code:x?}");
+            assert!(
+                top % 64 + len <= 64,
+                "{pre}: loop at {top:#x}..{:#x}",
+                end + 6
+            );
+            starts.insert(top);
+            if top % 64 == 0 && NOPS.iter().any(|n| code[..top].ends_with(n)) {
+                padded += 1;
+            }
+        }
+        assert!(starts.len() > 1, "the code before the loop moved it");
+        assert!(padded > 0, "some loop was moved to a window boundary");
     }
 
     /// A register taken through a block that was jumped into since it was placed is not
