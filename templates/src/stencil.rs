@@ -3378,12 +3378,13 @@ impl<'a> StencilEmitter<'a> {
     /// stores it into its frame word; when no stencil copied into the unit loads that
     /// word (the result was used only from registers, or not at all), the store is
     /// dead, and becomes a `nop` of the same length (removed by `compact` when it ends
-    /// its copy, as it mostly does; see there). Only the forms
-    /// a result store takes are rewritten, recognized by their bytes: `mov r64,
-    /// disp32(%rsi)` and `movsd xmm, disp32(%rsi)` (SSE or VEX; the frame is `%rsi`); anything else
-    /// stays. Sound because every load of a frame word is a copy's operand word (`loaded`),
-    /// or a word of an array in the frame, which all count as loaded; the final
-    /// displacement is read from the code, after any retargeting.
+    /// its copy, as it mostly does; see there). So is a constant's store (`Key::Set`).
+    /// Only the forms such a store takes are rewritten, recognized by their bytes: `mov
+    /// r64, disp32(%rsi)`, `movq $imm32, disp32(%rsi)` and `movsd xmm, disp32(%rsi)` (SSE
+    /// or VEX; the frame is `%rsi`); anything else stays. Sound because every load of a
+    /// frame word is a copy's operand word (`loaded`), or a word of an array in the
+    /// frame, which all count as loaded; the final displacement is read from the code,
+    /// after any retargeting.
     fn drop_dead_stores(&mut self) {
         let code = &mut self.code;
         let mut removed = 0;
@@ -3402,9 +3403,18 @@ impl<'a> StencilEmitter<'a> {
             if byte(1).is_none_or(|m| m & 0xc7 != 0x86) {
                 continue;
             }
+            // Where the store starts; it ends at the displacement's end but for `movq $imm32`,
+            // whose immediate follows it.
+            let mut stop = at + 4;
             let start = match (byte(2), byte(3), byte(4), byte(5)) {
                 // REX.W (no REX.X, REX.B), `89`: mov r64 to memory.
                 (Some(0x89), Some(rex), ..) if rex & 0xfb == 0x48 => at - 3,
+                // REX.W, `c7 /0` (the ModRM's reg field 000): movq $imm32 to memory (a
+                // `Key::Set`).
+                (Some(0xc7), Some(rex), ..) if rex & 0xfb == 0x48 && byte(1) == Some(0x86) => {
+                    stop = at + 8;
+                    at - 3
+                }
                 // `f2 0f 11`: movsd to memory, without and with a REX prefix (no W, X, B).
                 (Some(0x11), Some(0x0f), Some(0xf2), _) => at - 4,
                 (Some(0x11), Some(0x0f), Some(rex), Some(0xf2)) if rex & 0xfb == 0x40 => at - 5,
@@ -3418,8 +3428,11 @@ impl<'a> StencilEmitter<'a> {
                 }
                 _ => continue,
             };
-            code[start..at + 4].copy_from_slice(NOPS[at + 4 - start - 1]);
-            if at + 4 == end as usize {
+            let Some(nop) = code.get_mut(start..stop) else {
+                continue;
+            };
+            nop.copy_from_slice(NOPS[stop - start - 1]);
+            if stop == end as usize {
                 self.cut_out.push((start as u32, end));
                 removed += 1;
             }
@@ -3833,7 +3846,7 @@ impl<'a> StencilEmitter<'a> {
                 Self::stamp(&mut self.written_at, (r / 8) as u32, self.seq);
             }
         }
-        if let (Key::Op { .. }, [r]) = (&key, res) {
+        if let (Key::Op { .. } | Key::Set(false), [r]) = (&key, res) {
             let sites: smallvec::SmallVec<[u32; 2]> = st
                 .holes
                 .iter()
@@ -3844,7 +3857,8 @@ impl<'a> StencilEmitter<'a> {
             if let ([at], 0, None) = (&sites[..], r % 8, cold) {
                 self.stores.push((*at, end));
             }
-            if !sites.is_empty() && r % 8 == 0 && cold.is_none() {
+            let op = matches!(key, Key::Op { .. });
+            if op && !sites.is_empty() && r % 8 == 0 && cold.is_none() {
                 self.defs.push(Def {
                     word: (r / 8) as u32,
                     seq: self.seq,
@@ -5174,13 +5188,15 @@ mod tests {
         em.finish(blocks[0]).expect("stitched").0
     }
 
-    /// Whether `code` stores a register into frame word `w`: `mov r64, disp32(%rsi)`, or
-    /// `(v)movsd xmm, disp32(%rsi)` (opcode `11` after any prefix).
+    /// Whether `code` stores into frame word `w`: `mov r64, disp32(%rsi)`, `movq $imm32,
+    /// disp32(%rsi)`, or `(v)movsd xmm, disp32(%rsi)` (opcode `11` after any prefix).
     fn stores_to(code: &[u8], w: u32) -> bool {
         let disp = (8 * w).to_le_bytes();
-        let int = code
-            .windows(7)
-            .any(|c| c[0] & 0xfb == 0x48 && c[1] == 0x89 && c[2] & 0xc7 == 0x86 && c[3..] == disp);
+        // (`mov r64` or `movq $imm32`: `89 /r` or `c7 /0`.)
+        let int = code.windows(7).any(|c| {
+            let opcode = c[1] == 0x89 && c[2] & 0xc7 == 0x86 || c[1] == 0xc7 && c[2] == 0x86;
+            c[0] & 0xfb == 0x48 && opcode && c[3..] == disp
+        });
         let float = code
             .windows(6)
             .any(|c| c[0] == 0x11 && c[1] & 0xc7 == 0x86 && c[2..] == disp);
