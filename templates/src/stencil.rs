@@ -21,10 +21,11 @@
 //! would be a jump moving nothing gets none (jumps to it go where it leads; see
 //! `StencilEmitter::jump`); a jump back to a loop's small test copies the test instead
 //! (`StencilEmitter::copy_block`), and the stores and jumps found dead once the unit is
-//! complete are cut out of its code (`StencilEmitter::compact`). Faults return the status, as
-//! in the optimizing tier: a stencil's body is built by the same lowering
-//! ([`crate::clif::ClifEmitter`]), so both tiers share one definition of every operation,
-//! its checks and its faults.
+//! complete are cut out of its code (`StencilEmitter::compact`); then a small loop that
+//! straddles two 64-byte fetch windows is moved to start on one
+//! (`StencilEmitter::align_loops`). Faults return the status, as in the optimizing tier:
+//! a stencil's body is built by the same lowering ([`crate::clif::ClifEmitter`]), so both
+//! tiers share one definition of every operation, its checks and its faults.
 //!
 //! **Holes.** A frame word's byte offset is a load or store displacement; a constant
 //! operand is an immediate; a fault site record, an inline cache or a site number is a
@@ -3523,9 +3524,9 @@ impl<'a> StencilEmitter<'a> {
     /// **Loop alignment.** The processor fetches code, and caches it decoded, by aligned
     /// windows of [`FETCH_WINDOW`] bytes; a loop that fits in one window but straddles two
     /// takes at least two fetches per iteration, where one would do. (Measured on the
-    /// machine of `docs/benchmarks.md`, a 29-byte loop of six instructions that runs one
-    /// iteration per cycle when it starts at most 35 bytes into a window ran twice as
-    /// slowly from any later start.) So each loop of the placed code, from the block a
+    /// machine of `docs/benchmarks.md`, a 29-byte loop of six instructions ran one
+    /// iteration per cycle from starts up to byte 32 of a window, and half as fast from
+    /// byte 36 on, where it straddles two.) So each loop of the placed code, from the block a
     /// jump goes back to (its head) to the end of the last jump back to it, is moved to
     /// start on a window boundary when that makes it span fewer windows, by `nop`s put
     /// before its head: at most `FETCH_WINDOW - 1` bytes, which the code before runs
