@@ -3538,7 +3538,7 @@ impl<'a> StencilEmitter<'a> {
     /// the loops.
     fn align_loops(&mut self) {
         // Each loop: its head and where its last jump back ends.
-        let mut loops: Vec<(u32, u32)> = Vec::new();
+        let mut loops: smallvec::SmallVec<[(u32, u32); 8]> = smallvec::SmallVec::new();
         for &(at, b) in &self.fixups {
             match self.blocks[self.resolve(b) as usize].at {
                 Some(head) if head <= at => loops.push((head, at + 4)),
@@ -3551,7 +3551,7 @@ impl<'a> StencilEmitter<'a> {
         loops.sort_unstable();
         let windows = |start: u32, len: u32| (start % FETCH_WINDOW + len).div_ceil(FETCH_WINDOW);
         // Where padding goes (a head's place before padding) and its bytes.
-        let mut pads: Vec<(u32, u32)> = Vec::new();
+        let mut pads: smallvec::SmallVec<[(u32, u32); 8]> = smallvec::SmallVec::new();
         let mut added = 0;
         for (k, &(head, end)) in loops.iter().enumerate() {
             if loops.get(k + 1).is_some_and(|&(next, _)| next == head) {
@@ -3567,20 +3567,25 @@ impl<'a> StencilEmitter<'a> {
         if pads.is_empty() {
             return;
         }
-        let mut code = Vec::with_capacity(self.code.len() + added as usize);
-        let mut from = 0;
-        for &(head, pad) in &pads {
-            code.extend_from_slice(&self.code[from..head as usize]);
+        // In place, from the end: the code from each head on moves by the padding up to
+        // it, which goes right before it.
+        let mut end = self.code.len();
+        self.code.resize(end + added as usize, 0);
+        let mut shift = added as usize;
+        for &(head, pad) in pads.iter().rev() {
+            let head = head as usize;
+            self.code.copy_within(head..end, head + shift);
+            shift -= pad as usize;
+            let mut at = head + shift;
             let mut left = pad as usize;
             while left > 0 {
-                let n = left.min(NOPS.len());
-                code.extend_from_slice(NOPS[n - 1]);
-                left -= n;
+                let nop = NOPS[left.min(NOPS.len()) - 1];
+                self.code[at..at + nop.len()].copy_from_slice(nop);
+                at += nop.len();
+                left -= nop.len();
             }
-            from = head as usize;
+            end = head;
         }
-        code.extend_from_slice(&self.code[from..]);
-        self.code = code;
         // An offset moves by the padding at or before it (a head's own place too: its
         // code follows its padding). A cursor, as in `compact`.
         let (mut k, mut moved) = (0, 0);
@@ -5304,9 +5309,9 @@ mod tests {
         assert!(loads_of(&code, acc) >= 2, "{code:x?}");
     }
 
-    /// A loop that fits in a fetch window is placed within one (`align_loops`): however
-    /// much code comes before it, its head starts where its code ends in the window its
-    /// head is in. Some of those loops start on a window boundary after `nop`s.
+    /// A loop that fits in a fetch window is placed within one (`align_loops`), however
+    /// much code comes before it; some of those loops start on a window boundary after
+    /// `nop`s.
     #[test]
     fn small_loops_are_placed_within_one_fetch_window() {
         let lib = StencilLib::new(test_isa());
@@ -5315,15 +5320,15 @@ mod tests {
         for pre in 0..12 {
             let (code, _, _) = counted_loop(&lib, true, pre);
             let (top, end) = back_jump(&code).expect("a loop");
-            let len = end + 6 - top;
-            assert!(len <= FETCH_WINDOW as usize, "{code:x?}");
+            let (len, window) = (end + 6 - top, FETCH_WINDOW as usize);
+            assert!(len <= window, "{code:x?}");
             assert!(
-                top % 64 + len <= 64,
+                top % window + len <= window,
                 "{pre}: loop at {top:#x}..{:#x}",
                 end + 6
             );
             starts.insert(top);
-            if top % 64 == 0 && NOPS.iter().any(|n| code[..top].ends_with(n)) {
+            if top % window == 0 && NOPS.iter().any(|n| code[..top].ends_with(n)) {
                 padded += 1;
             }
         }
