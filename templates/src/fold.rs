@@ -77,9 +77,9 @@ pub trait Backend {
     fn notes_copies(&self) -> bool {
         false
     }
-    /// See [`Emitter::loop_head`].
-    fn loop_head(&mut self, b: Self::Block) {
-        let _ = b;
+    /// See [`Emitter::loop_head`] (`reads`: per parameter the backend's block has).
+    fn loop_head(&mut self, b: Self::Block, reads: &[bool]) {
+        let _ = (b, reads);
     }
 
     /// A constant in code, in the current block.
@@ -869,8 +869,23 @@ impl<B: Backend> Emitter for Fold<B> {
         self.backend.notes_copies()
     }
 
-    fn loop_head(&mut self, b: B::Block) {
-        self.backend.loop_head(b);
+    fn loop_head(&mut self, b: B::Block, reads: &[bool]) {
+        // (The backend's block has the parameters not constant: see `make_block`.)
+        let made = self
+            .t
+            .blocks
+            .get(B::block_index(b))
+            .map_or(u32::MAX, |i| i.made);
+        match self.known().and_then(|k| k.block(made)) {
+            Some(cs) if cs.len() == reads.len() && cs.iter().any(Option::is_some) => {
+                let kept: SmallVec<[bool; 16]> = (cs.iter().zip(reads))
+                    .filter(|(c, _)| c.is_none())
+                    .map(|(_, &r)| r)
+                    .collect();
+                self.backend.loop_head(b, &kept);
+            }
+            _ => self.backend.loop_head(b, reads),
+        }
     }
 
     fn block_params(&mut self, b: B::Block, out: &mut Vec<Self::Value>) {

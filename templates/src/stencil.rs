@@ -1975,8 +1975,13 @@ struct BlockInfo {
     /// copy it instead (see `copy_block`).
     copy: Option<Copyable>,
     /// It heads a loop ([`crate::template::Emitter::loop_head`]): placed where the code
-    /// before falls into it, its parameters are loaded into cache registers first.
+    /// before falls into it, its parameters the loop reads are loaded into cache
+    /// registers first.
     head: bool,
+    /// Of a loop head, the parameters the loop does not read (a bit each, the first 64):
+    /// they are not loaded, and a register holding one on entry is left free (see
+    /// `place`).
+    unread: u64,
     /// What the cache registers held at every jump to it so far, if known (see `enter`),
     /// and per register the block the one jump was copied in if the register then still
     /// held that block's `acc_in` (after two jumps, none: those blocks were told the
@@ -2016,10 +2021,10 @@ struct LastOp {
     words: Words,
     /// Its result's frame word, and the cache register it was left in, with what the
     /// emitter knew of that register before (its word, and its bits in `inherited`,
-    /// `temps` and `read_here`), true again once the copy is taken back.
+    /// `temps`, `read_here` and `stale`), true again once the copy is taken back.
     res: u32,
     dst: usize,
-    before: (Option<u32>, [bool; 3]),
+    before: (Option<u32>, [bool; 4]),
     /// Where its code starts and ends, and the counts before it.
     start: usize,
     end: usize,
@@ -2167,6 +2172,11 @@ pub struct StencilEmitter<'a> {
     /// The cache registers read since they were written or the current block placed (a
     /// bit each): a word read once is more often dead than one not read yet.
     read_here: u8,
+    /// The cache registers holding, since the current block was placed, a word that is
+    /// none of its parameters, not read here (a bit each): values come into a block as
+    /// its parameters, so such a word is most likely dead here, and its register is the
+    /// first taken for a result after the free ones.
+    stale: u8,
     /// The same for the `f64` accumulator.
     facc: Option<u32>,
     /// The raw jump that ends the code, if any: its offset (dropped when its target is
@@ -2342,6 +2352,7 @@ impl<'a> StencilEmitter<'a> {
             reg_age: [0; CACHE_REGS],
             temps: 0,
             read_here: 0,
+            stale: 0,
             facc: None,
             last_jump: None,
             last_op: None,
@@ -2747,6 +2758,7 @@ impl<'a> StencilEmitter<'a> {
             acc_from: [None; CACHE_REGS],
             copy: None,
             head: false,
+            unread: 0,
             first_in: None,
             placed_entries: 0,
         });
@@ -2840,6 +2852,15 @@ impl<'a> StencilEmitter<'a> {
             self.run.clear();
             self.passes.clear();
         }
+        // A loop head does not keep what its loop does not read in registers: those
+        // are free for the values the loop makes (its jumps back put nothing there).
+        if self.blocks[b as usize].unread != 0 {
+            for k in 0..CACHE_REGS {
+                if self.blocks[b as usize].acc_in[k].is_some_and(|w| self.is_unread(b, w)) {
+                    self.blocks[b as usize].acc_in[k] = None;
+                }
+            }
+        }
         let info = &mut self.blocks[b as usize];
         let acc_in = info.acc_in;
         info.placed_entries = info.entries;
@@ -2849,6 +2870,9 @@ impl<'a> StencilEmitter<'a> {
             self.regs = acc_in;
             self.inherited = (0..CACHE_REGS)
                 .filter(|&k| self.regs[k].is_some())
+                .fold(0, |m, k| m | 1 << k);
+            self.stale = (0..CACHE_REGS)
+                .filter(|&k| self.regs[k].is_some_and(|w| !self.is_param(b, w)))
                 .fold(0, |m, k| m | 1 << k);
             // A loop head relies on its parameters' registers at once: every jump into
             // it puts them there, the loop's back edges too, whichever later block of the
@@ -2899,11 +2923,15 @@ impl<'a> StencilEmitter<'a> {
     /// see `establish`).
     fn prefetch(&mut self, b: u32) {
         let (at, n) = self.blocks[b as usize].params;
+        let unread = self.blocks[b as usize].unread;
         let just_set = std::mem::take(&mut self.just_set);
         for p in at..at + n {
             let SVal::Slot(w, t) = self.params[p as usize] else {
                 continue;
             };
+            if (p - at) < 64 && unread & 1 << (p - at) != 0 {
+                continue;
+            }
             // (Not a word of an array in the frame: stores through its address would not
             // reach the register.)
             if t == Scalar::F64 || self.in_frame_array(w) || self.jump_acc.contains(&Some(w)) {
@@ -2986,6 +3014,7 @@ impl<'a> StencilEmitter<'a> {
         self.use_inherited(k);
         self.reg_age[k] = self.seq;
         self.read_here |= 1 << k;
+        self.stale &= !(1 << k);
         Some(k)
     }
 
@@ -2996,15 +3025,18 @@ impl<'a> StencilEmitter<'a> {
         self.inherited &= !(1 << k);
         self.temps &= !(1 << k);
         self.read_here &= !(1 << k);
+        self.stale &= !(1 << k);
     }
 
     /// The register the next result goes to: a free one, else the least recently used
-    /// of those read here already, else the least recently used.
+    /// of those holding a word this block most likely does not need (`stale`), else of
+    /// those read here already, else the least recently used.
     fn free_reg(&self) -> usize {
         (0..CACHE_REGS)
             .min_by_key(|&k| {
+                let needed = self.stale & 1 << k == 0;
                 let unread = self.read_here & 1 << k == 0;
-                (self.regs[k].is_some(), unread, self.reg_age[k])
+                (self.regs[k].is_some(), needed, unread, self.reg_age[k])
             })
             .unwrap_or(0)
     }
@@ -3242,6 +3274,14 @@ impl<'a> StencilEmitter<'a> {
         std::array::from_fn(|k| self.current.filter(|_| self.inherited & 1 << k != 0))
     }
 
+    /// Whether frame word `w` is a parameter of loop head `b` that its loop does not
+    /// read.
+    fn is_unread(&self, b: u32, w: u32) -> bool {
+        let unread = self.blocks[b as usize].unread;
+        (self.params_of(b).iter().take(64).enumerate())
+            .any(|(j, &p)| unread & 1 << j != 0 && matches!(p, SVal::Slot(x, _) if x == w))
+    }
+
     /// Whether frame word `w` is one of block `b`'s (scalar) parameters.
     fn is_param(&self, b: u32, w: u32) -> bool {
         let (at, n) = self.blocks[b as usize].params;
@@ -3346,6 +3386,7 @@ impl<'a> StencilEmitter<'a> {
         self.inherited = 0;
         self.temps = 0;
         self.read_here = 0;
+        self.stale = 0;
     }
 
     /// Pins the frame words of `v` (see `pinned`).
@@ -3852,7 +3893,7 @@ impl<'a> StencilEmitter<'a> {
                 Self::stamp(&mut self.written_at, (r / 8) as u32, self.seq);
             }
         }
-        if let (Key::Op { .. } | Key::Set(false), [r]) = (&key, res) {
+        if let (Key::Op { .. } | Key::Set(false) | Key::Spill(_), [r]) = (&key, res) {
             let sites: smallvec::SmallVec<[u32; 2]> = st
                 .holes
                 .iter()
@@ -4300,12 +4341,13 @@ impl<'a> StencilEmitter<'a> {
         let st = self.ready(&key)?;
         self.take_back(&lc);
         // The result never reaches its register now: it holds what it held before.
-        let (k, (w, [inherited, temp, read])) = (lc.dst, lc.before);
+        let (k, (w, [inherited, temp, read, stale])) = (lc.dst, lc.before);
         self.regs[k] = w;
         for (mask, on) in [
             (&mut self.inherited, inherited),
             (&mut self.temps, temp),
             (&mut self.read_here, read),
+            (&mut self.stale, stale),
         ] {
             *mask = *mask & !(1 << k) | u8::from(on) << k;
         }
@@ -4445,8 +4487,12 @@ impl Backend for StencilEmitter<'_> {
         b as usize
     }
 
-    fn loop_head(&mut self, b: u32) {
-        self.blocks[b as usize].head = true;
+    fn loop_head(&mut self, b: u32, reads: &[bool]) {
+        let info = &mut self.blocks[b as usize];
+        info.head = true;
+        info.unread = (reads.iter().take(64).enumerate())
+            .filter(|&(_, &r)| !r)
+            .fold(0, |m, (j, _)| m | 1 << j);
     }
 
     fn create_block(&mut self, params: &[Type]) -> u32 {
@@ -4639,7 +4685,12 @@ impl Backend for StencilEmitter<'_> {
         let bit = |m: u8| m & 1 << dst != 0;
         let held = (
             self.regs[dst],
-            [bit(self.inherited), bit(self.temps), bit(self.read_here)],
+            [
+                bit(self.inherited),
+                bit(self.temps),
+                bit(self.read_here),
+                bit(self.stale),
+            ],
         );
         self.emit_with(found, &key, &words, res, loc, extra, &[None]);
         if let (Some(res), Key::Op { op, forms, .. }) = (recorded, key) {
@@ -5251,7 +5302,7 @@ mod tests {
         let mut em = StencilEmitter::new(lib, &mut services, false, &[], &t);
         let [entry, head, body, exit] = [&t[..], &t3, &t3, &t3].map(|p| em.create_block(p));
         if hint {
-            em.loop_head(head);
+            em.loop_head(head, &[true; 3]);
         }
         let loc = SrcLoc::default();
         let int = |em: &mut StencilEmitter, v: u64| em.constant(Const::Int(Scalar::I64, v));
@@ -5307,6 +5358,69 @@ mod tests {
         let (code, i, acc) = counted_loop(&lib, false, 0);
         assert!(loads_of(&code, i) >= 2, "{code:x?}");
         assert!(loads_of(&code, acc) >= 2, "{code:x?}");
+    }
+
+    /// `k = n + 5; i = 0; acc = 0; while i < n { acc = acc + (i * 3 + i); i = i + 1 };
+    /// ret acc + k`, its head told a loop head whose loop reads `reads` of `(n, i, acc,
+    /// k)`: its code, and the frame words of `n`, `i` and `acc`.
+    fn carried_loop(lib: &StencilLib, reads: &[bool; 4]) -> (Vec<u8>, [u32; 3]) {
+        use crate::ops::CmpOp;
+        let mut services = NoServices;
+        let (t, t4) = ([Type::I64], [Type::I64; 4]);
+        let mut em = StencilEmitter::new(lib, &mut services, false, &[], &t);
+        let [entry, head, body, exit] = [&t[..], &t4, &t4, &t4].map(|p| em.create_block(p));
+        em.loop_head(head, reads);
+        let loc = SrcLoc::default();
+        let int = |em: &mut StencilEmitter, v: u64| em.constant(Const::Int(Scalar::I64, v));
+        let (add, mul) = (TOp::Binary(BinaryOp::Add), TOp::Binary(BinaryOp::Mul));
+        em.switch_to_block(entry);
+        let n = params(&mut em, entry, &t)[0];
+        let five = int(&mut em, 5);
+        let k = em.op(&add, &[n, five], &t, loc).expect("a result");
+        let zero = int(&mut em, 0);
+        em.jump(head, &[n, zero, zero, k]);
+        em.switch_to_block(head);
+        let h = params(&mut em, head, &t4);
+        let c = em.op(&TOp::Cmp(CmpOp::Lt), &[h[1], h[0]], &t4, loc);
+        em.brif(c.expect("a result"), (body, &h), (exit, &h));
+        em.switch_to_block(body);
+        let v = params(&mut em, body, &t4);
+        let (three, one) = (int(&mut em, 3), int(&mut em, 1));
+        let m = em.op(&mul, &[v[1], three], &t4, loc).expect("a result");
+        let q = em.op(&add, &[m, v[1]], &t4, loc).expect("a result");
+        let acc = em.op(&add, &[v[2], q], &t4, loc).expect("a result");
+        let i = em.op(&add, &[v[1], one], &t4, loc).expect("a result");
+        em.jump(head, &[v[0], i, acc, v[3]]);
+        em.switch_to_block(exit);
+        let x = params(&mut em, exit, &t4);
+        let r = em.op(&add, &[x[2], x[3]], &t4, loc).expect("a result");
+        em.ret(Some(r));
+        let word = |p: SVal| match p {
+            SVal::Slot(w, _) => w,
+            p => panic!("the head's parameters are frame words, not {p:?}"),
+        };
+        let ws = [0, 1, 2].map(|j| word(em.params_of(head)[j]));
+        (em.finish(entry).expect("stitched").0, ws)
+    }
+
+    /// A loop head's parameter the loop does not read (one it only carries to its exit)
+    /// is not put in a cache register before the loop: the loop's values and those it
+    /// makes fit in the registers, and it loads none from its frame word. With every
+    /// parameter read, the four take the four registers, and the loop's intermediate
+    /// results push one out of its register each time round.
+    #[test]
+    fn a_loop_keeps_registers_for_what_it_reads() {
+        let lib = StencilLib::new(test_isa());
+        let loads_in_loop = |code: &[u8], ws: &[u32]| {
+            let (top, end) = back_jump(code).expect("a loop");
+            ws.iter()
+                .map(|&w| loads_of(&code[top..end], w))
+                .sum::<usize>()
+        };
+        let (code, ws) = carried_loop(&lib, &[true, true, true, false]);
+        assert_eq!(loads_in_loop(&code, &ws), 0, "{code:x?}");
+        let (code, ws) = carried_loop(&lib, &[true; 4]);
+        assert!(loads_in_loop(&code, &ws) > 0, "{code:x?}");
     }
 
     /// A loop that fits in a fetch window is placed within one (`align_loops`), however

@@ -108,6 +108,7 @@ struct Buffers<V, B> {
     blocks: Vec<Option<B>>,
     buf: Vec<V>,
     buf2: Vec<V>,
+    loops: LoopReads,
 }
 
 thread_local! {
@@ -129,6 +130,7 @@ impl<V: 'static, B: 'static> Buffers<V, B> {
                 blocks: Vec::new(),
                 buf: Vec::new(),
                 buf2: Vec::new(),
+                loops: LoopReads::default(),
             })
         });
         b.vals.clear();
@@ -141,7 +143,8 @@ impl<V: 'static, B: 'static> Buffers<V, B> {
         let room = self.vals.capacity()
             + self.blocks.capacity()
             + self.buf.capacity()
-            + self.buf2.capacity();
+            + self.buf2.capacity()
+            + self.loops.room();
         if room > BUFFER_ROOM {
             return;
         }
@@ -437,7 +440,9 @@ impl Tape {
             blocks,
             buf,
             buf2,
+            loops,
         } = bufs;
+        loops.find(self);
         vals.reserve(self.values as usize);
         // Per recorded block, the emitter's (`None` for a merged block).
         blocks.reserve(self.runs.len());
@@ -482,7 +487,7 @@ impl Tape {
                         };
                         like[slot] = Some(((*s, *n), b));
                         if self.marks.get(blocks.len()).is_some_and(|m| m & HEAD != 0) {
-                            em.loop_head(b);
+                            em.loop_head(b, loops.reads(blocks.len() as u32));
                         }
                         b
                     }));
@@ -580,6 +585,311 @@ impl Tape {
             }
         }
         block(blocks, 0)
+    }
+}
+
+/// Which parameters of each loop head the loop reads, found on a recording
+/// ([`Emitter::loop_head`]'s `reads`), with its working vectors (kept with a replay's
+/// buffers).
+///
+/// A loop is its head and the blocks that reach a jump back into it (an edge recorded
+/// into the head from a block filled after it) without passing through the head and
+/// were filled after it, as a natural loop's body is found. A parameter of a block of
+/// the loop is read if an operation, a condition, an array access, a return, a keep or a
+/// promotion in the loop reads its value, or if a jump within the loop, not into the
+/// head, passes it to a parameter that is read. A parameter the loop only carries
+/// around (and its exits pass on) is not. A hint: an emitter that takes a read
+/// parameter for unread only loads it from memory where it is read.
+#[derive(Default)]
+struct LoopReads {
+    /// Per recorded block, the number of its first parameter (a running count), and
+    /// one more entry: the count of all.
+    first: Vec<u32>,
+    /// Per parameter, whether the loop it heads reads it (`true` for a parameter of a
+    /// block that heads no loop).
+    reads: Vec<bool>,
+    /// Per value, the parameter it is (`u32::MAX` if none).
+    owner: Vec<u32>,
+    /// Per block, the order in which the recording filled it (`u32::MAX`: never).
+    order: Vec<u32>,
+    /// The recording's runs of calls per block: block, first call, end.
+    segments: Vec<(u32, u32, u32)>,
+    /// The edges (from, to), and per block its predecessors (`preds[pred_at[b]..
+    /// pred_at[b + 1]]`).
+    edges: Vec<(u32, u32)>,
+    pred_at: Vec<u32>,
+    preds: Vec<u32>,
+    /// The loop being looked at: its blocks, a search's stack, the parameters found
+    /// read, and what jumps within it pass on (parameter to parameter).
+    in_loop: Vec<bool>,
+    members: Vec<u32>,
+    stack: Vec<u32>,
+    read: Vec<bool>,
+    touched: Vec<u32>,
+    flows: Vec<(u32, u32)>,
+}
+
+impl LoopReads {
+    /// The room its vectors hold (for the buffers' bound).
+    fn room(&self) -> usize {
+        self.first.capacity()
+            + self.reads.capacity()
+            + self.owner.capacity()
+            + self.order.capacity()
+            + self.segments.capacity()
+            + self.edges.capacity()
+            + self.pred_at.capacity()
+            + self.preds.capacity()
+            + self.in_loop.capacity()
+            + self.members.capacity()
+            + self.stack.capacity()
+            + self.read.capacity()
+            + self.touched.capacity()
+            + self.flows.capacity()
+    }
+
+    /// What the loop block `b` heads reads of its parameters.
+    fn reads(&self, b: u32) -> &[bool] {
+        let at = |k: u32| self.first.get(k as usize).map_or(0, |&x| x as usize);
+        self.reads.get(at(b)..at(b + 1)).unwrap_or(&[])
+    }
+
+    /// Finds, for every loop head of `tape`, the parameters its loop reads.
+    fn find(&mut self, tape: &Tape) {
+        let n = tape.runs.len();
+        self.first.clear();
+        let mut count = 0;
+        for r in &tape.runs {
+            self.first.push(count);
+            count += r.1;
+        }
+        self.first.push(count);
+        self.reads.clear();
+        self.reads.resize(count as usize, true);
+        if !tape.marks.iter().any(|&m| m & HEAD != 0) {
+            return;
+        }
+        self.scan(tape);
+        self.in_loop.clear();
+        self.in_loop.resize(n, false);
+        self.read.clear();
+        self.read.resize(count as usize, false);
+        for h in 0..n as u32 {
+            if tape.marks[h as usize] & HEAD != 0 && self.order[h as usize] != u32::MAX {
+                self.find_in(tape, h);
+            }
+        }
+    }
+
+    /// The owners of values, the blocks' order and runs of calls, and the edges.
+    fn scan(&mut self, tape: &Tape) {
+        let n = tape.runs.len();
+        self.owner.clear();
+        self.owner.reserve(tape.values as usize);
+        self.order.clear();
+        self.order.resize(n, u32::MAX);
+        self.segments.clear();
+        self.edges.clear();
+        let mut filled = 0;
+        let mut cur = u32::MAX;
+        let targets = |call: &Call| -> smallvec::SmallVec<[u32; 2]> {
+            match call {
+                Call::Jump(b, _) => smallvec::smallvec![*b],
+                Call::Brif(_, (t, _), (e, _)) => smallvec::smallvec![*t, *e],
+                Call::Switch(_, (s, k), (d, _)) => tape.cases[*s as usize..(s + k) as usize]
+                    .iter()
+                    .map(|c| c.1)
+                    .chain([*d])
+                    .collect(),
+                _ => smallvec::SmallVec::new(),
+            }
+        };
+        for (i, call) in tape.calls.iter().enumerate() {
+            match call {
+                Call::SwitchTo(b) => {
+                    if let Some(last) = self.segments.last_mut() {
+                        last.2 = i as u32;
+                    }
+                    self.segments.push((*b, i as u32, tape.calls.len() as u32));
+                    if let Some(o) = self.order.get_mut(*b as usize) {
+                        if *o == u32::MAX {
+                            *o = filled;
+                            filled += 1;
+                        }
+                    }
+                    cur = *b;
+                }
+                Call::BlockParams(b) => {
+                    let f = self.first.get(*b as usize).copied().unwrap_or(0);
+                    self.owner.extend(f..f + tape.params_of(*b));
+                }
+                Call::Constant(_)
+                | Call::StaticSlice(..)
+                | Call::ArrayLoad { .. }
+                | Call::LocalArray(..)
+                | Call::Op { result: true, .. } => self.owner.push(u32::MAX),
+                Call::ArrayStore { elems, .. } => {
+                    self.owner
+                        .extend(std::iter::repeat_n(u32::MAX, elems.1 as usize));
+                }
+                _ => {
+                    for t in targets(call) {
+                        if (t as usize) < n && (cur as usize) < n {
+                            self.edges.push((cur, t));
+                        }
+                    }
+                }
+            }
+        }
+        // The predecessors, by target.
+        self.pred_at.clear();
+        self.pred_at.resize(n + 1, 0);
+        for &(_, t) in &self.edges {
+            self.pred_at[t as usize + 1] += 1;
+        }
+        for k in 0..n {
+            self.pred_at[k + 1] += self.pred_at[k];
+        }
+        self.preds.clear();
+        self.preds.resize(self.edges.len(), 0);
+        // (`stack`, free until a loop is searched, holds where each block's next goes.)
+        self.stack.clear();
+        self.stack.extend_from_slice(&self.pred_at[..n]);
+        for &(f, t) in &self.edges {
+            self.preds[self.stack[t as usize] as usize] = f;
+            self.stack[t as usize] += 1;
+        }
+    }
+
+    /// The blocks of the loop `h` heads (into `in_loop`), then what it reads of `h`'s
+    /// parameters (into `reads`), leaving `in_loop` and `read` cleared.
+    fn find_in(&mut self, tape: &Tape, h: u32) {
+        let after = |order: &[u32], b: u32| {
+            order[b as usize] != u32::MAX && order[b as usize] >= order[h as usize]
+        };
+        let preds =
+            |s: &Self, b: u32| s.pred_at[b as usize] as usize..s.pred_at[b as usize + 1] as usize;
+        self.in_loop[h as usize] = true;
+        self.members.clear();
+        self.members.push(h);
+        self.stack.clear();
+        for i in preds(self, h) {
+            let p = self.preds[i];
+            if after(&self.order, p) {
+                self.stack.push(p);
+            }
+        }
+        while let Some(b) = self.stack.pop() {
+            if self.in_loop[b as usize] {
+                continue;
+            }
+            self.in_loop[b as usize] = true;
+            self.members.push(b);
+            for i in preds(self, b) {
+                let p = self.preds[i];
+                if !self.in_loop[p as usize] && after(&self.order, p) {
+                    self.stack.push(p);
+                }
+            }
+        }
+        // What the loop's calls read, and pass on within it.
+        let nums = |r: Run| &tape.nums[r.0 as usize..(r.0 + r.1) as usize];
+        self.flows.clear();
+        self.touched.clear();
+        for k in 0..self.segments.len() {
+            let (b, start, end) = self.segments[k];
+            if !self.in_loop[b as usize] {
+                continue;
+            }
+            let read = |s: &mut Self, x: u32| {
+                if let Some(&p) = s.owner.get(x as usize) {
+                    if p != u32::MAX && !s.read[p as usize] {
+                        s.read[p as usize] = true;
+                        s.touched.push(p);
+                    }
+                }
+            };
+            let pass = |s: &mut Self, t: u32, args: Run| {
+                if t == h || !s.in_loop.get(t as usize).copied().unwrap_or(false) {
+                    return;
+                }
+                let f = s.first[t as usize];
+                for (j, &x) in nums(args).iter().enumerate() {
+                    if let Some(&p) = s.owner.get(x as usize) {
+                        if p != u32::MAX {
+                            s.flows.push((p, f + j as u32));
+                        }
+                    }
+                }
+            };
+            for call in &tape.calls[start as usize..end as usize] {
+                match call {
+                    Call::Op { args, .. } => nums(*args).iter().for_each(|&x| read(self, x)),
+                    Call::ArrayLoad { elems, index, .. } => {
+                        nums(*elems).iter().for_each(|&x| read(self, x));
+                        read(self, *index);
+                    }
+                    Call::ArrayStore {
+                        elems,
+                        index,
+                        value,
+                        ..
+                    } => {
+                        nums(*elems).iter().for_each(|&x| read(self, x));
+                        read(self, *index);
+                        read(self, *value);
+                    }
+                    Call::LocalArray(_, _, init) => nums(*init).iter().for_each(|&x| read(self, x)),
+                    Call::Keep(x) | Call::Ret(Some(x)) => read(self, *x),
+                    Call::Promote(_, p, l) => {
+                        nums(*p).iter().chain(nums(*l)).for_each(|&x| read(self, x));
+                    }
+                    Call::PromoteMiss(_, p) => nums(*p).iter().for_each(|&x| read(self, x)),
+                    Call::Jump(t, args) => pass(self, *t, *args),
+                    Call::Brif(c, (t, ta), (e, ea)) => {
+                        read(self, *c);
+                        pass(self, *t, *ta);
+                        pass(self, *e, *ea);
+                    }
+                    Call::Switch(a, (s, k), (d, da)) => {
+                        read(self, *a);
+                        for &(_, t, args) in &tape.cases[*s as usize..(s + k) as usize] {
+                            pass(self, t, args);
+                        }
+                        pass(self, *d, *da);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // A parameter passed on to a read one is read (to a fixed point; jumps mostly go
+        // forward, so backwards over the list settles it at once).
+        loop {
+            let mut changed = false;
+            for &(p, q) in self.flows.iter().rev() {
+                if self.read[q as usize] && !self.read[p as usize] {
+                    self.read[p as usize] = true;
+                    self.touched.push(p);
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        let (a, b) = (
+            self.first[h as usize] as usize,
+            self.first[h as usize + 1] as usize,
+        );
+        for p in a..b {
+            self.reads[p] = self.read[p];
+        }
+        for &p in &self.touched {
+            self.read[p as usize] = false;
+        }
+        for &b in &self.members {
+            self.in_loop[b as usize] = false;
+        }
     }
 }
 
@@ -771,6 +1081,9 @@ mod tests {
         values: u32,
         blocks: Vec<usize>,
         consts: std::collections::HashMap<u32, Const>,
+        /// The loop heads it was told of, with what their loops read (not in `lines`:
+        /// a run told none).
+        heads: Vec<(usize, Vec<bool>)>,
     }
 
     impl Log {
@@ -787,6 +1100,9 @@ mod tests {
             self.blocks.push(params.len());
             self.lines.push(format!("block {params:?}"));
             self.blocks.len() - 1
+        }
+        fn loop_head(&mut self, b: usize, reads: &[bool]) {
+            self.heads.push((b, reads.to_vec()));
         }
         fn create_block_like(&mut self, like: usize, params: &[Type]) -> usize {
             self.blocks.push(params.len());
@@ -952,6 +1268,78 @@ mod tests {
     /// A block made like another records the other's types (once for both), and the
     /// replay makes a block like the last one it made with those types; a block made
     /// afresh with equal types from another list is made afresh.
+    /// `entry(n) -> head(n, i, acc, k)`; `head`: `i < n` to `body(n, i, acc, k)` or
+    /// `exit(acc, k)`; `body` steps `i` and passes the rest to `mid`, which adds 1 to
+    /// `acc` and jumps back to `head`; `exit` returns `acc + k`. Then a second loop,
+    /// `inner(x, y)`, reading neither, which `exit` falls into by a branch on `k`.
+    fn two_loops(tape: &mut Tape) -> [u32; 2] {
+        let t = Type::I64;
+        let add = TOp::Binary(BinaryOp::Add);
+        let loc = SrcLoc::default();
+        let params = |tape: &mut Tape, b: u32| {
+            let mut p = Vec::new();
+            tape.switch_to_block(b);
+            tape.block_params(b, &mut p);
+            p
+        };
+        let entry = tape.create_block(&[t]);
+        let head = tape.create_block(&[t; 4]);
+        let body = tape.create_block(&[t; 4]);
+        let mid = tape.create_block(&[t; 4]);
+        let exit = tape.create_block(&[t; 2]);
+        let inner = tape.create_block(&[t; 2]);
+        let done = tape.create_block(&[t]);
+        let n = params(tape, entry)[0];
+        let zero = tape.constant(Const::Int(Scalar::I64, 0));
+        let one = tape.constant(Const::Int(Scalar::I64, 1));
+        let k = tape.op(&add, &[n, one], loc).expect("a sum");
+        tape.jump(head, &[n, zero, zero, k]);
+        let h = params(tape, head);
+        let c = tape.op(&TOp::Cmp(crate::ops::CmpOp::Lt), &[h[1], h[0]], loc);
+        tape.brif(c.expect("a test"), (body, &h), (exit, &[h[2], h[3]]));
+        let v = params(tape, body);
+        let i = tape.op(&add, &[v[1], one], loc).expect("a sum");
+        tape.jump(mid, &[v[0], i, v[2], v[3]]);
+        let m = params(tape, mid);
+        let acc = tape.op(&add, &[m[2], one], loc).expect("a sum");
+        tape.jump(head, &[m[0], m[1], acc, m[3]]);
+        let x = params(tape, exit);
+        let r = tape.op(&add, &[x[0], x[1]], loc).expect("a sum");
+        tape.brif(x[1], (inner, &[r, x[1]]), (done, &[r]));
+        let y = params(tape, inner);
+        tape.brif(one, (inner, &[y[1], y[0]]), (done, &[y[0]]));
+        let d = params(tape, done);
+        tape.ret(Some(d[0]));
+        [head, inner]
+    }
+
+    /// A loop reads the parameters of its head that an operation or a condition in it
+    /// reads, also through jumps within it (`acc`, read only in `mid`); not one it only
+    /// carries around (`k`, read after the loop), nor those of a loop that only swaps
+    /// its values.
+    #[test]
+    fn a_loop_reads_what_its_blocks_read() {
+        let mut tape = Tape::default();
+        let [head, inner] = two_loops(&mut tape);
+        let mut loops = LoopReads::default();
+        loops.find(&tape);
+        assert_eq!(loops.reads(head), [true, true, true, false]);
+        assert_eq!(loops.reads(inner), [false, false]);
+        // Blocks that head no loop read all of theirs.
+        assert_eq!(loops.reads(0), [true]);
+        // A replay tells an emitter the same.
+        let mut replayed = Log::default();
+        tape.replay(&mut replayed).expect("replays");
+        // (`mid` merges into `body`: the emitter's blocks after it are numbered one less.)
+        assert_eq!(
+            replayed.heads,
+            [
+                (head as usize, vec![true, true, true, false]),
+                (inner as usize - 1, vec![false, false])
+            ]
+        );
+    }
+
     #[test]
     fn blocks_made_like_another_are_replayed_like_the_last_with_their_types() {
         let (i, f) = (Type::I64, Type::F64);

@@ -102,10 +102,12 @@ pub trait Emitter {
         false
     }
     /// Told, before `b` is filled, that a jump from a block filled after it enters it: `b`
-    /// heads a loop. Only a replay knows this ahead ([`crate::tape::Tape::replay`]); a
-    /// hint, emitters need not care.
-    fn loop_head(&mut self, b: Self::Block) {
-        let _ = b;
+    /// heads a loop; `reads`, per parameter of `b`, whether the loop may read its value
+    /// (`false` for one the loop only carries around, to be read after it, if at all).
+    /// Only a replay knows this ahead ([`crate::tape::Tape::replay`]); a hint, emitters
+    /// need not care.
+    fn loop_head(&mut self, b: Self::Block, reads: &[bool]) {
+        let _ = (b, reads);
     }
     /// Appends the parameters of `b` to `out`.
     fn block_params(&mut self, b: Self::Block, out: &mut Vec<Self::Value>);
