@@ -12,10 +12,11 @@
 //! `rdx`, `rcx`, `r8`, `r9`; `facc`, `xmm0`, for `f64`) unchanged, but the one its result
 //! is left in. The emitter knows which frame word each register holds a copy of, reads an
 //! operand from the register instead of its word, and carries what they hold into a block
-//! entered by falling through or by one jump; a loop head (told by the replay) has its
-//! parameters loaded into registers before the loop, and the loop's back edges put the
-//! new values there, so a value carried around a loop stays in a register (see
-//! `StencilEmitter::establish`). Copied stencils are
+//! entered by falling through or by one jump; a loop head (told by the replay, with the
+//! parameters its loop reads) has those parameters loaded into registers before the
+//! loop, and the loop's back edges put the new values there, so a value carried around a
+//! loop stays in a register (see `StencilEmitter::establish`), and those the loop only
+//! carries leave their registers to the values it makes. Copied stencils are
 //! chained by patching those displacements; a stencil whose code ends with the jump to the
 //! next one copied loses those five bytes and falls through, and a block whose only code
 //! would be a jump moving nothing gets none (jumps to it go where it leads; see

@@ -12,8 +12,9 @@
 //! that only the jump right before it enters into the jumping block ([`Tape::replay`]),
 //! which a stitcher, seeing a block before the edges that enter it later, cannot do.
 //! The recording also knows which blocks head loops (an edge recorded into a block
-//! already filled), and the replay says so before the block is made
-//! ([`Emitter::loop_head`]): the stencil emitter keeps such a loop's values in registers.
+//! already filled) and which of their parameters each loop reads (`LoopReads`), and the
+//! replay says so before the block is made ([`Emitter::loop_head`]): the stencil emitter
+//! keeps the values such a loop reads in registers.
 //! Blocks recorded with one list of parameter types (the copies of one template block)
 //! are replayed each like the last made with it ([`Emitter::create_block_like`]), so that
 //! the replaying emitter need not compare the list again.
