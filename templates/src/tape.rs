@@ -99,6 +99,11 @@ pub struct Tape {
     lists: Vec<(usize, Run)>,
     /// Local arrays in memory made ([`Emitter::local_array`]).
     local_arrays: u32,
+    /// Per block, the call that first switched to it and the number of values made
+    /// before it (`u32::MAX` until then), and the last call that jumped back into it
+    /// (an edge into it recorded after that switch). For [`LoopReads`].
+    fills: Vec<(u32, u32)>,
+    backs: Vec<u32>,
 }
 
 /// The working vectors of a replay into emitters of one type (values, blocks, and the
@@ -174,6 +179,8 @@ impl Tape {
         self.values = 0;
         self.lists.clear();
         self.local_arrays = 0;
+        self.fills.clear();
+        self.backs.clear();
     }
 
     /// A new block whose parameter types are `run`.
@@ -182,6 +189,8 @@ impl Tape {
         self.ins.push(0);
         self.follows.push(false);
         self.marks.push(0);
+        self.fills.push((u32::MAX, u32::MAX));
+        self.backs.push(u32::MAX);
         self.runs.push(run);
         self.runs.len() as u32 - 1
     }
@@ -230,6 +239,8 @@ impl Tape {
         if let Some(m) = self.marks.get_mut(b as usize) {
             if *m & FILLED != 0 {
                 *m |= HEAD;
+                // (The call about to be recorded.)
+                self.backs[b as usize] = self.calls.len() as u32;
             }
         }
     }
@@ -593,14 +604,17 @@ impl Tape {
 /// ([`Emitter::loop_head`]'s `reads`), with its working vectors (kept with a replay's
 /// buffers).
 ///
-/// A loop is its head and the blocks that reach a jump back into it (an edge recorded
-/// into the head from a block filled after it) without passing through the head and
-/// were filled after it, as a natural loop's body is found. A parameter of a block of
-/// the loop is read if an operation, a condition, an array access, a return, a keep or a
-/// promotion in the loop reads its value, or if a jump within the loop, not into the
-/// head, passes it to a parameter that is read. A parameter the loop only carries
-/// around (and its exits pass on) is not. A hint: an emitter that takes a read
-/// parameter for unread only loads it from memory where it is read.
+/// A loop is taken to be the calls from the head's first switch to the last jump back
+/// into it (an edge recorded into the head after that switch): executors fill a loop's
+/// blocks after its head, and the blocks a loop reaches only after its last jump back
+/// are its exits. A parameter of a block filled there is read if an operation, a
+/// condition, an array access, a return, a keep or a promotion there reads its value, or
+/// if a jump there, not into the head, passes it to a parameter of a block filled there
+/// that is read. A parameter the loop only carries around (and its exits pass on) is
+/// not. One pass over the loop's calls, numbering its values as the recording did. A
+/// hint: a block filled in that stretch that is not the loop's (an exit stitched before
+/// the last jump back) only adds reads, and an emitter that takes a read parameter for
+/// unread only loads it from memory where it is read.
 #[derive(Default)]
 struct LoopReads {
     /// Per recorded block, the number of its first parameter (a running count), and
@@ -609,22 +623,10 @@ struct LoopReads {
     /// Per parameter, whether the loop it heads reads it (`true` for a parameter of a
     /// block that heads no loop).
     reads: Vec<bool>,
-    /// Per value, the parameter it is (`u32::MAX` if none).
+    /// The loop being looked at: per value made in it, the parameter it is (`u32::MAX`
+    /// if none); the parameters found read; what jumps in it pass on (parameter to
+    /// parameter).
     owner: Vec<u32>,
-    /// Per block, the order in which the recording filled it (`u32::MAX`: never).
-    order: Vec<u32>,
-    /// The recording's runs of calls per block: block, first call, end.
-    segments: Vec<(u32, u32, u32)>,
-    /// The edges (from, to), and per block its predecessors (`preds[pred_at[b]..
-    /// pred_at[b + 1]]`).
-    edges: Vec<(u32, u32)>,
-    pred_at: Vec<u32>,
-    preds: Vec<u32>,
-    /// The loop being looked at: its blocks, a search's stack, the parameters found
-    /// read, and what jumps within it pass on (parameter to parameter).
-    in_loop: Vec<bool>,
-    members: Vec<u32>,
-    stack: Vec<u32>,
     read: Vec<bool>,
     touched: Vec<u32>,
     flows: Vec<(u32, u32)>,
@@ -636,14 +638,6 @@ impl LoopReads {
         self.first.capacity()
             + self.reads.capacity()
             + self.owner.capacity()
-            + self.order.capacity()
-            + self.segments.capacity()
-            + self.edges.capacity()
-            + self.pred_at.capacity()
-            + self.preds.capacity()
-            + self.in_loop.capacity()
-            + self.members.capacity()
-            + self.stack.capacity()
             + self.read.capacity()
             + self.touched.capacity()
             + self.flows.capacity()
@@ -657,7 +651,6 @@ impl LoopReads {
 
     /// Finds, for every loop head of `tape`, the parameters its loop reads.
     fn find(&mut self, tape: &Tape) {
-        let n = tape.runs.len();
         self.first.clear();
         let mut count = 0;
         for r in &tape.runs {
@@ -670,201 +663,117 @@ impl LoopReads {
         if !tape.marks.iter().any(|&m| m & HEAD != 0) {
             return;
         }
-        self.scan(tape);
-        self.in_loop.clear();
-        self.in_loop.resize(n, false);
         self.read.clear();
         self.read.resize(count as usize, false);
-        for h in 0..n as u32 {
-            if tape.marks[h as usize] & HEAD != 0 && self.order[h as usize] != u32::MAX {
-                self.find_in(tape, h);
+        for h in 0..tape.runs.len() {
+            if tape.marks[h] & HEAD != 0 && tape.fills[h].0 < tape.backs[h] {
+                self.find_in(tape, h as u32);
             }
         }
     }
 
-    /// The owners of values, the blocks' order and runs of calls, and the edges.
-    fn scan(&mut self, tape: &Tape) {
-        let n = tape.runs.len();
-        self.owner.clear();
-        self.owner.reserve(tape.values as usize);
-        self.order.clear();
-        self.order.resize(n, u32::MAX);
-        self.segments.clear();
-        self.edges.clear();
-        let mut filled = 0;
-        let mut cur = u32::MAX;
-        let targets = |call: &Call| -> smallvec::SmallVec<[u32; 2]> {
-            match call {
-                Call::Jump(b, _) => smallvec::smallvec![*b],
-                Call::Brif(_, (t, _), (e, _)) => smallvec::smallvec![*t, *e],
-                Call::Switch(_, (s, k), (d, _)) => tape.cases[*s as usize..(s + k) as usize]
-                    .iter()
-                    .map(|c| c.1)
-                    .chain([*d])
-                    .collect(),
-                _ => smallvec::SmallVec::new(),
-            }
-        };
-        for (i, call) in tape.calls.iter().enumerate() {
-            match call {
-                Call::SwitchTo(b) => {
-                    if let Some(last) = self.segments.last_mut() {
-                        last.2 = i as u32;
-                    }
-                    self.segments.push((*b, i as u32, tape.calls.len() as u32));
-                    if let Some(o) = self.order.get_mut(*b as usize) {
-                        if *o == u32::MAX {
-                            *o = filled;
-                            filled += 1;
-                        }
-                    }
-                    cur = *b;
-                }
-                Call::BlockParams(b) => {
-                    let f = self.first.get(*b as usize).copied().unwrap_or(0);
-                    self.owner.extend(f..f + tape.params_of(*b));
-                }
-                Call::Constant(_)
-                | Call::StaticSlice(..)
-                | Call::ArrayLoad { .. }
-                | Call::LocalArray(..)
-                | Call::Op { result: true, .. } => self.owner.push(u32::MAX),
-                Call::ArrayStore { elems, .. } => {
-                    self.owner
-                        .extend(std::iter::repeat_n(u32::MAX, elems.1 as usize));
-                }
-                _ => {
-                    for t in targets(call) {
-                        if (t as usize) < n && (cur as usize) < n {
-                            self.edges.push((cur, t));
-                        }
-                    }
-                }
-            }
-        }
-        // The predecessors, by target.
-        self.pred_at.clear();
-        self.pred_at.resize(n + 1, 0);
-        for &(_, t) in &self.edges {
-            self.pred_at[t as usize + 1] += 1;
-        }
-        for k in 0..n {
-            self.pred_at[k + 1] += self.pred_at[k];
-        }
-        self.preds.clear();
-        self.preds.resize(self.edges.len(), 0);
-        // (`stack`, free until a loop is searched, holds where each block's next goes.)
-        self.stack.clear();
-        self.stack.extend_from_slice(&self.pred_at[..n]);
-        for &(f, t) in &self.edges {
-            self.preds[self.stack[t as usize] as usize] = f;
-            self.stack[t as usize] += 1;
-        }
-    }
-
-    /// The blocks of the loop `h` heads (into `in_loop`), then what it reads of `h`'s
-    /// parameters (into `reads`), leaving `in_loop` and `read` cleared.
+    /// What the loop `h` heads reads of `h`'s parameters (into `reads`), leaving `read`
+    /// cleared.
     fn find_in(&mut self, tape: &Tape, h: u32) {
-        let after = |order: &[u32], b: u32| {
-            order[b as usize] != u32::MAX && order[b as usize] >= order[h as usize]
+        let ((start, base), end) = (tape.fills[h as usize], tape.backs[h as usize]);
+        let Some(calls) = tape.calls.get(start as usize..=end as usize) else {
+            return;
         };
-        let preds =
-            |s: &Self, b: u32| s.pred_at[b as usize] as usize..s.pred_at[b as usize + 1] as usize;
-        self.in_loop[h as usize] = true;
-        self.members.clear();
-        self.members.push(h);
-        self.stack.clear();
-        for i in preds(self, h) {
-            let p = self.preds[i];
-            if after(&self.order, p) {
-                self.stack.push(p);
-            }
-        }
-        while let Some(b) = self.stack.pop() {
-            if self.in_loop[b as usize] {
-                continue;
-            }
-            self.in_loop[b as usize] = true;
-            self.members.push(b);
-            for i in preds(self, b) {
-                let p = self.preds[i];
-                if !self.in_loop[p as usize] && after(&self.order, p) {
-                    self.stack.push(p);
+        // Whether block `t` was filled in the loop (not the head).
+        let within = |t: u32| {
+            let f = tape.fills.get(t as usize).map_or(u32::MAX, |f| f.0);
+            t != h && f > start && f <= end
+        };
+        let nums = |r: Run| &tape.nums[r.0 as usize..(r.0 + r.1) as usize];
+        let owner = |s: &Self, v: u32| {
+            let p = *s.owner.get(v.wrapping_sub(base) as usize)?;
+            (p != u32::MAX).then_some(p)
+        };
+        let read = |s: &mut Self, v: u32| {
+            if let Some(p) = owner(s, v) {
+                if !s.read[p as usize] {
+                    s.read[p as usize] = true;
+                    s.touched.push(p);
                 }
             }
-        }
-        // What the loop's calls read, and pass on within it.
-        let nums = |r: Run| &tape.nums[r.0 as usize..(r.0 + r.1) as usize];
+        };
+        // (`back`: a jump to a block filled no later than the jumping one, `at`, as in
+        // an inner loop.)
+        let mut back = false;
+        let mut pass = |s: &mut Self, at: u32, t: u32, args: Run| {
+            if !within(t) {
+                return;
+            }
+            back |= tape.fills[t as usize].0 <= at;
+            let f = s.first[t as usize];
+            for (j, &v) in nums(args).iter().enumerate() {
+                if let Some(p) = owner(s, v) {
+                    s.flows.push((p, f + j as u32));
+                }
+            }
+        };
+        self.owner.clear();
         self.flows.clear();
         self.touched.clear();
-        for k in 0..self.segments.len() {
-            let (b, start, end) = self.segments[k];
-            if !self.in_loop[b as usize] {
-                continue;
-            }
-            let read = |s: &mut Self, x: u32| {
-                if let Some(&p) = s.owner.get(x as usize) {
-                    if p != u32::MAX && !s.read[p as usize] {
-                        s.read[p as usize] = true;
-                        s.touched.push(p);
-                    }
+        let made = |s: &mut Self, n: u32| s.owner.extend(std::iter::repeat_n(u32::MAX, n as usize));
+        // (Where the block being read was first switched to.)
+        let mut at = start;
+        for call in calls {
+            match call {
+                Call::SwitchTo(b) => at = tape.fills.get(*b as usize).map_or(end, |f| f.0),
+                Call::BlockParams(b) => {
+                    let (f, n) = (self.first[*b as usize], tape.params_of(*b));
+                    self.owner.extend(f..f + n);
                 }
-            };
-            let pass = |s: &mut Self, t: u32, args: Run| {
-                if t == h || !s.in_loop.get(t as usize).copied().unwrap_or(false) {
-                    return;
+                Call::Constant(_) | Call::StaticSlice(..) => made(self, 1),
+                Call::Op { args, result, .. } => {
+                    nums(*args).iter().for_each(|&v| read(self, v));
+                    made(self, u32::from(*result));
                 }
-                let f = s.first[t as usize];
-                for (j, &x) in nums(args).iter().enumerate() {
-                    if let Some(&p) = s.owner.get(x as usize) {
-                        if p != u32::MAX {
-                            s.flows.push((p, f + j as u32));
-                        }
-                    }
+                Call::ArrayLoad { elems, index, .. } => {
+                    nums(*elems).iter().for_each(|&v| read(self, v));
+                    read(self, *index);
+                    made(self, 1);
                 }
-            };
-            for call in &tape.calls[start as usize..end as usize] {
-                match call {
-                    Call::Op { args, .. } => nums(*args).iter().for_each(|&x| read(self, x)),
-                    Call::ArrayLoad { elems, index, .. } => {
-                        nums(*elems).iter().for_each(|&x| read(self, x));
-                        read(self, *index);
-                    }
-                    Call::ArrayStore {
-                        elems,
-                        index,
-                        value,
-                        ..
-                    } => {
-                        nums(*elems).iter().for_each(|&x| read(self, x));
-                        read(self, *index);
-                        read(self, *value);
-                    }
-                    Call::LocalArray(_, _, init) => nums(*init).iter().for_each(|&x| read(self, x)),
-                    Call::Keep(x) | Call::Ret(Some(x)) => read(self, *x),
-                    Call::Promote(_, p, l) => {
-                        nums(*p).iter().chain(nums(*l)).for_each(|&x| read(self, x));
-                    }
-                    Call::PromoteMiss(_, p) => nums(*p).iter().for_each(|&x| read(self, x)),
-                    Call::Jump(t, args) => pass(self, *t, *args),
-                    Call::Brif(c, (t, ta), (e, ea)) => {
-                        read(self, *c);
-                        pass(self, *t, *ta);
-                        pass(self, *e, *ea);
-                    }
-                    Call::Switch(a, (s, k), (d, da)) => {
-                        read(self, *a);
-                        for &(_, t, args) in &tape.cases[*s as usize..(s + k) as usize] {
-                            pass(self, t, args);
-                        }
-                        pass(self, *d, *da);
-                    }
-                    _ => {}
+                Call::ArrayStore {
+                    elems,
+                    index,
+                    value,
+                    ..
+                } => {
+                    nums(*elems).iter().for_each(|&v| read(self, v));
+                    read(self, *index);
+                    read(self, *value);
+                    made(self, elems.1);
                 }
+                Call::LocalArray(_, _, init) => {
+                    nums(*init).iter().for_each(|&v| read(self, v));
+                    made(self, 1);
+                }
+                Call::Keep(v) | Call::Ret(Some(v)) => read(self, *v),
+                Call::Promote(_, p, l) => {
+                    nums(*p).iter().chain(nums(*l)).for_each(|&v| read(self, v));
+                }
+                Call::PromoteMiss(_, p) => nums(*p).iter().for_each(|&v| read(self, v)),
+                Call::Jump(t, args) => pass(self, at, *t, *args),
+                Call::Brif(c, (t, ta), (e, ea)) => {
+                    read(self, *c);
+                    pass(self, at, *t, *ta);
+                    pass(self, at, *e, *ea);
+                }
+                Call::Switch(a, (s, k), (d, da)) => {
+                    read(self, *a);
+                    for &(_, t, args) in &tape.cases[*s as usize..(s + k) as usize] {
+                        pass(self, at, t, args);
+                    }
+                    pass(self, at, *d, *da);
+                }
+                Call::CreateBlock(_) | Call::Ret(None) | Call::Trap(_) => {}
             }
         }
-        // A parameter passed on to a read one is read (to a fixed point; jumps mostly go
-        // forward, so backwards over the list settles it at once).
+        // A parameter passed on to a read one is read: the jumps recorded later first,
+        // so that when every jump goes to a block filled after the jumping one, one pass
+        // settles it (else to a fixed point).
         loop {
             let mut changed = false;
             for &(p, q) in self.flows.iter().rev() {
@@ -874,7 +783,7 @@ impl LoopReads {
                     changed = true;
                 }
             }
-            if !changed {
+            if !changed || !back {
                 break;
             }
         }
@@ -882,14 +791,9 @@ impl LoopReads {
             self.first[h as usize] as usize,
             self.first[h as usize + 1] as usize,
         );
-        for p in a..b {
-            self.reads[p] = self.read[p];
-        }
+        self.reads[a..b].copy_from_slice(&self.read[a..b]);
         for &p in &self.touched {
             self.read[p as usize] = false;
-        }
-        for &b in &self.members {
-            self.in_loop[b as usize] = false;
         }
     }
 }
@@ -946,6 +850,11 @@ impl Emitter for Tape {
     fn switch_to_block(&mut self, b: u32) {
         if let Some(m) = self.marks.get_mut(b as usize) {
             *m |= FILLED;
+        }
+        if let Some(f) = self.fills.get_mut(b as usize) {
+            if f.0 == u32::MAX {
+                *f = (self.calls.len() as u32, self.values);
+            }
         }
         self.calls.push(Call::SwitchTo(b));
     }
