@@ -605,9 +605,9 @@ impl Tape {
 /// buffers).
 ///
 /// A loop is taken to be the calls from the head's first switch to the last jump back
-/// into it (an edge recorded into the head after that switch): executors fill a loop's
-/// blocks after its head, and the blocks a loop reaches only after its last jump back
-/// are its exits. A parameter of a block filled there is read if an operation, a
+/// into it (an edge recorded into the head after that switch), or on to the last jump
+/// back into an inner loop whose head those calls fill: executors fill a loop's blocks
+/// after its head, and the blocks a loop reaches only after those jumps are its exits. A parameter of a block filled there is read if an operation, a
 /// condition, an array access, a return, a keep or a promotion there reads its value, or
 /// if a jump there, not into the head, passes it to a parameter of a block filled there
 /// that is read. A parameter the loop only carries around (and its exits pass on) is
@@ -628,6 +628,8 @@ struct LoopReads {
     /// parameter).
     owner: Vec<u32>,
     read: Vec<bool>,
+    /// The loop heads: where each was first filled, its last jump back, the block.
+    heads: Vec<(u32, u32, u32)>,
     touched: Vec<u32>,
     flows: Vec<(u32, u32)>,
 }
@@ -638,6 +640,7 @@ impl LoopReads {
         self.first.capacity()
             + self.reads.capacity()
             + self.owner.capacity()
+            + self.heads.capacity()
             + self.read.capacity()
             + self.touched.capacity()
             + self.flows.capacity()
@@ -665,17 +668,32 @@ impl LoopReads {
         }
         self.read.clear();
         self.read.resize(count as usize, false);
+        // The heads by their fill: a loop's calls run to its last jump back, or further
+        // to that of a loop whose head they hold (an inner loop whose last jump back was
+        // recorded after the outer loop's).
+        self.heads.clear();
         for h in 0..tape.runs.len() {
             if tape.marks[h] & HEAD != 0 && tape.fills[h].0 < tape.backs[h] {
-                self.find_in(tape, h as u32);
+                self.heads.push((tape.fills[h].0, tape.backs[h], h as u32));
             }
+        }
+        self.heads.sort_unstable();
+        for i in 0..self.heads.len() {
+            let (_, mut end, h) = self.heads[i];
+            for &(fill, back, _) in &self.heads[i + 1..] {
+                if fill > end {
+                    break;
+                }
+                end = end.max(back);
+            }
+            self.find_in(tape, h, end);
         }
     }
 
-    /// What the loop `h` heads reads of `h`'s parameters (into `reads`), leaving `read`
-    /// cleared.
-    fn find_in(&mut self, tape: &Tape, h: u32) {
-        let ((start, base), end) = (tape.fills[h as usize], tape.backs[h as usize]);
+    /// What the loop `h` heads, whose calls end at call `end`, reads of `h`'s parameters
+    /// (into `reads`), leaving `read` cleared.
+    fn find_in(&mut self, tape: &Tape, h: u32, end: u32) {
+        let (start, base) = tape.fills[h as usize];
         let Some(calls) = tape.calls.get(start as usize..=end as usize) else {
             return;
         };
@@ -1248,6 +1266,42 @@ mod tests {
                 (inner as usize - 1, vec![false, false])
             ]
         );
+    }
+
+    /// An outer loop `outer(n, acc)` around `inner(n, acc, j)`, recorded as a planned
+    /// stitcher orders them: the inner loop's exit (the outer loop's jump back) before
+    /// its body, which alone reads `acc`. The outer loop reads `acc` all the same.
+    #[test]
+    fn an_outer_loop_reads_what_its_inner_loop_reads_after_the_outer_jump_back() {
+        let t = Type::I64;
+        let add = TOp::Binary(BinaryOp::Add);
+        let loc = SrcLoc::default();
+        let mut tape = Tape::default();
+        let params = |tape: &mut Tape, b: u32| {
+            let mut p = Vec::new();
+            tape.switch_to_block(b);
+            tape.block_params(b, &mut p);
+            p
+        };
+        let [entry, outer, inner, exit, body] =
+            [&[t][..], &[t; 2], &[t; 3], &[t; 2], &[t; 3]].map(|ts| tape.create_block(ts));
+        let n = params(&mut tape, entry)[0];
+        let zero = tape.constant(Const::Int(Scalar::I64, 0));
+        tape.jump(outer, &[n, zero]);
+        let o = params(&mut tape, outer);
+        tape.jump(inner, &[o[0], o[1], zero]);
+        let i = params(&mut tape, inner);
+        let c = tape.op(&TOp::Cmp(crate::ops::CmpOp::Lt), &[i[2], i[0]], loc);
+        tape.brif(c.expect("a test"), (body, &i), (exit, &[i[0], i[1]]));
+        let x = params(&mut tape, exit);
+        tape.jump(outer, &x);
+        let b = params(&mut tape, body);
+        let acc = tape.op(&add, &[b[1], b[2]], loc).expect("a sum");
+        tape.jump(inner, &[b[0], acc, b[2]]);
+        let mut loops = LoopReads::default();
+        loops.find(&tape);
+        assert_eq!(loops.reads(outer), [true, true]);
+        assert_eq!(loops.reads(inner), [true, true, true]);
     }
 
     #[test]
