@@ -607,14 +607,15 @@ impl Tape {
 /// A loop is taken to be the calls from the head's first switch to the last jump back
 /// into it (an edge recorded into the head after that switch), or on to the last jump
 /// back into an inner loop whose head those calls fill: executors fill a loop's blocks
-/// after its head, and the blocks a loop reaches only after those jumps are its exits. A parameter of a block filled there is read if an operation, a
-/// condition, an array access, a return, a keep or a promotion there reads its value, or
-/// if a jump there, not into the head, passes it to a parameter of a block filled there
-/// that is read. A parameter the loop only carries around (and its exits pass on) is
-/// not. One pass over the loop's calls, numbering its values as the recording did. A
-/// hint: a block filled in that stretch that is not the loop's (an exit stitched before
-/// the last jump back) only adds reads, and an emitter that takes a read parameter for
-/// unread only loads it from memory where it is read.
+/// after its head, and the blocks a loop reaches only after those jumps are its exits.
+/// A parameter of a block filled there is read if an operation, a condition, an array
+/// access, a return, a keep or a promotion there reads its value, or if a jump there,
+/// not into the head, passes it to a parameter of a block filled there that is read. A
+/// parameter the loop only carries around (and its exits pass on) is not. One pass over
+/// the loop's calls, numbering its values as the recording did. A hint: a block filled
+/// in that stretch that is not the loop's (an exit stitched before the last jump back)
+/// only adds reads, and an emitter that takes a read parameter for unread only loads it
+/// from memory where it is read.
 #[derive(Default)]
 struct LoopReads {
     /// Per recorded block, the number of its first parameter (a running count), and
@@ -623,13 +624,13 @@ struct LoopReads {
     /// Per parameter, whether the loop it heads reads it (`true` for a parameter of a
     /// block that heads no loop).
     reads: Vec<bool>,
-    /// The loop being looked at: per value made in it, the parameter it is (`u32::MAX`
-    /// if none); the parameters found read; what jumps in it pass on (parameter to
-    /// parameter).
-    owner: Vec<u32>,
-    read: Vec<bool>,
     /// The loop heads: where each was first filled, its last jump back, the block.
     heads: Vec<(u32, u32, u32)>,
+    /// The loop being looked at: per value made in it, the parameter it is (`u32::MAX`
+    /// if none); the parameters found read, and the list of them; what jumps in it pass
+    /// on (parameter to parameter).
+    owner: Vec<u32>,
+    read: Vec<bool>,
     touched: Vec<u32>,
     flows: Vec<(u32, u32)>,
 }
@@ -646,7 +647,8 @@ impl LoopReads {
             + self.flows.capacity()
     }
 
-    /// What the loop block `b` heads reads of its parameters.
+    /// What the loop block `b` heads reads of its parameters (none if the recording has
+    /// no loop).
     fn reads(&self, b: u32) -> &[bool] {
         let at = |k: u32| self.first.get(k as usize).map_or(0, |&x| x as usize);
         self.reads.get(at(b)..at(b + 1)).unwrap_or(&[])
@@ -655,6 +657,9 @@ impl LoopReads {
     /// Finds, for every loop head of `tape`, the parameters its loop reads.
     fn find(&mut self, tape: &Tape) {
         self.first.clear();
+        if !tape.marks.iter().any(|&m| m & HEAD != 0) {
+            return;
+        }
         let mut count = 0;
         for r in &tape.runs {
             self.first.push(count);
@@ -663,9 +668,6 @@ impl LoopReads {
         self.first.push(count);
         self.reads.clear();
         self.reads.resize(count as usize, true);
-        if !tape.marks.iter().any(|&m| m & HEAD != 0) {
-            return;
-        }
         self.read.clear();
         self.read.resize(count as usize, false);
         // The heads by their fill: a loop's calls run to its last jump back, or further
