@@ -4621,8 +4621,10 @@ impl Backend for StencilEmitter<'_> {
         });
         let res = &res[..nres];
         // A scalar result is left in a cache register too (an `f64` in its own): one
-        // holding a result this one reads, else the one `free_reg` picks.
-        let temp = forms.iter().rev().find_map(|&f| {
+        // holding a result this one reads, else the one `free_reg` picks. (Not a load's
+        // index: an index, a stack pointer or a counter, is most often read again.)
+        let reuses = !matches!(op, TOp::Load);
+        let temp = forms.iter().rev().filter(|_| reuses).find_map(|&f| {
             let k = match f {
                 Form::Acc(t) if t != Scalar::F64 => 0,
                 Form::Reg(_, k) => usize::from(k),
@@ -6202,6 +6204,42 @@ mod tests {
             })
             .unwrap_or_else(|| panic!("no jump to the cold part: {code:x?}"));
         assert_ne!(code[jcc + 6..jcc + 10], NOP4, "{code:x?}");
+    }
+
+    /// A load's result does not take the register of the index it was computed into:
+    /// `j = n - 1; v = xs[j]; ret j + v` reads `j` from its register, never from its
+    /// frame word.
+    #[test]
+    fn a_loads_index_keeps_its_register() {
+        let lib = StencilLib::new(test_isa());
+        let i = Scalar::I64;
+        let mut services = NoServices;
+        let slice = Type::Slice {
+            elem: i,
+            mutable: false,
+        };
+        let t = [slice, Type::I64];
+        let mut em = StencilEmitter::new(&lib, &mut services, false, &[], &t);
+        let entry = em.create_block(&t);
+        em.switch_to_block(entry);
+        let p = params(&mut em, entry, &t);
+        let loc = SrcLoc::default();
+        let one = em.constant(Const::Int(i, 1));
+        let sub = TOp::Binary(BinaryOp::Sub);
+        let j = em
+            .op(&sub, &[p[1], one], &[Type::I64; 2], loc)
+            .expect("a result");
+        let v = em.op(&TOp::Load, &[p[0], j], &t, loc).expect("a result");
+        let add = TOp::Binary(BinaryOp::Add);
+        let w = em
+            .op(&add, &[j, v], &[Type::I64; 2], loc)
+            .expect("a result");
+        em.ret(Some(w));
+        let SVal::Slot(word, _) = j else {
+            panic!("a result in a frame word, not {j:?}")
+        };
+        let code = em.finish(entry).expect("stitched").0;
+        assert_eq!(loads_of(&code, word), 0, "{code:x?}");
     }
 
     /// A hole Cranelift does not keep as it is (a constant divisor becomes a
