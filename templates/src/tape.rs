@@ -741,10 +741,10 @@ impl LoopReads {
         for call in calls {
             match call {
                 Call::SwitchTo(b) => at = tape.fills.get(*b as usize).map_or(end, |f| f.0),
-                Call::BlockParams(b) => {
-                    let (f, n) = (self.first[*b as usize], tape.params_of(*b));
-                    self.owner.extend(f..f + n);
-                }
+                Call::BlockParams(b) => match self.first.get(*b as usize) {
+                    Some(&f) => self.owner.extend(f..f + tape.params_of(*b)),
+                    None => made(self, tape.params_of(*b)),
+                },
                 Call::Constant(_) | Call::StaticSlice(..) => made(self, 1),
                 Call::Op { args, result, .. } => {
                     nums(*args).iter().for_each(|&v| read(self, v));
