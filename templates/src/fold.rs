@@ -871,13 +871,8 @@ impl<B: Backend> Emitter for Fold<B> {
 
     fn loop_head(&mut self, b: B::Block, reads: &[bool]) {
         // (The backend's block has the parameters not constant: see `make_block`.)
-        let made = self
-            .t
-            .blocks
-            .get(B::block_index(b))
-            .map_or(u32::MAX, |i| i.made);
-        match self.known().and_then(|k| k.block(made)) {
-            Some(cs) if cs.len() == reads.len() && cs.iter().any(Option::is_some) => {
+        match self.consts_of(B::block_index(b)) {
+            Some(cs) if cs.len() == reads.len() => {
                 let kept: SmallVec<[bool; 16]> = (cs.iter().zip(reads))
                     .filter(|(c, _)| c.is_none())
                     .map(|(_, &r)| r)
