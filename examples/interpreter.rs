@@ -19,9 +19,10 @@
 //! above when its promotions stitched units), after each program's first
 //! stitch-tier specialization in the process (timed before anything else, when the
 //! stitch tier's worker thread has not yet made the stencil variants its units miss).
-//! Timings are the median of several runs in one process, side by side; a
-//! specialization's time is the median of several specializations of the program, each
-//! made afresh.
+//! Timings are medians of several runs in one process. Code runs side by side: each round
+//! runs every version of a program once, so that a burst of load on a shared machine slows
+//! every version alike. A specialization's time is the median of several specializations
+//! of the program in one tier, each made afresh.
 //!
 //! Run with `cargo run --release --example interpreter`.
 
@@ -33,21 +34,45 @@ use dyc::{Arg, Program, RuntimeOptions, Specialized, Tier};
 mod bytecode;
 use bytecode::{benches, hand, interpret};
 
-/// Median time of `runs` runs of `f` after one warm-up run, in seconds, and its result.
-/// `reset` runs before each run, untimed (it clears the memory the program uses).
-fn time(runs: usize, mut reset: impl FnMut(), mut f: impl FnMut() -> i64) -> (i64, f64) {
-    let mut times = Vec::new();
-    let mut result = 0;
-    for k in 0..=runs {
-        reset();
-        let t = Instant::now();
-        result = std::hint::black_box(f());
-        if k > 0 {
-            times.push(t.elapsed().as_secs_f64());
+/// Times `fs` side by side: a warm-up round, then `rounds` rounds that each run every
+/// closure once, starting one closure further each round (so that no closure always
+/// follows the same one); `reset` runs before each run, untimed (it clears the memory the
+/// programs use). Returns each closure's last result and its median time in seconds. On a
+/// shared machine a burst of load then slows every closure's runs alike, where timing one
+/// closure's runs after another's puts it on whichever closure ran during it.
+fn side_by_side(
+    rounds: usize,
+    mut reset: impl FnMut(),
+    fs: &mut [&mut dyn FnMut() -> i64],
+) -> Vec<(i64, f64)> {
+    let n = fs.len();
+    let mut times = vec![Vec::with_capacity(rounds); n];
+    let mut results = vec![0; n];
+    for round in 0..=rounds {
+        for k in 0..n {
+            let i = (round + k) % n;
+            reset();
+            let t = Instant::now();
+            results[i] = std::hint::black_box(fs[i]());
+            if round > 0 {
+                times[i].push(t.elapsed().as_secs_f64());
+            }
         }
     }
+    results
+        .into_iter()
+        .zip(times.iter_mut().map(|t| median(t)))
+        .collect()
+}
+
+/// The code made again if any, else the first.
+fn last<'a>(first: &'a Specialized, again: &'a Option<(Specialized, f64)>) -> &'a Specialized {
+    again.as_ref().map_or(first, |a| &a.0)
+}
+
+fn median(times: &mut [f64]) -> f64 {
     times.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
-    (result, times[times.len() / 2])
+    times[times.len() / 2]
 }
 
 fn ms(s: f64) -> String {
@@ -69,7 +94,7 @@ fn main() {
         "A byte-code interpreter written in the region language, specialized on each program."
     );
     println!(
-        "Times are medians of {runs} runs after a warm-up run, in this process; memory is cleared between runs, untimed.\n"
+        "Times are medians of {runs} rounds after a warm-up round, in this process; each round runs every version of a program once, side by side; a specialization's time is the median of {runs} made afresh in a row; memory is cleared between runs, untimed.\n"
     );
     println!(
         "| program | result | Rust interpreter | generic (Cranelift) | specialized | hand translation to Cranelift | hand-written Rust | vs Rust interpreter | vs generic | vs hand translation | vs hand-written Rust |"
@@ -127,9 +152,64 @@ fn main() {
         let code = &b.code;
         let mem = std::cell::RefCell::new(vec![0i64; b.mem.max(1)]);
         let reset = || mem.borrow_mut().fill(0);
-        let (r_interp, t_interp) =
-            time(runs, reset, || interpret(code, b.n, &mut mem.borrow_mut()));
-        let (r_generic, t_generic) = time(runs, reset, || {
+        let call = |spec: &Specialized| {
+            let mut mem = mem.borrow_mut();
+            let mut args = [Arg::from(b.n), Arg::from(&mut mem[..])];
+            spec.call(&mut args)
+                .expect("runs")
+                .and_then(|c| c.as_i64())
+                .expect("i64")
+        };
+        // The region specialized on the program in each tier: `runs` specializations
+        // afresh in one tier after another (the last of each is kept), each tier's time
+        // their median. (Made one after another, a tier's specializations find the
+        // specializer's data in the caches; between other tiers' they did not, and took
+        // two to three times as long in the stitch tier: the first specialization in the
+        // process, below, is the cold figure.)
+        let made_in = [Tier::Optimizing, Tier::Quick, Tier::Stitch];
+        let mut spec_times = vec![Vec::with_capacity(runs); made_in.len()];
+        let mut specs: [Option<Specialized>; 3] = Default::default();
+        for (i, &tier) in made_in.iter().enumerate() {
+            for _ in 0..runs {
+                let t = Instant::now();
+                let spec = region
+                    .specialize_in(&[Arg::from(&code[..])], tier)
+                    .expect("specializes");
+                spec_times[i].push(t.elapsed().as_secs_f64());
+                specs[i] = Some(spec);
+            }
+        }
+        let [spec, quick, stitch] = specs.map(|s| s.expect("at least one round"));
+        let [t_spec, t_quick_spec, t_stitch_spec] = [0, 1, 2].map(|i| median(&mut spec_times[i]));
+        // Each runs once, so that its promotions stitch their units. Code whose promotions
+        // stitched units is made again with the values they saw dispatched inline from its
+        // entry, as a region's cache does when a version moves up a tier; the tables show
+        // that code, in every tier, so that the tiers' code is compared alike.
+        let again = |tier, spec: &Specialized| {
+            reset();
+            call(spec);
+            if spec.lazy_stats().0 == 0 {
+                return None;
+            }
+            let t = Instant::now();
+            let again = region
+                .respecialize(&[Arg::from(&code[..])], tier, spec)
+                .expect("specializes");
+            Some((again, t.elapsed().as_secs_f64()))
+        };
+        let spec_again = again(Tier::Optimizing, &spec);
+        let quick_again = again(Tier::Quick, &quick);
+        let stitch_again = again(Tier::Stitch, &stitch);
+        let (spec_last, quick_last, stitch_last) = (
+            last(&spec, &spec_again),
+            last(&quick, &quick_again),
+            last(&stitch, &stitch_again),
+        );
+        let translated = hand::compile(code);
+        // Every version of the program run side by side (the optimizing tier's first code
+        // too, when it was made again).
+        let mut f_interp = || interpret(code, b.n, &mut mem.borrow_mut());
+        let mut f_generic = || {
             let mut mem = mem.borrow_mut();
             let mut args = [
                 Arg::from(&code[..]),
@@ -141,82 +221,47 @@ fn main() {
                 .expect("runs")
                 .and_then(|c| c.as_i64())
                 .expect("i64")
-        });
-        // A specialization's result and run time on the program.
-        let run = |spec: &Specialized| {
-            time(runs, reset, || {
-                let mut mem = mem.borrow_mut();
-                let mut args = [Arg::from(b.n), Arg::from(&mut mem[..])];
-                spec.call(&mut args)
-                    .expect("runs")
-                    .and_then(|c| c.as_i64())
-                    .expect("i64")
-            })
         };
-        // The region specialized on the program in `tier`: the specialization, what making
-        // it took (the median of `runs` specializations, each made afresh; the last is
-        // kept), and its result and run time.
-        let in_tier = |tier| {
-            let mut times = Vec::new();
-            let mut last = None;
-            for _ in 0..runs {
-                let t = Instant::now();
-                let spec = region
-                    .specialize_in(&[Arg::from(&code[..])], tier)
-                    .expect("specializes");
-                times.push(t.elapsed().as_secs_f64());
-                last = Some(spec);
-            }
-            times.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
-            let t_spec = times[times.len() / 2];
-            let spec = last.expect("at least one run");
-            let (r, t_run) = run(&spec);
-            (spec, t_spec, r, t_run)
-        };
-        let (spec, t_spec, r_spec, t_first) = in_tier(Tier::Optimizing);
-        // Code whose promotions stitched units while it ran is made again with the values
-        // they saw dispatched inline from its entry, as a region's cache does when a
-        // version moves up to the optimizing tier; the table shows that code.
-        let (units_first, _) = spec.lazy_stats();
-        let mut t_specialized = t_first;
-        let mut r_again = r_spec;
-        if units_first > 0 {
-            let t = Instant::now();
-            let again = region
-                .respecialize(&[Arg::from(&code[..])], Tier::Optimizing, &spec)
-                .expect("specializes");
-            let t_make = t.elapsed().as_secs_f64();
-            let (r, t_run) = run(&again);
-            (r_again, t_specialized) = (r, t_run);
-            let units = 1 + again.lazy_stats().0;
-            made_again.push((b.name, 1 + units_first, t_first, units, t_run, t_make));
-        }
-        // The first tiers' code is made again too when its promotions stitched units, so
-        // that the tiers' code is compared alike.
-        let again_in = |tier| {
-            let (spec, t_spec, r, t_run) = in_tier(tier);
-            if spec.lazy_stats().0 == 0 {
-                return (spec, t_spec, r, t_run);
-            }
-            let again = region
-                .respecialize(&[Arg::from(&code[..])], tier, &spec)
-                .expect("specializes");
-            let (r, t_run) = run(&again);
-            (spec, t_spec, r, t_run)
-        };
-        let (quick, t_quick_spec, r_quick, t_quick) = again_in(Tier::Quick);
-        let (stitch, t_stitch_spec, r_stitch, t_stitch) = again_in(Tier::Stitch);
-        let translated = hand::compile(code);
-        let (r_hand, t_hand) = time(runs, reset, || {
+        let mut f_spec = || call(spec_last);
+        let mut f_quick = || call(quick_last);
+        let mut f_stitch = || call(stitch_last);
+        let mut f_hand = || {
             translated
                 .run(b.n, &mut mem.borrow_mut())
                 .expect("no fault")
-        });
-        let (r_native, t_native) = time(runs, || {}, || (b.native)(std::hint::black_box(b.n)));
+        };
+        let mut f_native = || (b.native)(std::hint::black_box(b.n));
+        let mut f_first = || call(&spec);
+        let mut fs: Vec<&mut dyn FnMut() -> i64> = vec![
+            &mut f_interp,
+            &mut f_generic,
+            &mut f_spec,
+            &mut f_quick,
+            &mut f_stitch,
+            &mut f_hand,
+            &mut f_native,
+        ];
+        if spec_again.is_some() {
+            fs.push(&mut f_first);
+        }
+        let timed = side_by_side(runs, reset, &mut fs);
+        let [(r_interp, t_interp), (r_generic, t_generic), (r_spec, t_specialized), (r_quick, t_quick), (r_stitch, t_stitch), (r_hand, t_hand), (r_native, t_native)] =
+            [0, 1, 2, 3, 4, 5, 6].map(|i| timed[i]);
+        if let Some((again, t_make)) = &spec_again {
+            let (r_first, t_first) = timed[7];
+            assert_eq!(r_interp, r_first, "{}: specialized code disagrees", b.name);
+            made_again.push((
+                b.name,
+                1 + spec.lazy_stats().0,
+                t_first,
+                1 + again.lazy_stats().0,
+                t_specialized,
+                *t_make,
+            ));
+        }
         for (what, r) in [
             ("generic code", r_generic),
             ("specialized code", r_spec),
-            ("specialized code made again", r_again),
             ("quick-tier code", r_quick),
             ("stitch-tier code", r_stitch),
             ("the hand translation", r_hand),
