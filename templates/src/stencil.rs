@@ -1801,9 +1801,19 @@ const NOPS: [&[u8]; 11] = [
     &[0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0],
 ];
 
+/// Fills `out` with `nop`s, the longest first (x86-64).
+pub fn fill_nops(out: &mut [u8]) {
+    let mut at = 0;
+    while at < out.len() {
+        let nop = NOPS[(out.len() - at).min(NOPS.len()) - 1];
+        out[at..at + nop.len()].copy_from_slice(nop);
+        at += nop.len();
+    }
+}
+
 /// The bytes of the windows the processor fetches and caches decoded code by (a cache line
 /// on current x86-64 processors: see `StencilEmitter::align_loops`).
-const FETCH_WINDOW: u32 = 64;
+pub const FETCH_WINDOW: u32 = 64;
 
 /// Drops the frame of a stencil that does not need one: nothing in it calls, and no
 /// instruction but its prologue and epilogues touches `rsp` or `rbp` (Cranelift keeps
@@ -3618,14 +3628,8 @@ impl<'a> StencilEmitter<'a> {
             let head = head as usize;
             self.code.copy_within(head..end, head + shift);
             shift -= pad as usize;
-            let mut at = head + shift;
-            let mut left = pad as usize;
-            while left > 0 {
-                let nop = NOPS[left.min(NOPS.len()) - 1];
-                self.code[at..at + nop.len()].copy_from_slice(nop);
-                at += nop.len();
-                left -= nop.len();
-            }
+            let at = head + shift;
+            fill_nops(&mut self.code[at..at + pad as usize]);
             end = head;
         }
         // An offset moves by the padding at or before it (a head's own place too: its

@@ -352,9 +352,10 @@ fn generic_symbol(i: u32) -> String {
 }
 
 /// Defines function `id` from `cctx` in `module` (of `region`), counting its code bytes.
-/// With `isa`, the function is compiled with it (the same target with other flags: the
-/// linear-time register allocator, or the quick tier) and defined from its bytes, as
-/// `JITModule::define_function` does with the module's own ISA.
+/// It is compiled with `isa` (the same target with other flags: the linear-time register
+/// allocator, or the quick tier) or else the module's own, and defined from its bytes. On
+/// x86-64, code with loops starts on a fetch window's boundary, after the `nop`s that
+/// [`crate::jit::loop_padding`] asks for to place its loops in as few windows as they fit.
 pub(crate) fn define_function(
     region: &CodeRegion,
     module: &mut JITModule,
@@ -362,28 +363,45 @@ pub(crate) fn define_function(
     cctx: &mut ClifContext,
     isa: Option<&dyn TargetIsa>,
 ) -> Result<(), RuntimeError> {
-    match isa {
-        Some(isa) => {
-            cctx.compile(isa, &mut Default::default())
-                .map_err(|e| RuntimeError::Jit(format!("{:?}", e.inner)))?;
-            let code = cctx.compiled_code().expect("just compiled");
-            let alignment = u64::from(code.buffer.alignment);
-            let relocs: Vec<ModuleReloc> = code
-                .buffer
-                .relocs()
-                .iter()
-                .map(|r| ModuleReloc::from_mach_reloc(r, &cctx.func, id))
-                .collect();
-            module
-                .define_function_bytes(id, alignment, code.code_buffer(), &relocs)
-                .map_err(jit_err)?;
+    let (bytes, alignment, relocs) = {
+        let isa = isa.unwrap_or_else(|| module.isa());
+        cctx.compile(isa, &mut Default::default())
+            .map_err(|e| RuntimeError::Jit(format!("{:?}", e.inner)))?;
+        let code = cctx.compiled_code().expect("just compiled");
+        let mut alignment = u64::from(code.buffer.alignment);
+        let mut bytes = Vec::new();
+        let padding = match cfg!(target_arch = "x86_64") {
+            true => crate::jit::loop_padding(
+                &code.bb_starts,
+                &code.bb_edges,
+                code.buffer.total_size(),
+                code.buffer.alignment.max(16),
+            ),
+            false => None,
+        };
+        if let Some(pad) = padding {
+            alignment = alignment.max(u64::from(dyc_templates::stencil::FETCH_WINDOW));
+            bytes.resize(pad as usize, 0);
+            dyc_templates::stencil::fill_nops(&mut bytes);
         }
-        None => module.define_function(id, cctx).map_err(jit_err)?,
-    }
-    let bytes = cctx
-        .compiled_code()
-        .map_or(0, |c| c.code_info().total_size as usize);
-    region.add_code_bytes(bytes);
+        let pad = bytes.len() as u32;
+        bytes.extend_from_slice(code.code_buffer());
+        let relocs: Vec<ModuleReloc> = code
+            .buffer
+            .relocs()
+            .iter()
+            .map(|r| {
+                let mut r = ModuleReloc::from_mach_reloc(r, &cctx.func, id);
+                r.offset += pad;
+                r
+            })
+            .collect();
+        (bytes, alignment, relocs)
+    };
+    module
+        .define_function_bytes(id, alignment, &bytes, &relocs)
+        .map_err(jit_err)?;
+    region.add_code_bytes(bytes.len());
     module.clear_context(cctx);
     Ok(())
 }
