@@ -1689,7 +1689,10 @@ fn make(isa: &dyn cranelift_codegen::isa::TargetIsa, key: &Key) -> Result<Stenci
         st.tail_insts = 1;
     }
     drop_frame(&mut st, &listing, &covered);
-    if matches!(key, Key::Branch(_) | Key::CmpBranch { .. }) {
+    if matches!(
+        key,
+        Key::Branch(_) | Key::CmpBranch { .. } | Key::CaseEq(..)
+    ) {
         st.cut = branch_cut(&st, &listing);
     }
     if matches!(key, Key::BoundsCheck(..)) {
@@ -5410,6 +5413,39 @@ mod tests {
         (em.finish(entry).expect("stitched").0, ws)
     }
 
+    /// A switch's cases are tests that each jump straight to their case's block when
+    /// equal and fall through to the next test otherwise: no case leaves the jump to the
+    /// next test and the jump to its block behind its conditional jump (two jumps a case,
+    /// one taken on every path).
+    #[test]
+    fn a_switchs_cases_fall_through_to_the_next() {
+        let lib = StencilLib::new(test_isa());
+        let mut services = NoServices;
+        let t = [Type::I64];
+        let mut em = StencilEmitter::new(&lib, &mut services, false, &[], &t);
+        let entry = em.create_block(&t);
+        let arms: Vec<u32> = (0..4).map(|_| em.create_block(&[])).collect();
+        em.switch_to_block(entry);
+        let x = params(&mut em, entry, &t)[0];
+        let cases: Vec<BCase<StencilEmitter>> = (0..3)
+            .map(|k| (10 * k as u64 + 3, arms[k], Vec::new()))
+            .collect();
+        em.switch(x, Scalar::I64, &cases, (arms[3], &[]));
+        for (k, &b) in arms.iter().enumerate() {
+            em.switch_to_block(b);
+            let r = em.constant(Const::Int(Scalar::I64, k as u64));
+            em.ret(Some(r));
+        }
+        let code = em.finish(entry).expect("stitched").0;
+        let (jumps, nop_jumps) = (0..code.len().saturating_sub(5)).fold((0, 0), |(j, n), i| {
+            let jcc = code[i] == 0x0f && code[i + 1] == 0x84;
+            let nop_jmp = code[i..i + 4] == NOP4 && code[i + 4] == 0xe9;
+            (j + usize::from(jcc), n + usize::from(nop_jmp))
+        });
+        assert_eq!(jumps, 3, "{code:x?}");
+        assert_eq!(nop_jumps, 0, "{code:x?}");
+    }
+
     /// A loop head's parameter the loop does not read (one it only carries to its exit)
     /// is not put in a cache register before the loop: the loop's values and those it
     /// makes fit in the registers, and it loads none from its frame word. With every
@@ -5811,8 +5847,8 @@ mod tests {
         assert!(code.windows(8).any(|w| w == far.to_le_bytes()));
     }
 
-    /// A two-way branch on one condition can be cut (its conditional jump goes straight
-    /// to the true side's block); a float equality, which Cranelift branches on with two
+    /// A two-way branch on one condition, and a switch's case, can be cut (its
+    /// conditional jump goes straight to the true side's block); a float equality, which Cranelift branches on with two
     /// conditional jumps, cannot.
     #[test]
     fn branches_on_one_condition_can_be_cut() {
@@ -5828,13 +5864,23 @@ mod tests {
             Key::Branch(Form::Acc(Scalar::Bool)),
             cmp(CmpOp::Lt, i),
             cmp(CmpOp::Eq, i),
+            // A case of a switch: equal, to its block; else on to the next case.
+            Key::CaseEq(Form::Slot(i), false),
+            Key::CaseEq(Form::Acc(i), false),
+            Key::CaseEq(Form::Reg(i, 2), false),
         ] {
             let st = lib.get(&k).unwrap_or_else(|e| panic!("{e}"));
             let (jcc, end) = st.cut.unwrap_or_else(|| panic!("{k:?} is not cut"));
             assert_eq!(end, jcc + 4, "{k:?}");
             assert_eq!(st.code[jcc as usize - 2], 0x0f, "{k:?}");
         }
-        for k in [cmp(CmpOp::Eq, f), cmp(CmpOp::Ne, f)] {
+        // (Nor a case whose value is wider than 32 bits: Cranelift compares with it in the
+        // constant pool after the jumps, which a cut would drop.)
+        for k in [
+            cmp(CmpOp::Eq, f),
+            cmp(CmpOp::Ne, f),
+            Key::CaseEq(Form::Acc(i), true),
+        ] {
             let st = lib.get(&k).unwrap_or_else(|e| panic!("{e}"));
             assert!(st.cut.is_none(), "{k:?}");
         }
