@@ -105,22 +105,22 @@ fn isa_with(opts: JitOptions, regalloc: &str) -> Result<Arc<dyn TargetIsa>, JitE
 /// `None` when the code has no loop.
 pub fn loop_padding(starts: &[u32], edges: &[(u32, u32)], len: u32, step: u32) -> Option<u32> {
     const W: u32 = dyc_templates::stencil::FETCH_WINDOW;
+    if !edges.iter().any(|&(from, to)| to <= from) {
+        return None;
+    }
+    // (Cranelift lists the offsets in layout order, ascending; sorted here all the same,
+    // so that a unit of thousands of blocks and loops costs a search per loop.)
+    let mut sorted = starts.to_vec();
+    sorted.sort_unstable();
     let end_of = |from: u32| {
-        starts
-            .iter()
-            .copied()
-            .filter(|&s| s > from)
-            .min()
-            .unwrap_or(len)
+        let k = sorted.partition_point(|&s| s <= from);
+        sorted.get(k).copied().unwrap_or(len)
     };
     let mut loops: Vec<(u32, u32)> = edges
         .iter()
         .filter(|&&(from, to)| to <= from)
         .map(|&(from, to)| (to, end_of(from).max(to + 1)))
         .collect();
-    if loops.is_empty() {
-        return None;
-    }
     if step == 0 || step >= W {
         return Some(0);
     }
