@@ -5848,8 +5848,8 @@ mod tests {
     }
 
     /// A two-way branch on one condition, and a switch's case, can be cut (its
-    /// conditional jump goes straight to the true side's block); a float equality, which Cranelift branches on with two
-    /// conditional jumps, cannot.
+    /// conditional jump goes straight to the true side's block); a float equality, which
+    /// Cranelift branches on with two conditional jumps, cannot.
     #[test]
     fn branches_on_one_condition_can_be_cut() {
         use crate::ops::CmpOp;

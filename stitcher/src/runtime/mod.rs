@@ -374,7 +374,7 @@ pub(crate) fn define_function(
             true => crate::jit::loop_padding(
                 &code.bb_starts,
                 &code.bb_edges,
-                code.buffer.total_size(),
+                code.code_buffer().len() as u32,
                 code.buffer.alignment.max(16),
             ),
             false => None,
