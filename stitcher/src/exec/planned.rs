@@ -38,7 +38,7 @@ use cranelift_codegen::entity::EntityRef;
 use dyc_templates::template::Emitter;
 
 use super::memo::Memo;
-use super::worklist::{Key, Spec};
+use super::worklist::Spec;
 use super::{Context, Executor, Unit, WorkList};
 use crate::ge::{Block, Plan, SVal, SpecError, Step};
 
@@ -88,7 +88,7 @@ impl Queue {
     /// Moves the copies `made` of roots into the queue.
     fn add<B: Copy>(&mut self, plan: &Plan, memo: &Memo<B>, made: &mut Vec<u32>) {
         let last = self.last;
-        for k in made.drain(..) {
+        for &k in made.iter() {
             let b = memo.copy(k).0;
             let r = plan
                 .rank
@@ -98,6 +98,7 @@ impl Queue {
             self.waiting[r / 64] |= 1 << (r % 64);
             self.first = self.first.min(r / 64);
         }
+        made.clear();
     }
 
     fn pop(&mut self) -> Option<u32> {
@@ -137,9 +138,13 @@ impl Executor for Planned {
         let entry = s.entry_copy(start, key)?;
         s.sc.queue.reset(plan.rank.len());
         s.sc.queue.add(plan, &s.sc.memo, &mut s.sc.work);
+        // (The root's key is copied into a buffer kept with the scratch: a small vector
+        // moved in and out of an `Option` cost about 60 instructions a root.)
+        let mut root_key = std::mem::take(&mut s.sc.root_key);
         while let Some(k) = s.sc.queue.pop() {
             let (root, key, res) = s.sc.memo.copy(k);
-            let key = Key::from_slice(key);
+            root_key.clear();
+            root_key.extend_from_slice(key);
             let Some(mut pc) = plan.root(root) else {
                 return Err(SpecError::Internal(format!("{root} is not a root")));
             };
@@ -150,7 +155,7 @@ impl Executor for Planned {
             s.sc.filled.push(root);
             // The root starts the run from its key; the other blocks of the tree read the
             // registers the run sets.
-            let mut key = Some(key);
+            let mut key = Some(&root_key[..]);
             loop {
                 match plan.steps.get(pc as usize) {
                     Some(Step::Stitch { block, test }) => {
@@ -175,7 +180,7 @@ impl Executor for Planned {
                                 }
                             };
                             s.next_step = pc + 1;
-                            s.stitch(*block, start.as_deref(), res)?;
+                            s.stitch(*block, start, res)?;
                         }
                         pc += 1;
                     }
@@ -209,6 +214,7 @@ impl Executor for Planned {
             }
             s.sc.queue.add(plan, &s.sc.memo, &mut s.sc.work);
         }
+        s.sc.root_key = root_key;
         Ok(s.unit(entry))
     }
 }

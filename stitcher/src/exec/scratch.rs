@@ -40,8 +40,10 @@ pub(super) struct Scratch<V, B> {
     /// key and whether it was stitched; `filled` lists the blocks with a slot.
     pub(super) slots: Vec<Option<Slot<B>>>,
     pub(super) filled: Vec<Block>,
-    /// Planned stitcher: the roots' copies waiting to run.
+    /// Planned stitcher: the roots' copies waiting to run, and the key of the one running
+    /// (copied out of `memo`, which the run adds to).
     pub(super) queue: Queue,
+    pub(super) root_key: Vec<SVal>,
     /// Static registers and dynamic variables.
     pub(super) env_s: Vec<Option<SVal>>,
     pub(super) env_d: Vec<Option<V>>,
@@ -71,6 +73,7 @@ impl<V, B: Copy> Scratch<V, B> {
             slots: Vec::new(),
             filled: Vec::new(),
             queue: Queue::default(),
+            root_key: Vec::new(),
             env_s: Vec::new(),
             env_d: Vec::new(),
             env_a: Vec::new(),
@@ -132,6 +135,7 @@ impl<V: Copy + 'static, B: Copy + 'static> Scratch<V, B> {
             + self.slots.capacity()
             + self.filled.capacity()
             + self.queue.room()
+            + self.root_key.capacity()
             + self.env_s.capacity()
             + self.env_d.capacity()
             + self.env_a.capacity()
