@@ -4630,8 +4630,11 @@ impl Backend for StencilEmitter<'_> {
         // A scalar result is left in a cache register too (an `f64` in its own): one
         // holding a result this one reads, else the one `free_reg` picks. (Not a load's
         // index: an index, a stack pointer or a counter, is most often read again.)
-        let reuses = !matches!(op, TOp::Load);
-        let temp = forms.iter().rev().filter(|_| reuses).find_map(|&f| {
+        let reused = match op {
+            TOp::Load => &[][..],
+            _ => &forms[..],
+        };
+        let temp = reused.iter().rev().find_map(|&f| {
             let k = match f {
                 Form::Acc(t) if t != Scalar::F64 => 0,
                 Form::Reg(_, k) => usize::from(k),
