@@ -2610,13 +2610,18 @@ impl<'a> StencilEmitter<'a> {
         words: &[u64],
         make: impl Fn(&[Form]) -> Key,
     ) -> (Forms, Words) {
-        self.lib.shared.counts[FALLBACKS].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.fallbacks += 1;
+        self.count_fallback();
         let (forms, words) = self.words_of(forms, words, false);
         if self.made(&make(&forms)) {
             return (forms, words);
         }
         self.words_of(&forms, &words, true)
+    }
+
+    /// Counts a copy made in place of a stencil that is missing or refused.
+    fn count_fallback(&mut self) {
+        self.lib.shared.counts[FALLBACKS].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.fallbacks += 1;
     }
 
     /// `forms` with their `words`, each operand a register holds and each baked constant
@@ -4346,7 +4351,13 @@ impl<'a> StencilEmitter<'a> {
             op: lc.op.clone(),
             forms: lc.forms.clone(),
         };
-        let st = self.ready(&key)?;
+        // (A fused stencil not ready is a fallback too: the comparison and the branch on
+        // its result are copied apart, and a caller waiting for the stencils to settle
+        // waits for this one.)
+        let Some(st) = self.ready(&key) else {
+            self.count_fallback();
+            return None;
+        };
         self.take_back(&lc);
         // The result never reaches its register now: it holds what it held before.
         let (k, (w, [inherited, temp, read, stale])) = (lc.dst, lc.before);
@@ -5799,6 +5810,37 @@ mod tests {
         // Not for a value kept, which later blocks read unpassed.
         let kept_alive = compare_and_branch(&lib, false, true);
         assert!(setcc(&kept_alive), "{kept_alive:x?}");
+    }
+
+    /// A branch on a comparison whose fused stencil is not made yet copies the two apart
+    /// and counts a fallback (so that a version is stitched again once it is made, and a
+    /// caller settling the stencils waits for it); once made, it is copied, uncounted.
+    #[test]
+    fn a_fused_comparison_not_made_counts_a_fallback() {
+        if !StencilLib::supported() {
+            return;
+        }
+        // Every stencil of the comparison and the branch apart made (with the result
+        // passed on, nothing is fused), and then the library's units wait for nothing.
+        let made = StencilLib::with_misses(test_isa(), Misses::Make);
+        compare_and_branch(&made, true, false);
+        let lib = StencilLib {
+            shared: made.shared.clone(),
+            id: made.id,
+            misses: Misses::Background,
+        };
+        let setcc = |code: &[u8]| {
+            code.windows(2)
+                .any(|w| w[0] == 0x0f && (0x90..0xa0).contains(&w[1]))
+        };
+        let before = lib.counts().fallbacks;
+        let apart = compare_and_branch(&lib, false, false);
+        assert!(setcc(&apart), "{apart:x?}");
+        assert_eq!(lib.counts().fallbacks, before + 1);
+        lib.settle();
+        let fused = compare_and_branch(&lib, false, false);
+        assert!(!setcc(&fused), "{fused:x?}");
+        assert_eq!(lib.counts().fallbacks, before + 1);
     }
 
     /// A unit returning `x op c` for a constant `c` of type `s`.
