@@ -4397,8 +4397,8 @@ impl<'a> StencilEmitter<'a> {
     /// (`establish`, with `need` what it must leave in each register): when the last code
     /// copied is an operation whose result a register `j` holds, and the jump wants that
     /// word in another register `k` whose own word it does not want anywhere, the
-    /// operation is copied again with its result in `k` (if that variant is made), and
-    /// no move is needed: a loop's counter is stepped in its own register (`add $1,
+    /// operation is copied again with its result in `k` (if that variant is made; if not,
+    /// a fallback), and no move is needed: a loop's counter is stepped in its own register (`add $1,
     /// %rcx`, not `lea 1(%rcx), %r8; mov %r8, %rcx`), which takes the move off the
     /// loop's chain of dependences. The copy again writes the word the first one wrote
     /// (its result holes may have been retargeted since: the word `j` holds). Sound
@@ -4429,7 +4429,9 @@ impl<'a> StencilEmitter<'a> {
             callee: None,
             dst: k as u8,
         };
+        // (Not ready: the move stays, a fallback, as for a fused comparison.)
         let Some(st) = self.ready(&key) else {
+            self.count_fallback();
             return;
         };
         // (The copy writes `w`, so `emit_with` forgets that `j` holds it.)
@@ -5382,6 +5384,51 @@ mod tests {
         let (code, i, acc) = counted_loop(&lib, false, 0);
         assert!(loads_of(&code, i) >= 2, "{code:x?}");
         assert!(loads_of(&code, acc) >= 2, "{code:x?}");
+    }
+
+    /// A unit whose copies count no fallback has the code it has with every stencil made:
+    /// a copy that does not get the stencil it asks for (a variant, a comparison fused
+    /// with its branch, a result made in the register a jump wants it in) counts one,
+    /// and wants it, so that a caller stitching again until none is counted gets the
+    /// best code.
+    #[test]
+    fn a_unit_without_fallbacks_has_the_code_of_every_stencil_made() {
+        if !StencilLib::supported() {
+            return;
+        }
+        let all = StencilLib::with_misses(test_isa(), Misses::Make);
+        let units: [(&str, fn(&StencilLib) -> Vec<u8>); 8] = [
+            ("counted loop", |lib| counted_loop(lib, true, 0).0),
+            ("counted loop after code", |lib| {
+                counted_loop(lib, true, 3).0
+            }),
+            ("carried loop", |lib| {
+                carried_loop(lib, &[true, true, true, false]).0
+            }),
+            ("compare and branch", |lib| {
+                compare_and_branch(lib, false, false)
+            }),
+            ("a chain of jumps", |lib| chain(lib, 3, true)),
+            ("sums", |lib| sums(lib, Scalar::I32, true).0),
+            ("carried values", |lib| carried(lib, true, true)),
+            ("a division by a constant", |lib| {
+                with_const(lib, BinaryOp::Div, 7, Scalar::I64)
+            }),
+        ];
+        for (name, unit) in units {
+            let lib = StencilLib::with_misses(test_isa(), Misses::Background);
+            let best = unit(&all);
+            for round in 0.. {
+                assert!(round < 10, "{name}: still falling back");
+                let before = lib.counts().fallbacks;
+                let code = unit(&lib);
+                if lib.counts().fallbacks == before {
+                    assert_eq!(code, best, "{name}, round {round}");
+                    break;
+                }
+                lib.settle();
+            }
+        }
     }
 
     /// `k = n + 5; i = 0; acc = 0; while i < n { acc = acc + (i * 3 + i); i = i + 1 };
