@@ -4397,10 +4397,10 @@ impl<'a> StencilEmitter<'a> {
     /// (`establish`, with `need` what it must leave in each register): when the last code
     /// copied is an operation whose result a register `j` holds, and the jump wants that
     /// word in another register `k` whose own word it does not want anywhere, the
-    /// operation is copied again with its result in `k` (if that variant is made; if not,
-    /// a fallback), and no move is needed: a loop's counter is stepped in its own register (`add $1,
-    /// %rcx`, not `lea 1(%rcx), %r8; mov %r8, %rcx`), which takes the move off the
-    /// loop's chain of dependences. The copy again writes the word the first one wrote
+    /// operation is copied again with its result in `k` (if that variant is made; if
+    /// not, a fallback), and no move is needed: a loop's counter is stepped in its own
+    /// register (`add $1, %rcx`, not `lea 1(%rcx), %r8; mov %r8, %rcx`), which takes the
+    /// move off the loop's chain of dependences. The copy again writes the word the first one wrote
     /// (its result holes may have been retargeted since: the word `j` holds). Sound
     /// because nothing was copied after the operation (the jump's moves come after
     /// this), so no code read `k` since, and its copy had no jump and no cold part.
