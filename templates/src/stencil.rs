@@ -5397,7 +5397,8 @@ mod tests {
             return;
         }
         let all = StencilLib::with_misses(test_isa(), Misses::Make);
-        let units: [(&str, fn(&StencilLib) -> Vec<u8>); 8] = [
+        type Unit = fn(&StencilLib) -> Vec<u8>;
+        let units: [(&str, Unit); 8] = [
             ("counted loop", |lib| counted_loop(lib, true, 0).0),
             ("counted loop after code", |lib| {
                 counted_loop(lib, true, 3).0
