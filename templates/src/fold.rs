@@ -112,6 +112,8 @@ pub trait Backend {
     fn bounds_check(&mut self, slice: Self::Value, index: Self::Value, ty: Scalar, loc: SrcLoc);
     /// See [`Emitter::keep`].
     fn keep(&mut self, _v: Self::Value) {}
+    /// See [`Emitter::dead`].
+    fn dead(&mut self, _v: Self::Value) {}
 
     fn jump(&mut self, dest: Self::Block, args: &[Self::Value]);
     fn brif(
@@ -1108,6 +1110,12 @@ impl<B: Backend> Emitter for Fold<B> {
         // (A constant is made again where it is read.)
         if let FVal::Dyn { v, .. } = v {
             self.backend.keep(v);
+        }
+    }
+
+    fn dead(&mut self, v: Self::Value) {
+        if let FVal::Dyn { v, .. } = v {
+            self.backend.dead(v);
         }
     }
 

@@ -2191,6 +2191,10 @@ pub struct StencilEmitter<'a> {
     /// its parameters, so such a word is most likely dead here, and its register is the
     /// first taken for a result after the free ones.
     stale: u8,
+    /// Words that no later code of the current block reads and no edge passes on
+    /// ([`Backend::dead`]), the latest last: a register holding one is as good as free
+    /// for the next result.
+    dead: smallvec::SmallVec<[u32; 8]>,
     /// The same for the `f64` accumulator.
     facc: Option<u32>,
     /// The raw jump that ends the code, if any: its offset (dropped when its target is
@@ -2367,6 +2371,7 @@ impl<'a> StencilEmitter<'a> {
             temps: 0,
             read_here: 0,
             stale: 0,
+            dead: smallvec::SmallVec::new(),
             facc: None,
             last_jump: None,
             last_op: None,
@@ -2885,6 +2890,7 @@ impl<'a> StencilEmitter<'a> {
         info.placed_entries = info.entries;
         self.forget_accs();
         self.current = Some(b);
+        self.dead.clear();
         if acc_in.iter().any(Option::is_some) {
             self.regs = acc_in;
             self.inherited = (0..CACHE_REGS)
@@ -3053,9 +3059,10 @@ impl<'a> StencilEmitter<'a> {
     fn free_reg(&self) -> usize {
         (0..CACHE_REGS)
             .min_by_key(|&k| {
+                let held = self.regs[k].is_some_and(|w| !self.dead.contains(&w));
                 let needed = self.stale & 1 << k == 0;
                 let unread = self.read_here & 1 << k == 0;
-                (self.regs[k].is_some(), needed, unread, self.reg_age[k])
+                (held, needed, unread, self.reg_age[k])
             })
             .unwrap_or(0)
     }
@@ -4792,6 +4799,17 @@ impl Backend for StencilEmitter<'_> {
         self.pin(v);
     }
 
+    fn dead(&mut self, v: SVal) {
+        if let SVal::Slot(w, t) = v {
+            if t != Scalar::F64 && !self.is_pinned(w) && !self.dead.contains(&w) {
+                if self.dead.len() == self.dead.inline_size() {
+                    self.dead.remove(0);
+                }
+                self.dead.push(w);
+            }
+        }
+    }
+
     fn bounds_check(&mut self, slice: SVal, index: SVal, _ty: Scalar, loc: SrcLoc) {
         let mut words = Words::new();
         let mut used = Used::default();
@@ -5384,6 +5402,53 @@ mod tests {
         let (code, i, acc) = counted_loop(&lib, false, 0);
         assert!(loads_of(&code, i) >= 2, "{code:x?}");
         assert!(loads_of(&code, acc) >= 2, "{code:x?}");
+    }
+
+    /// `a = x + 1; b = x + 2; c = x + 3; d = x + 4; p = a + b; q = c + d; f = x + 5;
+    /// ret a + p + q + f`, told (with `hint`) that `c` is dead after `q`: its code, and
+    /// `a`'s frame word.
+    fn pressure(lib: &StencilLib, hint: bool) -> (Vec<u8>, u32) {
+        let mut services = NoServices;
+        let t = [Type::I64];
+        let mut em = StencilEmitter::new(lib, &mut services, false, &[], &t);
+        let entry = em.create_block(&t);
+        em.switch_to_block(entry);
+        let x = params(&mut em, entry, &t)[0];
+        let loc = SrcLoc::default();
+        let tt = [Type::I64; 2];
+        let add = |em: &mut StencilEmitter, l: SVal, r: SVal| {
+            em.op(&TOp::Binary(BinaryOp::Add), &[l, r], &tt, loc)
+                .expect("a sum")
+        };
+        let imm = |k| SVal::Imm(k, Scalar::I64);
+        let [a, b, c, d] = [1, 2, 3, 4].map(|k| add(&mut em, x, imm(k)));
+        let p = add(&mut em, a, b);
+        let q = add(&mut em, c, d);
+        if hint {
+            em.dead(c);
+        }
+        let f = add(&mut em, x, imm(5));
+        let ap = add(&mut em, a, p);
+        let apq = add(&mut em, ap, q);
+        let r = add(&mut em, apq, f);
+        em.ret(Some(r));
+        let SVal::Slot(wa, _) = a else {
+            panic!("a is in a frame word")
+        };
+        (em.finish(entry).expect("stitched").0, wa)
+    }
+
+    /// A result goes in the register of a value no later code reads (`Backend::dead`),
+    /// rather than in the least recently used one: `f` takes `c`'s, and `a` stays in its
+    /// register until `a + p` reads it; untold, `f` takes `a`'s, and `a` is loaded
+    /// again.
+    #[test]
+    fn a_result_takes_the_register_of_a_dead_value() {
+        let lib = StencilLib::new(test_isa());
+        let (told, a) = pressure(&lib, true);
+        assert_eq!(loads_of(&told, a), 0, "{told:x?}");
+        let (untold, a) = pressure(&lib, false);
+        assert!(loads_of(&untold, a) > 0, "{untold:x?}");
     }
 
     /// A unit whose copies count no fallback has the code it has with every stencil made:

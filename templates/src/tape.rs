@@ -14,7 +14,10 @@
 //! The recording also knows which blocks head loops (an edge recorded into a block
 //! already filled) and which of their parameters each loop reads (`LoopReads`), and the
 //! replay says so before the block is made ([`Emitter::loop_head`]): the stencil emitter
-//! keeps the values such a loop reads in registers.
+//! keeps the values such a loop reads in registers. And it knows, for each operation's
+//! result, the operation that reads it last (`LastReads`), and says so after replaying
+//! it ([`Emitter::dead`]): the stencil emitter then puts the next result in its register
+//! rather than in one whose value later code still reads.
 //! Blocks recorded with one list of parameter types (the copies of one template block)
 //! are replayed each like the last made with it ([`Emitter::create_block_like`]), so that
 //! the replaying emitter need not compare the list again.
@@ -115,6 +118,7 @@ struct Buffers<V, B> {
     buf: Vec<V>,
     buf2: Vec<V>,
     loops: LoopReads,
+    reads: LastReads,
 }
 
 thread_local! {
@@ -137,6 +141,7 @@ impl<V: 'static, B: 'static> Buffers<V, B> {
                 buf: Vec::new(),
                 buf2: Vec::new(),
                 loops: LoopReads::default(),
+                reads: LastReads::default(),
             })
         });
         b.vals.clear();
@@ -150,11 +155,131 @@ impl<V: 'static, B: 'static> Buffers<V, B> {
             + self.blocks.capacity()
             + self.buf.capacity()
             + self.buf2.capacity()
-            + self.loops.room();
+            + self.loops.room()
+            + self.reads.room();
         if room > BUFFER_ROOM {
             return;
         }
         pool::give(&BUFFERS, self, BUFFER_SETS);
+    }
+}
+
+/// The call after which nothing reads each operation's result, found on a recording for
+/// [`Emitter::dead`]: per value the recording made, its root (the value it is: a merged
+/// block's parameter is the jump's argument), and per root the last call that reads it,
+/// or [`LastReads::NEVER`] for a value that is not an operation's result (a parameter,
+/// a constant, an array's element after a store) or that later blocks read unpassed (a
+/// kept value). A value whose last read is a terminator is passed on, and gets no hint.
+#[derive(Default)]
+struct LastReads {
+    root: Vec<u32>,
+    last: Vec<u32>,
+}
+
+impl LastReads {
+    const NEVER: u32 = u32::MAX;
+
+    fn room(&self) -> usize {
+        self.root.capacity() + self.last.capacity()
+    }
+
+    /// Whether call `i` is the last to read value `v`, an operation's result.
+    fn dies_at(&self, v: u32, i: u32) -> bool {
+        let r = self.root.get(v as usize).copied().unwrap_or(u32::MAX);
+        self.last.get(r as usize) == Some(&i)
+    }
+
+    /// One pass over `tape`'s calls, numbering values as the replay does.
+    fn find(&mut self, tape: &Tape) {
+        self.root.clear();
+        self.last.clear();
+        let nums = |r: Run| &tape.nums[r.0 as usize..(r.0 + r.1) as usize];
+        fn made(s: &mut LastReads, n: u32, hint: bool) {
+            for _ in 0..n {
+                s.root.push(s.last.len() as u32);
+                s.last.push(if hint { 0 } else { LastReads::NEVER });
+            }
+        }
+        fn read(s: &mut LastReads, i: u32, vs: &[u32]) {
+            for &v in vs {
+                let r = s.root.get(v as usize).copied().unwrap_or(u32::MAX);
+                if let Some(l) = s.last.get_mut(r as usize) {
+                    if *l != LastReads::NEVER {
+                        *l = i;
+                    }
+                }
+            }
+        }
+        fn never(s: &mut LastReads, vs: &[u32]) {
+            for &v in vs {
+                let r = s.root.get(v as usize).copied().unwrap_or(u32::MAX);
+                if let Some(l) = s.last.get_mut(r as usize) {
+                    *l = LastReads::NEVER;
+                }
+            }
+        }
+        let mut calls = tape.calls.iter().zip(0u32..);
+        while let Some((call, i)) = calls.next() {
+            match call {
+                Call::BlockParams(b) => made(self, tape.params_of(*b), false),
+                Call::Constant(_) | Call::StaticSlice(..) | Call::LocalArray(..) => {
+                    if let Call::LocalArray(_, _, init) = call {
+                        read(self, i, nums(*init));
+                    }
+                    made(self, 1, false);
+                }
+                Call::Op { args, result, .. } => {
+                    read(self, i, nums(*args));
+                    made(self, u32::from(*result), true);
+                }
+                Call::ArrayLoad { elems, index, .. } => {
+                    read(self, i, nums(*elems));
+                    read(self, i, &[*index]);
+                    made(self, 1, true);
+                }
+                Call::ArrayStore {
+                    elems,
+                    index,
+                    value,
+                    ..
+                } => {
+                    // (The elements made again may be the same values.)
+                    read(self, i, &[*index, *value]);
+                    never(self, nums(*elems));
+                    never(self, &[*value]);
+                    made(self, elems.1, false);
+                }
+                Call::Keep(v) => never(self, &[*v]),
+                Call::Jump(b, args) if tape.merges(*b) => {
+                    for &k in nums(*args) {
+                        let r = self.root.get(k as usize).copied().unwrap_or(u32::MAX);
+                        self.root.push(r);
+                    }
+                    calls.next();
+                    calls.next();
+                }
+                Call::Jump(_, args) => read(self, i, nums(*args)),
+                Call::Brif(c, (_, ta), (_, ea)) => {
+                    read(self, i, &[*c]);
+                    read(self, i, nums(*ta));
+                    read(self, i, nums(*ea));
+                }
+                Call::Switch(a, (s, n), (_, da)) => {
+                    read(self, i, &[*a]);
+                    for &(_, _, args) in &tape.cases[*s as usize..(s + n) as usize] {
+                        read(self, i, nums(args));
+                    }
+                    read(self, i, nums(*da));
+                }
+                Call::Ret(v) => read(self, i, v.as_slice()),
+                Call::Promote(_, p, l) => {
+                    read(self, i, nums(*p));
+                    read(self, i, nums(*l));
+                }
+                Call::PromoteMiss(_, p) => read(self, i, nums(*p)),
+                Call::CreateBlock(_) | Call::SwitchTo(_) | Call::Trap(_) => {}
+            }
+        }
     }
 }
 
@@ -453,8 +578,10 @@ impl Tape {
             buf,
             buf2,
             loops,
+            reads,
         } = bufs;
         loops.find(self);
+        reads.find(self);
         vals.reserve(self.values as usize);
         // Per recorded block, the emitter's (`None` for a merged block).
         blocks.reserve(self.runs.len());
@@ -483,8 +610,17 @@ impl Tape {
         // The last emitter block made per run of types (direct-mapped by its start).
         const LIKE: usize = 16;
         let mut like = [None::<(Run, E::Block)>; LIKE];
-        let mut calls = self.calls.iter();
-        while let Some(call) = calls.next() {
+        // Tells `em` which values call `i` (an operation or an array access) read for the
+        // last time.
+        let dead = |em: &mut E, vals: &[E::Value], i: u32, vs: &[u32]| {
+            for &v in vs {
+                if reads.dies_at(v, i) {
+                    em.dead(vals[v as usize]);
+                }
+            }
+        };
+        let mut calls = self.calls.iter().zip(0u32..);
+        while let Some((call, i)) = calls.next() {
             match call {
                 Call::CreateBlock((s, n)) => {
                     let merged = self.merges(blocks.len() as u32);
@@ -520,6 +656,7 @@ impl Tape {
                         (None, false) => {}
                         _ => return Err(ReplayError(format!("{op:?}: a result differs"))),
                     }
+                    dead(em, vals, i, nums(*args));
                 }
                 Call::ArrayLoad {
                     elem,
@@ -530,6 +667,8 @@ impl Tape {
                     fill(buf, vals, nums(*elems))?;
                     let v = em.array_load(*elem, buf, get(vals, *index)?, *loc);
                     vals.push(v);
+                    dead(em, vals, i, nums(*elems));
+                    dead(em, vals, i, &[*index]);
                 }
                 Call::ArrayStore {
                     elem,
@@ -539,9 +678,10 @@ impl Tape {
                     loc,
                 } => {
                     fill(buf, vals, nums(*elems))?;
-                    let (i, v) = (get(vals, *index)?, get(vals, *value)?);
-                    em.array_store(*elem, buf, i, v, *loc);
+                    let (k, v) = (get(vals, *index)?, get(vals, *value)?);
+                    em.array_store(*elem, buf, k, v, *loc);
                     vals.extend_from_slice(buf);
+                    dead(em, vals, i, &[*index]);
                 }
                 Call::LocalArray(elem, len, init) => {
                     fill(buf, vals, nums(*init))?;
@@ -1014,6 +1154,8 @@ mod tests {
         /// The loop heads it was told of, with what their loops read (not in `lines`:
         /// a run told none).
         heads: Vec<(usize, Vec<bool>)>,
+        /// The values it was told are dead, after the line it had written then.
+        dead: Vec<(usize, u32)>,
     }
 
     impl Log {
@@ -1033,6 +1175,9 @@ mod tests {
         }
         fn loop_head(&mut self, b: usize, reads: &[bool]) {
             self.heads.push((b, reads.to_vec()));
+        }
+        fn dead(&mut self, v: u32) {
+            self.dead.push((self.lines.len(), v));
         }
         fn create_block_like(&mut self, like: usize, params: &[Type]) -> usize {
             self.blocks.push(params.len());
@@ -1389,5 +1534,56 @@ mod tests {
         tape.ret(None);
         tape.replay(&mut direct).expect("replays");
         assert!(direct.lines.contains(&"jump 0 []".to_string()));
+    }
+
+    /// An operation's result is dead after the operation that reads it last in its block
+    /// (a merged block's reads count as its jumping block's), and never if an edge passes
+    /// it on, a later block reads it unpassed, or it is stored in an array; nor is a
+    /// parameter or a constant.
+    #[test]
+    fn a_replay_tells_which_results_an_operation_read_last() {
+        let t = Type::I64;
+        let add = TOp::Binary(BinaryOp::Add);
+        let loc = SrcLoc::default();
+        let mut tape = Tape::default();
+        let [entry, merged, next] = [&[t][..], &[t; 2], &[t; 2]].map(|ts| tape.create_block(ts));
+        tape.switch_to_block(entry);
+        let mut p = Vec::new();
+        tape.block_params(entry, &mut p);
+        let one = tape.constant(Const::Int(Scalar::I64, 1));
+        let a = tape.op(&add, &[p[0], one], loc).expect("a"); // dead after `c`
+        let b = tape.op(&add, &[a, one], loc).expect("b"); // read last in the merged block
+        let c = tape.op(&add, &[a, p[0]], loc).expect("c"); // passed on
+        let k = tape.op(&add, &[c, one], loc).expect("k"); // kept
+        tape.keep(k);
+        tape.jump(merged, &[b, c]);
+        tape.switch_to_block(merged);
+        let mut q = Vec::new();
+        tape.block_params(merged, &mut q);
+        let d = tape.op(&add, &[q[0], k], loc).expect("d"); // `b` dead after this
+        let e = tape.op(&add, &[d, q[1]], loc).expect("e"); // `d` dead after this
+                                                            // (Two edges: `next` is not merged, and the edges pass `c` on.)
+        tape.brif(k, (next, &[e, q[1]]), (next, &[e, q[1]]));
+        tape.switch_to_block(next);
+        let mut r = Vec::new();
+        tape.block_params(next, &mut r);
+        tape.ret(Some(r[0]));
+        let mut log = Log::default();
+        tape.replay(&mut log).expect("replays");
+        let dead: Vec<(String, u32)> = (log.dead.iter())
+            .map(|&(line, v)| (log.lines[line - 1].clone(), v))
+            .collect();
+        // Values as the log numbers them: the parameter 1, the constant 2, a = 3, b = 4,
+        // c = 5, k = 6, d = 7, e = 8.
+        assert_eq!(
+            dead,
+            [
+                ("Some(5) = Binary(Add) [3, 1]".to_string(), 3),
+                ("Some(7) = Binary(Add) [4, 6]".to_string(), 4),
+                ("Some(8) = Binary(Add) [7, 5]".to_string(), 7),
+            ],
+            "{:#?}",
+            log.lines
+        );
     }
 }

@@ -154,6 +154,11 @@ pub trait Emitter {
     /// values between blocks only through parameters needs nothing.
     fn keep(&mut self, _v: Self::Value) {}
 
+    /// A hint: no later code of the current block reads `v`, and no edge passes it on (the
+    /// operation just emitted read it for the last time), so where it is held may be
+    /// reused. Code that reads `v` after all must still get it (a hint, never a promise).
+    fn dead(&mut self, _v: Self::Value) {}
+
     fn jump(&mut self, dest: Self::Block, args: &[Self::Value]);
     fn brif(
         &mut self,
