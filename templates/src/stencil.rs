@@ -4407,9 +4407,9 @@ impl<'a> StencilEmitter<'a> {
     /// operation is copied again with its result in `k` (if that variant is made; if
     /// not, a fallback), and no move is needed: a loop's counter is stepped in its own
     /// register (`add $1, %rcx`, not `lea 1(%rcx), %r8; mov %r8, %rcx`), which takes the
-    /// move off the loop's chain of dependences. The copy again writes the word the first one wrote
-    /// (its result holes may have been retargeted since: the word `j` holds). Sound
-    /// because nothing was copied after the operation (the jump's moves come after
+    /// move off the loop's chain of dependences. The copy again writes the word the first
+    /// one wrote (its result holes may have been retargeted since: the word `j` holds).
+    /// Sound because nothing was copied after the operation (the jump's moves come after
     /// this), so no code read `k` since, and its copy had no jump and no cold part.
     fn remake_in(&mut self, need: &Regs) {
         let Some(lo) = self.last_op.take() else {
