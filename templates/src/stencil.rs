@@ -2556,9 +2556,16 @@ impl<'a> StencilEmitter<'a> {
     /// the thread's scratch or made, and not refused; or units make what they miss
     /// ([`Misses::Make`], and the emitter that makes a program's stencils ahead), and it
     /// is not refused. A key that is not ready is handed to the worker thread, if any,
-    /// and the caller copies a variant made ahead instead (see `in_words`).
+    /// and counted as a fallback: the caller copies a variant made ahead instead (see
+    /// `in_words`), or copies apart what the stencil would have fused (a comparison and
+    /// its branch, an operation and the move of its result).
     fn ready(&mut self, key: &Key) -> Option<Rc<Stencil>> {
-        self.lookup(key, true)
+        let st = self.lookup(key, true);
+        if st.is_none() {
+            self.lib.shared.counts[FALLBACKS].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.fallbacks += 1;
+        }
+        st
     }
 
     /// `ready`, without handing a missing key to the worker.
@@ -2608,25 +2615,18 @@ impl<'a> StencilEmitter<'a> {
     /// not made either (a constant operand or a static slice that the generic code,
     /// which has neither, made no variant of; an operation only strength reduction
     /// makes), every constant goes in frame words too: the forms of the generic code's
-    /// own. Counts a fallback.
+    /// own. (The caller's `ready` counted the fallback.)
     fn in_words(
         &mut self,
         forms: &[Form],
         words: &[u64],
         make: impl Fn(&[Form]) -> Key,
     ) -> (Forms, Words) {
-        self.count_fallback();
         let (forms, words) = self.words_of(forms, words, false);
         if self.made(&make(&forms)) {
             return (forms, words);
         }
         self.words_of(&forms, &words, true)
-    }
-
-    /// Counts a copy made in place of a stencil that is missing or refused.
-    fn count_fallback(&mut self) {
-        self.lib.shared.counts[FALLBACKS].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.fallbacks += 1;
     }
 
     /// `forms` with their `words`, each operand a register holds and each baked constant
@@ -4358,13 +4358,8 @@ impl<'a> StencilEmitter<'a> {
             op: lc.op.clone(),
             forms: lc.forms.clone(),
         };
-        // (A fused stencil not ready is a fallback too: the comparison and the branch on
-        // its result are copied apart, and a caller waiting for the stencils to settle
-        // waits for this one.)
-        let Some(st) = self.ready(&key) else {
-            self.count_fallback();
-            return None;
-        };
+        // (Not ready: a fallback, and the comparison and its branch are copied apart.)
+        let st = self.ready(&key)?;
         self.take_back(&lc);
         // The result never reaches its register now: it holds what it held before.
         let (k, (w, [inherited, temp, read, stale])) = (lc.dst, lc.before);
@@ -4436,9 +4431,8 @@ impl<'a> StencilEmitter<'a> {
             callee: None,
             dst: k as u8,
         };
-        // (Not ready: the move stays, a fallback, as for a fused comparison.)
+        // (Not ready: a fallback, and the move stays.)
         let Some(st) = self.ready(&key) else {
-            self.count_fallback();
             return;
         };
         // (The copy writes `w`, so `emit_with` forgets that `j` holds it.)

@@ -222,10 +222,9 @@ impl LastReads {
         while let Some((call, i)) = calls.next() {
             match call {
                 Call::BlockParams(b) => made(self, tape.params_of(*b), false),
-                Call::Constant(_) | Call::StaticSlice(..) | Call::LocalArray(..) => {
-                    if let Call::LocalArray(_, _, init) = call {
-                        read(self, i, nums(*init));
-                    }
+                Call::Constant(_) | Call::StaticSlice(..) => made(self, 1, false),
+                Call::LocalArray(_, _, init) => {
+                    read(self, i, nums(*init));
                     made(self, 1, false);
                 }
                 Call::Op { args, result, .. } => {
