@@ -1,7 +1,8 @@
 //! Differential tests of the compiled code: for every program of `tests/lang` and
 //! `examples` and every `// run:` line, the reference interpreter on the original program
 //! and the JIT-compiled specialized code (and generic code) agree on results, errors (kind
-//! and source position) and the final contents of mutable slices. Also: many threads
+//! and source position) and the final contents of mutable slices, in every tier and in a
+//! version of the stitch tier that moves up to the optimizing tier. Also: many threads
 //! specializing and calling one region, an indirect jump dispatching inline over the
 //! targets it has seen (and without, when they do not fit a unit's budget), and a runaway
 //! specialization ending with the budget error.
@@ -102,13 +103,15 @@ fn options() -> RuntimeOptions {
 }
 
 /// Runs `name(args_text)` on the interpreter and on compiled code (specialized through the
-/// region cache, and generic); returns (interpreter, specialized, generic) outcomes, or
-/// `None` when the interpreter ran out of fuel.
+/// region cache `calls` times, each on fresh copies of the arguments, and generic); returns
+/// (interpreter, specialized, generic) outcomes, or `None` when the interpreter ran out of
+/// fuel. Specialized calls that disagree with each other are shown one after the other.
 fn compare(
     m: &Module,
     p: &Program,
     name: &str,
     args_text: &str,
+    calls: usize,
 ) -> Option<(String, String, String)> {
     let id = m.func_by_name(name)?;
     let mut mem = Memory::default();
@@ -158,7 +161,9 @@ fn compare(
         };
         jit_outcome(r, &stores)
     };
-    Some((expected, run(false), run(true)))
+    let mut outcomes: Vec<String> = (0..calls).map(|_| run(false)).collect();
+    outcomes.dedup();
+    Some((expected, outcomes.join(" then "), run(true)))
 }
 
 #[test]
@@ -168,26 +173,37 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
     files.extend(common::files(&root.join("examples"), "dyc"));
     let mut compared = 0;
     let mut lazy_compared = 0;
+    let mut tier_ups = 0;
     let mut failures = Vec::new();
     // Runs every `// run:` line of `src` on module `m` under `opts`; returns the number
     // compared and records disagreements, labelled `what`.
     let mut check = |m: &Module, src: &str, opts: RuntimeOptions, what: &str, path: &Path| {
+        let calls = match opts.tiers.hot_calls {
+            1 => 3,
+            _ => 1,
+        };
         let p = Program::from_module(m.clone(), opts).expect("program");
         jit_hosts(&p);
         let mut n = 0;
+        let mut names = std::collections::BTreeSet::new();
         for call in common::directive(src, "//", "run:") {
             let (name, rest) = call.split_once('(').expect("run line");
             let args_text = rest.strip_suffix(')').expect("run line");
-            let Some((expected, spec, generic)) = compare(m, &p, name.trim(), args_text) else {
+            let Some((expected, spec, generic)) = compare(m, &p, name.trim(), args_text, calls)
+            else {
                 continue;
             };
             n += 1;
+            names.insert(name.trim().to_string());
             if spec != expected || generic != expected {
                 failures.push(format!(
                     "{}: {call} ({what})\n  interpreter: {expected}\n  specialized: {spec}\n  generic:     {generic}",
                     path.display()
                 ));
             }
+        }
+        for name in names {
+            tier_ups += p.region(&name).map_or(0, |r| r.stats().tier_ups);
         }
         n
     };
@@ -199,7 +215,13 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
         // Every tier: specializations in the optimizing tier, the quick tier and the
         // stitch tier.
         let (quick, stitch) = (in_tier(Tier::Quick), in_tier(Tier::Stitch));
-        compared += check(&m, &src, options(), "optimizing tier", &path);
+        compared += check(
+            &m,
+            &src,
+            in_tier(Tier::Optimizing),
+            "optimizing tier",
+            &path,
+        );
         compared += check(&m, &src, quick, "quick tier", &path);
         compared += check(&m, &src, stitch, "stitch tier", &path);
         // The stitch tier with every stencil a unit asks for made before it is copied, so
@@ -209,6 +231,17 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
             ..in_tier(Tier::Stitch)
         };
         compared += check(&m, &src, made, "stitch tier, stencils made", &path);
+        // A version of the stitch tier found hot at its second call: made again in the
+        // optimizing tier with what its promotions saw dispatched inline, which serves the
+        // third.
+        let moving_up = RuntimeOptions {
+            tiers: Tiers {
+                hot_calls: 1,
+                ..in_tier(Tier::Stitch).tiers
+            },
+            ..options()
+        };
+        compared += check(&m, &src, moving_up, "stitch tier moving up", &path);
         // The same program under each lazy policy, when its first annotation gives no
         // policy (the region's laziness is the first one given).
         for policy in ["lazy", "specialize_lazy", "loop_specialize_lazy"] {
@@ -222,7 +255,8 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert!(compared >= 900, "only {compared} runs compared");
+    assert!(compared >= 1200, "only {compared} runs compared");
+    assert!(tier_ups >= 150, "only {tier_ups} versions moved up");
     assert!(
         lazy_compared >= 600,
         "only {lazy_compared} lazy runs compared"
