@@ -249,7 +249,7 @@ fn compiled_code_agrees_with_the_interpreter_on_every_test_program() {
                 continue;
             };
             if let Ok(lm) = dyc::lang::compile("t.dyc", &lazy) {
-                lazy_compared += check(&lm, &src, options(), policy, &path);
+                lazy_compared += check(&lm, &src, in_tier(Tier::Optimizing), policy, &path);
                 lazy_compared += check(&lm, &src, stitch, policy, &path);
             }
         }
