@@ -251,19 +251,47 @@ impl SliceArg<'_> {
     }
 }
 
-/// Checks that `arg` fits a parameter of type `ty`.
-fn check(arg: &Arg, ty: Type, k: usize) -> Result<(), Error> {
-    let ok = match (arg, ty) {
-        (Arg::Scalar(c), Type::Scalar(s)) => c.ty() == s,
-        (Arg::Slice(s), Type::Slice { elem, mutable }) => s.elem == elem && (s.mutable || !mutable),
-        _ => false,
+/// Checks that `arg` fits a parameter of type `ty`; `what` names the argument in the
+/// error ("argument 2"), which also says what was given.
+fn check(arg: &Arg, ty: Type, what: impl FnOnce() -> String) -> Result<(), Error> {
+    let given = match arg {
+        Arg::Scalar(c) => Type::Scalar(c.ty()),
+        Arg::Slice(s) => Type::Slice {
+            elem: s.elem,
+            mutable: s.mutable,
+        },
     };
-    if ok {
+    let fits = match (given, ty) {
+        (
+            Type::Slice { elem, mutable },
+            Type::Slice {
+                elem: want,
+                mutable: want_mut,
+            },
+        ) => elem == want && (mutable || !want_mut),
+        _ => given == ty,
+    };
+    if fits {
         Ok(())
     } else {
         Err(Error::Arguments(format!(
-            "argument {k} does not fit a parameter of type {ty}"
+            "{} has type {given}, where the parameter has type {ty}",
+            what()
         )))
+    }
+}
+
+/// "i64, [mut u8]".
+fn list(types: &[Type]) -> String {
+    let names: Vec<String> = types.iter().map(Type::to_string).collect();
+    names.join(", ")
+}
+
+/// "1 argument", "3 arguments".
+fn count(n: usize, what: &str) -> String {
+    match n {
+        1 => format!("1 {what}"),
+        _ => format!("{n} {what}s"),
     }
 }
 
@@ -930,8 +958,8 @@ impl Region {
         let keys = &self.state.keys;
         if key_args.len() != keys.len() {
             return Err(Error::Arguments(format!(
-                "{} run-time constants expected, {} given",
-                keys.len(),
+                "{} expected (the region's key), {} given",
+                count(keys.len(), "run-time constant"),
                 key_args.len()
             )));
         }
@@ -940,8 +968,10 @@ impl Region {
         // (By parameter, up to the last slice: every reader looks a slice up with `get`,
         // and a region keyed by scalars allocates nothing here.)
         let mut slices: Vec<Option<SliceData>> = Vec::new();
-        for (a, &k) in key_args.iter().zip(keys) {
-            check(a, params[k], k)?;
+        for (j, (a, &k)) in key_args.iter().zip(keys).enumerate() {
+            check(a, params[k], || {
+                format!("run-time constant {j} (parameter {k})")
+            })?;
             match a {
                 Arg::Scalar(c) => key.push(SVal::Scalar(*c)),
                 Arg::Slice(s) => {
@@ -1097,8 +1127,9 @@ impl Region {
         let params = self.params();
         if args.len() != params.len() {
             return Err(Error::Arguments(format!(
-                "{} arguments expected, {} given",
-                params.len(),
+                "{} expected ({}), {} given",
+                count(params.len(), "argument"),
+                list(params),
                 args.len()
             )));
         }
@@ -1110,7 +1141,7 @@ impl Region {
                 // Key arguments are neither read nor passed to the code.
                 break;
             }
-            check(&args[k], params[k], k)?;
+            check(&args[k], params[k], || format!("argument {k}"))?;
             match (&args[k], st.caching) {
                 (_, Caching::OneUnchecked | Caching::Replicate) => {}
                 (Arg::Scalar(c), _) => key.push(const_to_word(*c)),
@@ -1665,8 +1696,9 @@ impl Specialized {
     pub fn call(&self, args: &mut [Arg]) -> Result<Option<Const>, Error> {
         if args.len() != self.params.len() {
             return Err(Error::Arguments(format!(
-                "{} arguments expected, {} given",
-                self.params.len(),
+                "{} expected ({}), {} given",
+                count(self.params.len(), "argument"),
+                list(&self.params),
                 args.len()
             )));
         }
@@ -1684,7 +1716,7 @@ impl Specialized {
         let mut words = smallvec::SmallVec::<[u64; INLINE_WORDS]>::new();
         for (k, &i) in positions.iter().enumerate() {
             let a = &args[i];
-            check(a, self.params[k], k)?;
+            check(a, self.params[k], || format!("argument {i}"))?;
             match a {
                 Arg::Scalar(c) => words.push(const_to_word(*c)),
                 Arg::Slice(s) => {

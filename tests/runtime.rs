@@ -1,6 +1,7 @@
 //! The runtime as a service sees it: one cache per region shared by every handle, cache
 //! keys that follow the contents of static slices, panics that come back as internal
-//! errors, and native-stack limits that hold whatever `max_depth` says.
+//! errors, native-stack limits that hold whatever `max_depth` says, and arguments that do
+//! not fit refused with what was expected and what was given.
 
 mod common;
 
@@ -23,6 +24,86 @@ fn scale(k: i64, x: i64) -> i64 {
     return k * x;
 }
 ";
+
+/// Every way a call's arguments can fail to fit is an error naming the argument (its
+/// position in the call), the parameter's type and what was given; nothing runs.
+#[test]
+fn arguments_that_do_not_fit_are_refused_with_what_was_given() {
+    let p = Program::compile(
+        "fn f(k: i64, xs: [mut i32], y: u8) -> i64 {
+            make_static(k);
+            xs[0] = 7;
+            return k + y as i64;
+        }",
+    )
+    .expect("compiles");
+    let r = p.region("f").expect("region");
+    let msg = |e: Result<Option<dyc::Const>, Error>| match e {
+        Err(Error::Arguments(m)) => m,
+        other => panic!("not an argument error: {other:?}"),
+    };
+    let (mut v, mut v2) = (vec![1i32, 2], vec![1i32, 2]);
+    let mut w = [1i64];
+    let ro = [1i32];
+    let cases: [(Vec<Arg>, &str); 5] = [
+        (
+            vec![Arg::from(1i64)],
+            "3 arguments expected (i64, [mut i32], u8), 1 given",
+        ),
+        (
+            vec![Arg::from(1i32), Arg::from(&mut v[..]), Arg::from(3u8)],
+            "argument 0 has type i32, where the parameter has type i64",
+        ),
+        (
+            vec![Arg::from(1i64), Arg::from(&mut w[..]), Arg::from(3u8)],
+            "argument 1 has type [mut i64], where the parameter has type [mut i32]",
+        ),
+        (
+            vec![Arg::from(1i64), Arg::from(&ro[..]), Arg::from(3u8)],
+            "argument 1 has type [i32], where the parameter has type [mut i32]",
+        ),
+        (
+            // (After the key: the position in the call, not among the other arguments.)
+            vec![Arg::from(1i64), Arg::from(&mut v2[..]), Arg::from(3i64)],
+            "argument 2 has type i64, where the parameter has type u8",
+        ),
+    ];
+    for (mut args, want) in cases {
+        assert_eq!(msg(r.call(&mut args)), want);
+    }
+    assert_eq!((&v, &v2), (&vec![1, 2], &vec![1, 2]), "nothing ran");
+    // A specialization takes the arguments other than the key.
+    let s = r.specialize(&[Arg::from(1i64)]).expect("specializes");
+    assert_eq!(
+        msg(s.call(&mut [Arg::from(1i64), Arg::from(&mut v[..]), Arg::from(3u8)])),
+        "2 arguments expected ([mut i32], u8), 3 given"
+    );
+    assert_eq!(
+        msg(s.call(&mut [Arg::from(&mut v[..]), Arg::from(3i8)])),
+        "argument 1 has type i8, where the parameter has type u8"
+    );
+    assert_eq!(
+        s.call(&mut [Arg::from(&mut v[..]), Arg::from(3u8)]).ok(),
+        Some(Some(dyc::Const::from(4i64)))
+    );
+    assert_eq!(v, [7, 2]);
+    match r.specialize(&[]) {
+        Err(Error::Arguments(m)) => {
+            assert_eq!(
+                m,
+                "1 run-time constant expected (the region's key), 0 given"
+            )
+        }
+        other => panic!("{:?}", other.err()),
+    }
+    match r.specialize(&[Arg::from(1u64)]) {
+        Err(Error::Arguments(m)) => assert_eq!(
+            m,
+            "run-time constant 0 (parameter 0) has type u64, where the parameter has type i64"
+        ),
+        other => panic!("{:?}", other.err()),
+    }
+}
 
 #[test]
 fn handles_share_one_cache_and_a_loop_of_calls_specializes_once() {
