@@ -1176,10 +1176,11 @@ impl Region {
                                 t.elapsed().as_nanos().try_into().unwrap_or(u64::MAX),
                                 Ordering::Relaxed,
                             );
+                            self.check_lazy_budget(first, key.as_slice(), &r, &guard);
                             return r;
                         }
                     }
-                    return self.run(v, args);
+                    return self.run_cached(v, key.as_slice(), args, &guard);
                 }
             }
         }
@@ -1208,6 +1209,55 @@ impl Region {
             Version::Spec(s) => s.call_at(args, &self.state.values),
             Version::Generic => self.generic()?.call(args),
         }
+    }
+
+    /// Runs version `v`, cached for `key` (see [`Region::check_lazy_budget`]).
+    fn run_cached(
+        &self,
+        v: &Version,
+        key: &[u64],
+        args: &mut [Arg],
+        guard: &Guard,
+    ) -> Result<Option<Const>, Error> {
+        let r = self.run(v, args);
+        if let Version::Spec(s) = v {
+            self.check_lazy_budget(s, key, &r, guard);
+        }
+        r
+    }
+
+    /// After a call of `v`, the version cached for `key`: if a unit stitched while it ran
+    /// (a promotion's continuation, a lazily stitched block) ran out of its budget, and the
+    /// runtime falls back on budgets ([`OnExceeded::Fallback`]), the key's calls run the
+    /// generic code from now on, as they do when the key's entry unit runs out: the call
+    /// that met it returns the budget error (the code that ran before may have written
+    /// to its slices, so it cannot start again), and the next ones do not stitch the same
+    /// unit again only to fail again.
+    fn check_lazy_budget(
+        &self,
+        v: &Arc<Specialized>,
+        key: &[u64],
+        r: &Result<Option<Const>, Error>,
+        guard: &Guard,
+    ) {
+        let inner = &*self.program.inner;
+        if !matches!(r, Err(Error::Run(e)) if e.is_budget())
+            || inner.runtime.options().limits.on_exceeded != OnExceeded::Fallback
+        {
+            return;
+        }
+        let st = &*self.state;
+        let now = 2 * inner.tick.load(Ordering::Relaxed) + 1;
+        if !matches!(st.cache.get(key, now, guard), Some(Version::Spec(c)) if Arc::ptr_eq(c, v)) {
+            return;
+        }
+        st.cache.remove(key, guard);
+        let hosts_gen = inner.hosts_gen.load(Ordering::SeqCst);
+        let _ = self
+            .program
+            .cache_version(st, key, Version::Generic, hosts_gen, guard);
+        st.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(region = %self.name(), "a lazy unit's budget exceeded: generic code for this key");
     }
 
     /// The generic code, run because a limit or budget was reached.
@@ -1290,7 +1340,7 @@ impl Region {
             .program
             .cache_version(st, key, version, hosts_gen, guard)
         {
-            Ok(v) => self.run(v, args),
+            Ok(v) => self.run_cached(v, key, args, guard),
             Err(v) => self.run(&v, args),
         }
     }
@@ -1436,7 +1486,7 @@ impl Region {
             .program
             .cache_version(st, key, Version::Spec(Arc::new(new)), hosts_gen, guard)
         {
-            Ok(v) => self.run(v, args),
+            Ok(v) => self.run_cached(v, key, args, guard),
             Err(v) => self.run(&v, args),
         }
     }
@@ -1790,12 +1840,7 @@ pub(crate) mod tests {
     fn is_budget(r: &Result<Option<Const>, Error>) -> bool {
         match r {
             Err(Error::Budget { .. }) => true,
-            Err(Error::Run(e)) => {
-                e.kind == dyc_templates::template::FaultKind::Specialization
-                    && e.message
-                        .as_deref()
-                        .is_some_and(|m| m.starts_with("specialization budget exceeded"))
-            }
+            Err(Error::Run(e)) => e.is_budget(),
             _ => false,
         }
     }

@@ -716,6 +716,72 @@ fn runaway_specialization_ends_with_the_budget_error_or_falls_back_to_generic_co
     );
 }
 
+/// A promotion whose continuation unrolls a dynamic loop without end (the promoted
+/// variable changes on every iteration): the call that stitches it fails with the budget
+/// error, whatever `on_exceeded` says (the code before it ran, and may have written to a
+/// slice); by default the key then runs the generic code, which gives the interpreter's
+/// results at once, and the same unit is not stitched again; under `OnExceeded::Error`
+/// every call returns the error.
+#[test]
+fn a_promotion_over_budget_fails_its_call_and_its_key_moves_to_generic_code() {
+    let src = "fn shrink(a: [mut i64]) -> i64 {
+        var n = len(a);
+        var again = true;
+        while again {
+            again = false;
+            var i = 1;
+            while i < n {
+                if a[i - 1] > a[i] {
+                    make_static(n);
+                    let t = a[i];
+                    a[i] = a[i - 1];
+                    a[i - 1] = t;
+                    again = true;
+                }
+                i = i + 1;
+            }
+            n = n - 1;
+        }
+        return n;
+    }";
+    let budget_error = |r: Result<Option<Const>, Error>| match r {
+        Err(Error::Run(e)) if e.is_budget() => e.to_string(),
+        other => panic!("expected the budget error, got {other:?}"),
+    };
+    for tier in [Tier::Stitch, Tier::Optimizing] {
+        let p = Program::compile_with("shrink.dyc", src, in_tier(tier)).expect("compiles");
+        let region = p.region("shrink").expect("region");
+        let mut v = [3i64, 1, 2];
+        let m = budget_error(region.call(&mut [Arg::from(&mut v[..])]));
+        assert!(m.contains(", line "), "{m}");
+        for _ in 0..3 {
+            let mut v = vec![3i64, 1, 2];
+            let r = region.call(&mut [Arg::from(&mut v[..])]).expect("runs");
+            assert_eq!((r, v), (Some(Const::from(1i64)), vec![1, 2, 3]));
+        }
+        let s = region.stats();
+        assert_eq!(
+            (s.misses, s.hits, s.fallbacks, s.specializations),
+            (1, 3, 1, 1),
+            "{tier:?}: {s}"
+        );
+        let opts = RuntimeOptions {
+            limits: Limits {
+                on_exceeded: OnExceeded::Error,
+                ..Limits::default()
+            },
+            ..in_tier(tier)
+        };
+        let p = Program::compile_with("shrink.dyc", src, opts).expect("compiles");
+        let region = p.region("shrink").expect("region");
+        for _ in 0..2 {
+            let mut v = [2i64, 1];
+            budget_error(region.call(&mut [Arg::from(&mut v[..])]));
+        }
+        assert_eq!(region.stats().fallbacks, 0);
+    }
+}
+
 #[test]
 fn strength_reduced_divisions_agree_with_the_interpreter() {
     let src = "

@@ -157,10 +157,7 @@ impl Storage {
 fn over_budget(r: &Result<Option<Const>, dyc::Error>) -> bool {
     match r {
         Err(dyc::Error::Budget { .. }) => true,
-        Err(dyc::Error::Run(e)) => e
-            .message
-            .as_deref()
-            .is_some_and(|m| m.starts_with("specialization budget exceeded")),
+        Err(dyc::Error::Run(e)) => e.is_budget(),
         _ => false,
     }
 }

@@ -115,4 +115,6 @@ pub use check::{check_cfg, check_plan, CheckError, CheckErrors};
 pub use entities::{Block, CalleeId, HostId, Reg, SiteId};
 pub use linear::{Plan, RootKind, Step};
 pub use print::{print_cfg, print_plan};
-pub use values::{Budget, BudgetKind, NoHosts, PureHosts, SVal, Site, SliceData, SpecError};
+pub use values::{
+    Budget, BudgetKind, NoHosts, PureHosts, SVal, Site, SliceData, SpecError, BUDGET_EXCEEDED,
+};

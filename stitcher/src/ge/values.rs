@@ -124,6 +124,10 @@ pub enum SpecError {
     Internal(String),
 }
 
+/// How the message of a [`SpecError::BudgetExceeded`] begins (a failed lazy unit's
+/// [`crate::runtime::RunError`] carries the message).
+pub const BUDGET_EXCEEDED: &str = "specialization budget exceeded";
+
 impl std::fmt::Display for SpecError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -135,7 +139,7 @@ impl std::fmt::Display for SpecError {
             } => {
                 write!(
                     f,
-                    "specialization budget exceeded: more than {limit} {} (stitching {block}",
+                    "{BUDGET_EXCEEDED}: more than {limit} {} (stitching {block}",
                     budget.name()
                 )?;
                 if loc.is_known() {

@@ -40,6 +40,18 @@ pub struct RunError {
     pub message: Option<String>,
 }
 
+impl RunError {
+    /// Whether the call failed because a unit stitched while the code ran (a promotion's
+    /// continuation, a lazily stitched block) ran out of its specialization budget.
+    pub fn is_budget(&self) -> bool {
+        self.kind == FaultKind::Specialization
+            && self
+                .message
+                .as_deref()
+                .is_some_and(|m| m.starts_with(crate::ge::BUDGET_EXCEEDED))
+    }
+}
+
 impl std::fmt::Display for RunError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.kind {
