@@ -1176,7 +1176,9 @@ impl Region {
                                 t.elapsed().as_nanos().try_into().unwrap_or(u64::MAX),
                                 Ordering::Relaxed,
                             );
-                            self.check_lazy_budget(first, key.as_slice(), &r, &guard);
+                            if let Err(e) = &r {
+                                self.check_lazy_budget(first, key.as_slice(), e, &guard);
+                            }
                             return r;
                         }
                     }
@@ -1220,28 +1222,22 @@ impl Region {
         guard: &Guard,
     ) -> Result<Option<Const>, Error> {
         let r = self.run(v, args);
-        if let Version::Spec(s) = v {
-            self.check_lazy_budget(s, key, &r, guard);
+        if let (Version::Spec(s), Err(e)) = (v, &r) {
+            self.check_lazy_budget(s, key, e, guard);
         }
         r
     }
 
-    /// After a call of `v`, the version cached for `key`: if a unit stitched while it ran
-    /// (a promotion's continuation, a lazily stitched block) ran out of its budget, and the
-    /// runtime falls back on budgets ([`OnExceeded::Fallback`]), the key's calls run the
-    /// generic code from now on, as they do when the key's entry unit runs out: the call
-    /// that met it returns the budget error (the code that ran before may have written
-    /// to its slices, so it cannot start again), and the next ones do not stitch the same
-    /// unit again only to fail again.
-    fn check_lazy_budget(
-        &self,
-        v: &Arc<Specialized>,
-        key: &[u64],
-        r: &Result<Option<Const>, Error>,
-        guard: &Guard,
-    ) {
+    /// After a call of `v`, the version cached for `key`, failed with `e`: if a unit
+    /// stitched while it ran (a promotion's continuation, a lazily stitched block) ran out
+    /// of its budget, and the runtime falls back on budgets ([`OnExceeded::Fallback`]),
+    /// the key's calls run the generic code from now on, as they do when the key's entry
+    /// unit runs out: the call that met it returns the budget error (the code that ran
+    /// before may have written to its slices, so it cannot start again), and the next
+    /// ones do not stitch the same unit again only to fail again.
+    fn check_lazy_budget(&self, v: &Arc<Specialized>, key: &[u64], e: &Error, guard: &Guard) {
         let inner = &*self.program.inner;
-        if !matches!(r, Err(Error::Run(e)) if e.is_budget())
+        if !matches!(e, Error::Run(e) if e.is_budget())
             || inner.runtime.options().limits.on_exceeded != OnExceeded::Fallback
         {
             return;
