@@ -3,8 +3,9 @@
 //! expression fragments (annotations among them). The front end must answer every mutant
 //! with a program or diagnostics, never a panic; each mutant that compiles is run with
 //! random arguments by the reference interpreter and through each function's region cache
-//! (a random first tier, moving up at its third call, local arrays in memory or as values),
-//! three calls per set of arguments. Results, errors (kind and source position) and the
+//! (a random first tier, moving up at its third call, local arrays in memory or as values,
+//! and for a third of the programs limits so small that keys evict each other), three
+//! calls per set of arguments. Results, errors (kind and source position) and the
 //! contents of mutable slices must agree.
 //!
 //! The random programs of the library's own properties are built from a grammar; mutants
@@ -21,7 +22,7 @@ use std::path::Path;
 use common::Rng;
 use dyc::interp::{parse_args, ErrorKind, Interpreter, Memory, Val};
 use dyc::ir::{Const, Module, Scalar, Type};
-use dyc::{Arg, Program, RuntimeOptions, Tier, Tiers};
+use dyc::{Arg, Limits, Program, RuntimeOptions, Tier, Tiers};
 
 /// What a mutation inserts.
 const FRAGMENTS: &[&str] = &[
@@ -164,9 +165,9 @@ fn over_budget(r: &Result<Option<Const>, dyc::Error>) -> bool {
 
 /// Runs every function of `m` whose parameters these tests can make, on three sets of
 /// arguments, in the interpreter and three times through its region; returns the calls
-/// compared (counting in `budget` those that ended on a specialization budget), or the
-/// first disagreement.
-fn compare(rng: &mut Rng, m: &Module, budget: &mut usize) -> Result<usize, String> {
+/// compared (counting in `tally` those that ended on a specialization budget, and the
+/// versions evicted), or the first disagreement.
+fn compare(rng: &mut Rng, m: &Module, tally: &mut Tally) -> Result<usize, String> {
     let opts = RuntimeOptions {
         fuel: Some(FUEL),
         max_depth: 39,
@@ -182,6 +183,17 @@ fn compare(rng: &mut Rng, m: &Module, budget: &mut usize) -> Result<usize, Strin
         max_array_values: match rng.below(2) {
             0 => 0,
             _ => dyc_stitcher::ge::MAX_ARRAY_VALUES,
+        },
+        // A third of the programs keep few versions and little code, so that keys evict
+        // each other's versions (freed while other versions run) or run the generic code.
+        limits: match rng.below(3) {
+            0 => Limits {
+                max_versions: 2,
+                max_specializations: 3,
+                max_code_bytes: 1 << 12,
+                ..Limits::default()
+            },
+            _ => Limits::default(),
         },
         ..RuntimeOptions::default()
     };
@@ -236,7 +248,7 @@ fn compare(rng: &mut Rng, m: &Module, budget: &mut usize) -> Result<usize, Strin
                     region.call(&mut jargs)
                 };
                 if over_budget(&r) {
-                    *budget += 1;
+                    tally.budget += 1;
                     continue;
                 }
                 let got = (
@@ -253,7 +265,21 @@ fn compare(rng: &mut Rng, m: &Module, budget: &mut usize) -> Result<usize, Strin
             }
         }
     }
+    tally.evictions += m
+        .funcs
+        .values()
+        .filter_map(|f| p.region(&f.name).ok())
+        .map(|r| r.stats().evictions)
+        .sum::<u64>();
     Ok(compared)
+}
+
+/// Calls not compared because they ended on a specialization budget, and versions
+/// evicted.
+#[derive(Default)]
+struct Tally {
+    budget: usize,
+    evictions: u64,
 }
 
 #[test]
@@ -262,7 +288,8 @@ fn mutants_of_the_test_programs_compile_or_not_and_run_alike_everywhere() {
     let files = corpus();
     assert!(files.len() >= 50, "only {} programs", files.len());
     let mut rng = Rng(0x0005_eed0_fa11_7e57);
-    let (mut compiled, mut compared, mut budget) = (0u64, 0usize, 0usize);
+    let (mut compiled, mut compared) = (0u64, 0usize);
+    let mut tally = Tally::default();
     let cases = common::cases(1000);
     for case in 0..cases {
         let base = &files[rng.below(files.len() as u64) as usize];
@@ -271,13 +298,14 @@ fn mutants_of_the_test_programs_compile_or_not_and_run_alike_everywhere() {
             continue;
         };
         compiled += 1;
-        match compare(&mut rng, &m, &mut budget) {
+        match compare(&mut rng, &m, &mut tally) {
             Ok(n) => compared += n,
             Err(e) => panic!("mutant {case} disagrees: {e}\n--- mutant:\n{src}"),
         }
     }
+    let Tally { budget, evictions } = tally;
     println!(
-        "{cases} mutants, {compiled} compiled, {compared} calls compared, {budget} over budget"
+        "{cases} mutants, {compiled} compiled, {compared} calls compared, {budget} over budget, {evictions} versions evicted"
     );
     assert!(
         compiled * 10 >= cases,
@@ -288,4 +316,5 @@ fn mutants_of_the_test_programs_compile_or_not_and_run_alike_everywhere() {
         "only {compared} calls compared"
     );
     assert!(budget * 20 <= compared, "{budget} calls over budget");
+    assert!(cases < 1000 || evictions > 0, "no version was evicted");
 }

@@ -2,7 +2,7 @@
 //! their observable behaviour: results, versions kept, specializations made, hits,
 //! evictions and fallbacks (see `docs/language.md`, "Policies").
 
-use dyc::{Arg, Caching, Limits, Program, RuntimeOptions, Tier, Tiers};
+use dyc::{Arg, Caching, Limits, OnExceeded, Program, RuntimeOptions, Tier, Tiers};
 
 /// `f(k, x) = k * 1000 + x`, specialized on `k`, with the caching policy `policy`.
 fn keyed(policy: &str) -> Program {
@@ -535,6 +535,42 @@ fn promotion_sites_follow_their_caching_policy() {
         "{e}"
     );
     assert_eq!(promote_call(&s, 5).unwrap(), 105);
+}
+
+/// Through a region's cache, a promotion past its site's version cap fails that call, and
+/// under `OnExceeded::Fallback` (the default) the key's later calls run the generic code,
+/// every value alike; under `OnExceeded::Error` each new value fails.
+#[test]
+fn a_promotion_past_its_versions_moves_its_key_to_generic_code() {
+    let src = "fn f(x: i64) -> i64 { var y = x % 4; make_static(y); return y * 100 + x; }";
+    for (on_exceeded, third_later) in [(OnExceeded::Fallback, Some(303)), (OnExceeded::Error, None)]
+    {
+        let opts = RuntimeOptions {
+            limits: Limits {
+                max_versions: 2,
+                on_exceeded,
+                ..Limits::default()
+            },
+            ..RuntimeOptions::default()
+        };
+        let p = Program::compile_with("promote.dyc", src, opts).expect("compiles");
+        let f = p.region("f").unwrap();
+        let call = |x: i64| {
+            f.call(&mut [Arg::from(x)])
+                .map(|r| r.and_then(|c| c.as_i64()).expect("a result"))
+        };
+        assert_eq!(call(1).unwrap(), 101);
+        assert_eq!(call(2).unwrap(), 202);
+        let e = call(3).expect_err("a third value");
+        assert!(
+            e.to_string().contains("versions at a promotion site"),
+            "{e}"
+        );
+        assert_eq!(call(3).ok(), third_later, "{on_exceeded:?}");
+        assert_eq!(call(5).unwrap(), 105);
+        let fallbacks = u64::from(on_exceeded == OnExceeded::Fallback);
+        assert_eq!(f.stats().fallbacks, fallbacks, "{}", f.stats());
+    }
 }
 
 #[test]
