@@ -5,7 +5,7 @@
 //! random arguments by the reference interpreter and through each function's region cache
 //! (a random first tier, moving up at its third call, local arrays in memory or as values,
 //! and for a third of the programs limits so small that keys evict each other), three
-//! calls per set of arguments. Results, errors (kind and source position) and the
+//! calls per set of arguments, for a quarter of the programs from three threads at once. Results, errors (kind and source position) and the
 //! contents of mutable slices must agree.
 //!
 //! The random programs of the library's own properties are built from a grammar; mutants
@@ -199,11 +199,11 @@ fn compare(rng: &mut Rng, m: &Module, tally: &mut Tally) -> Result<usize, String
     };
     let tier = opts.tiers.first;
     let p = Program::from_module(m.clone(), opts).map_err(|e| format!("no program: {e}"))?;
-    let mut compared = 0;
+    let mut cases = Vec::new();
     for (id, f) in m.funcs.iter() {
-        let Ok(region) = p.region(&f.name) else {
+        if p.region(&f.name).is_err() {
             continue;
-        };
+        }
         for _ in 0..3 {
             let Some(text) = arguments(rng, &f.sig.params) else {
                 break;
@@ -221,49 +221,40 @@ fn compare(rng: &mut Rng, m: &Module, tally: &mut Tally) -> Result<usize, String
             {
                 continue;
             }
-            let words = |data: &[Const]| -> Vec<u64> {
-                data.iter().map(|c| c.as_u64().expect("int")).collect()
-            };
             let want = (
                 common::interpreted(r),
-                mem.bufs.iter().map(|b| words(&b.data)).collect::<Vec<_>>(),
+                mem.bufs.iter().map(|b| words(&b.data)).collect(),
             );
-            for call in 0..3 {
-                common::progress(format!("{}({text}), call {call}", f.name));
-                let mut stores: Vec<Storage> = original
-                    .bufs
-                    .iter()
-                    .map(|b| Storage::of(&b.data, b.elem))
-                    .collect();
-                let r = {
-                    let mut slots = stores.iter_mut();
-                    let mut jargs: Vec<Arg> = args
-                        .iter()
-                        .map(|a| match a {
-                            Val::Scalar(c) => Arg::Scalar(*c),
-                            Val::Slice(s) => slots.next().expect("storage").arg(s.mutable),
-                            Val::Array(_) => unreachable!("no parameter is an array"),
-                        })
-                        .collect();
-                    region.call(&mut jargs)
-                };
-                if over_budget(&r) {
-                    tally.budget += 1;
-                    continue;
-                }
-                let got = (
-                    common::outcome(r),
-                    stores.iter().map(Storage::words).collect::<Vec<_>>(),
-                );
-                compared += 1;
-                if got != want {
-                    return Err(format!(
-                        "{}({text}), call {call}, first tier {tier:?}:\n  interpreter: {want:?}\n  code:        {got:?}",
-                        f.name
-                    ));
-                }
-            }
+            cases.push(Case {
+                name: f.name.clone(),
+                text,
+                args,
+                original,
+                want,
+            });
         }
+    }
+    // A quarter of the programs are called from three threads at once, each going
+    // through the cases from another one; the others from this thread.
+    let threads = match rng.below(4) {
+        0 => 3,
+        _ => 1,
+    };
+    let outcomes: Vec<Result<(usize, usize), String>> = std::thread::scope(|scope| {
+        let (p, cases) = (&p, &cases);
+        let handles: Vec<_> = (0..threads)
+            .map(|t| scope.spawn(move || run_cases(p, cases, t, tier)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+            .collect()
+    });
+    let mut compared = 0;
+    for o in outcomes {
+        let (n, budget) = o?;
+        compared += n;
+        tally.budget += budget;
     }
     tally.evictions += m
         .funcs
@@ -272,6 +263,74 @@ fn compare(rng: &mut Rng, m: &Module, tally: &mut Tally) -> Result<usize, String
         .map(|r| r.stats().evictions)
         .sum::<u64>();
     Ok(compared)
+}
+
+fn words(data: &[Const]) -> Vec<u64> {
+    data.iter().map(|c| c.as_u64().expect("int")).collect()
+}
+
+/// A call to make, and what the interpreter made of it: the result or error, and the
+/// slices after.
+struct Case {
+    name: String,
+    text: String,
+    args: Vec<Val>,
+    original: Memory,
+    want: (String, Vec<Vec<u64>>),
+}
+
+/// Makes every call of `cases` three times, starting at case `first`, through the
+/// regions of `p`; returns the calls compared and those over a budget, or the first
+/// disagreement.
+fn run_cases(
+    p: &Program,
+    cases: &[Case],
+    first: usize,
+    tier: Tier,
+) -> Result<(usize, usize), String> {
+    let (mut compared, mut budget) = (0, 0);
+    for k in 0..cases.len() {
+        let case = &cases[(first + k) % cases.len()];
+        let region = p.region(&case.name).map_err(|e| e.to_string())?;
+        for call in 0..3 {
+            common::progress(format!("{}({}), call {call}", case.name, case.text));
+            let mut stores: Vec<Storage> = case
+                .original
+                .bufs
+                .iter()
+                .map(|b| Storage::of(&b.data, b.elem))
+                .collect();
+            let r = {
+                let mut slots = stores.iter_mut();
+                let mut jargs: Vec<Arg> = case
+                    .args
+                    .iter()
+                    .map(|a| match a {
+                        Val::Scalar(c) => Arg::Scalar(*c),
+                        Val::Slice(s) => slots.next().expect("storage").arg(s.mutable),
+                        Val::Array(_) => unreachable!("no parameter is an array"),
+                    })
+                    .collect();
+                region.call(&mut jargs)
+            };
+            if over_budget(&r) {
+                budget += 1;
+                continue;
+            }
+            let got = (
+                common::outcome(r),
+                stores.iter().map(Storage::words).collect::<Vec<_>>(),
+            );
+            compared += 1;
+            if got != case.want {
+                return Err(format!(
+                    "{}({}), call {call}, first tier {tier:?}:\n  interpreter: {:?}\n  code:        {got:?}",
+                    case.name, case.text, case.want
+                ));
+            }
+        }
+    }
+    Ok((compared, budget))
 }
 
 /// Calls not compared because they ended on a specialization budget, and versions
