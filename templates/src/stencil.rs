@@ -1002,8 +1002,15 @@ fn pow2_divisor(t: Scalar, v: u8) -> Option<u32> {
 fn pow2_divide(b: &mut FunctionBuilder, x: ir::Value, t: Scalar, s: u32, rem: bool) -> ir::Value {
     let w = i64::from(t.int_bits().unwrap_or(64));
     let s = i64::from(s);
-    let sign = b.ins().sshr_imm_u(x, w - 1);
-    let bias = b.ins().ushr_imm_u(sign, w - s);
+    // The bias, 2^s - 1 for a negative x and 0 otherwise: the sign spread and shifted
+    // down, or for s = 1 the sign bit alone (one shift; Cranelift does not fold the two).
+    let bias = match s {
+        1 => b.ins().ushr_imm_u(x, w - 1),
+        _ => {
+            let sign = b.ins().sshr_imm_u(x, w - 1);
+            b.ins().ushr_imm_u(sign, w - s)
+        }
+    };
     let sum = b.ins().iadd(x, bias);
     let q = b.ins().sshr_imm_u(sum, s);
     if !rem {
