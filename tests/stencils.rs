@@ -1,22 +1,34 @@
 //! The stitch tier makes its stencils when a program and its regions are made, not when
 //! they specialize: a region's entry, its promotions and the units they start compile no
-//! stencil; a variant not made ahead is made by the library's worker thread while units
+//! stencil; a variant not made ahead (an operation's or a promotion's with operands in
+//! cache registers) is made by the library's worker thread while units
 //! copy one made ahead, and once it is done units make the code they make when every
 //! stencil is made at once. (A binary of its own: the stencil library is the process's,
 //! shared by every runtime in it.)
 
 use dyc::{Arg, Misses, Program, RuntimeOptions, Tier};
-use dyc_templates::stencil::Key;
+use dyc_templates::stencil::{Form, Key};
 
 #[path = "../benches/bytecode.rs"]
 #[allow(dead_code)]
 mod bytecode;
 
-/// The stencils that enter units: prologues and promotions.
+/// The stencils that enter units: prologues, and promotions with their values in frame
+/// words (a variant reading some from cache registers is made by the worker when a unit
+/// wants it, as any other).
 fn entries() -> Vec<Key> {
+    let in_words = |forms: &[Form]| {
+        forms
+            .iter()
+            .all(|f| matches!(f, Form::Slot(_) | Form::Slice(_)))
+    };
     dyc_stitcher::runtime::stencil_keys()
         .into_iter()
-        .filter(|k| matches!(k, Key::Prologue(_) | Key::Promote { .. }))
+        .filter(|k| match k {
+            Key::Prologue(_) => true,
+            Key::Promote { promoted, live, .. } => in_words(promoted) && in_words(live),
+            _ => false,
+        })
         .collect()
 }
 

@@ -175,10 +175,11 @@ pub enum Key {
     BoundsCheck(Form, Form),
     /// Counts one block entry against the context's fuel.
     Fuel,
-    /// Leaves the unit at a promotion site: `promoted` scalars and `live` values in frame
-    /// words; `inline`: probe the site's inline cache first.
+    /// Leaves the unit at a promotion site: `promoted` scalars and `live` values (in frame
+    /// words, or scalars in the cache registers that hold them); `inline`: probe the
+    /// site's inline cache first.
     Promote {
-        promoted: Vec<Scalar>,
+        promoted: Vec<Form>,
         live: Vec<Form>,
         inline: bool,
     },
@@ -702,7 +703,8 @@ impl StencilLib {
 
     /// Makes ahead what entering a unit that starts at a block with inputs `inputs` takes:
     /// its prologue, and, with `promoted`, the promotion that leaves a unit for it (the
-    /// promoted scalars, and the inputs in frame words), keyed as the emitter keys them.
+    /// promoted scalars, and the inputs in frame words), keyed as the emitter keys them
+    /// when it has no variant reading them from cache registers.
     /// (So the first promotion of a specialization compiles no stencil; inputs the
     /// emitter passes otherwise, as constants, get theirs on first use.)
     pub fn make_entry(&self, inputs: &[Type], promoted: Option<&[Scalar]>) {
@@ -718,7 +720,7 @@ impl StencilLib {
             })
             .collect();
         let _ = self.get(&Key::Promote {
-            promoted: promoted.to_vec(),
+            promoted: promoted.iter().map(|&s| Form::Slot(s)).collect(),
             live,
             // A site with at most one promoted value has an inline cache.
             inline: promoted.len() <= 1,
@@ -1473,19 +1475,20 @@ fn build(
         }
         Key::Fuel => cont(&mut em, 0, same),
         Key::Promote { promoted, live, .. } => {
-            let forms: Vec<Form> = promoted.iter().map(|&s| Form::Slot(s)).collect();
-            let p = operands(&mut em, &forms, &both);
-            let mut k = p.len() as u16;
-            let l: Vec<CVal> = live
-                .iter()
-                .map(|&f| {
-                    let (v, next) = operand(&mut em, f, k, (true, true));
-                    k = next;
-                    v
-                })
-                .collect();
+            // (The operands' words are numbered on from the promoted ones to the live
+            // ones; one in a cache register has none.)
+            let mut k = 0;
+            let mut next = |em: &mut ClifEmitter, f: Form| {
+                let (v, n) = operand(em, f, k, (true, true));
+                k = n;
+                v
+            };
+            let p: Vec<CVal> = promoted.iter().map(|&f| next(&mut em, f)).collect();
+            let l: Vec<CVal> = live.iter().map(|&f| next(&mut em, f)).collect();
             let site = gen.borrow_mut().hole(false, Role::Site) as u32;
-            let pv: Vec<(CVal, Scalar)> = p.iter().zip(promoted).map(|(&v, &s)| (v, s)).collect();
+            let pv: Vec<(CVal, Scalar)> = (p.iter().zip(promoted))
+                .map(|(&v, &f)| (v, form_type(f).scalar().unwrap_or(Scalar::I64)))
+                .collect();
             em.promote(site, &pv, &l);
         }
         Key::Prologue(_) => unreachable!("built above"),
@@ -1948,23 +1951,12 @@ enum Extra {
     Callee(u64),
 }
 
-/// What the operands of one stencil use already, and may use: a constant (at most one,
-/// see `StencilEmitter::form`); whether the accumulators may be read (they hold one word
-/// each, which any number of operands may read: `x * x` reads it twice).
+/// What the operands of one stencil use already: a constant (at most one, see
+/// `StencilEmitter::form`). (The accumulators and cache registers hold one word each,
+/// which any number of operands may read: `x * x` reads it twice.)
 #[derive(Clone, Copy, Default)]
 struct Used {
     consts: bool,
-    words_only: bool,
-}
-
-impl Used {
-    /// For operands that must be in frame words (no accumulator).
-    fn words_only() -> Used {
-        Used {
-            consts: false,
-            words_only: true,
-        }
-    }
 }
 
 /// A block of a unit being stitched.
@@ -4126,11 +4118,11 @@ impl<'a> StencilEmitter<'a> {
     /// squares).
     fn form(&mut self, v: SVal, imm: bool, used: &mut Used, words: &mut Words) -> Form {
         let v = match v {
-            SVal::Slot(s, Scalar::F64) if !used.words_only && self.facc == Some(s) => {
+            SVal::Slot(s, Scalar::F64) if self.facc == Some(s) => {
                 self.note_read(s);
                 return Form::Acc(Scalar::F64);
             }
-            SVal::Slot(s, t) if t != Scalar::F64 && !used.words_only => {
+            SVal::Slot(s, t) if t != Scalar::F64 => {
                 if let Some(k) = self.reg_of(s) {
                     self.note_read(s);
                     return match k {
@@ -4928,25 +4920,41 @@ impl Backend for StencilEmitter<'_> {
         self.forget_accs();
     }
 
+    /// Leaves the unit at a promotion: the promoted values and the live ones are read
+    /// from the cache registers that hold them, if a stencil that does is made (so that
+    /// their frame words need no store on the paths that do not leave: see
+    /// `drop_dead_stores`), else from their frame words.
     fn promote(&mut self, site: u32, promoted: &[(SVal, Scalar)], live: &[SVal]) {
         let mut words = Words::new();
-        let mut scalars = Vec::new();
+        let mut forms = Forms::new();
         for &(v, s) in promoted {
-            self.form(v, false, &mut Used::words_only(), &mut words);
-            scalars.push(s);
+            let v = match v {
+                SVal::Slot(w, _) => SVal::Slot(w, s),
+                v => self.materialize(v),
+            };
+            forms.push(self.form(v, false, &mut Used::default(), &mut words));
         }
-        let mut forms = Vec::new();
         for &v in live {
             let v = self.materialize(v);
-            forms.push(self.form(v, false, &mut Used::words_only(), &mut words));
+            forms.push(self.form(v, false, &mut Used::default(), &mut words));
         }
-        let inline = promoted.len() <= 1 && self.services.inline_cache(site).is_some();
-        let key = Key::Promote {
-            promoted: scalars,
-            live: forms,
+        let n = promoted.len();
+        let inline = n <= 1 && self.services.inline_cache(site).is_some();
+        let make = |f: &[Form]| Key::Promote {
+            promoted: f[..n].to_vec(),
+            live: f[n..].to_vec(),
             inline,
         };
-        self.emit(&key, &words, &[], SrcLoc::default(), Extra::Site(site), &[]);
+        let (key, words, st) = self.ready_or_in_words(make(&forms), &forms, words, make);
+        self.emit_with(
+            st,
+            &key,
+            &words,
+            &[],
+            SrcLoc::default(),
+            Extra::Site(site),
+            &[],
+        );
         self.forget_accs();
     }
 
@@ -5235,7 +5243,7 @@ mod tests {
         let callers = [
             int(TOp::Binary(BinaryOp::Rem), &[Form::Slot(f), Form::Slot(f)]),
             Key::Promote {
-                promoted: vec![i],
+                promoted: vec![Form::Slot(i)],
                 live: vec![slot, Form::Slice(i)],
                 inline: true,
             },
@@ -5450,6 +5458,83 @@ mod tests {
         assert_eq!(loads_of(&told, a), 0, "{told:x?}");
         let (untold, a) = pressure(&lib, false);
         assert!(loads_of(&untold, a) > 0, "{untold:x?}");
+    }
+
+    /// The code of `a = x + 1; b = x * 3` leaving the unit at a promotion of `a` with `b`
+    /// live, and the frame words of `a` and `b`.
+    fn promoting(lib: &StencilLib) -> (Vec<u8>, [u32; 2]) {
+        let mut services = NoServices;
+        let t = [Type::I64];
+        let mut em = StencilEmitter::new(lib, &mut services, false, &[], &t);
+        let entry = em.create_block(&t);
+        em.switch_to_block(entry);
+        let x = params(&mut em, entry, &t)[0];
+        let tt = [Type::I64; 2];
+        let loc = SrcLoc::default();
+        let a = em
+            .op(
+                &TOp::Binary(BinaryOp::Add),
+                &[x, SVal::Imm(1, Scalar::I64)],
+                &tt,
+                loc,
+            )
+            .expect("a sum");
+        let b = em
+            .op(
+                &TOp::Binary(BinaryOp::Mul),
+                &[x, SVal::Imm(3, Scalar::I64)],
+                &tt,
+                loc,
+            )
+            .expect("a product");
+        em.promote(0, &[(a, Scalar::I64)], &[b]);
+        let words = [a, b].map(|v| match v {
+            SVal::Slot(w, _) => w,
+            _ => panic!("results are in frame words"),
+        });
+        (em.finish(entry).expect("stitched").0, words)
+    }
+
+    /// A promotion reads the values it passes from the cache registers that hold them,
+    /// so that the operations that made them store nothing (their words are not loaded:
+    /// `drop_dead_stores`); with only the variant made ahead (values in frame words), it
+    /// loads them, and the results are stored.
+    #[test]
+    fn a_promotion_reads_its_values_from_the_registers_that_hold_them() {
+        if !StencilLib::supported() {
+            return;
+        }
+        // `r64 -> disp32(%rsi)` stores of word `w`.
+        let stores_of = |code: &[u8], w: u32| {
+            let disp = (8 * w).to_le_bytes();
+            code.windows(7)
+                .filter(|c| {
+                    c[0] & 0xfb == 0x48 && c[1] == 0x89 && c[2] & 0xc7 == 0x86 && c[3..] == disp
+                })
+                .count()
+        };
+        let all = StencilLib::with_misses(test_isa(), Misses::Make);
+        let (code, [a, b]) = promoting(&all);
+        assert_eq!(
+            (stores_of(&code, a), stores_of(&code, b)),
+            (0, 0),
+            "{code:x?}"
+        );
+        assert_eq!(
+            (loads_of(&code, a), loads_of(&code, b)),
+            (0, 0),
+            "{code:x?}"
+        );
+        let ahead = StencilLib::with_misses(test_isa(), Misses::Fallback);
+        let (code, [a, b]) = promoting(&ahead);
+        assert!(
+            loads_of(&code, a) > 0 && stores_of(&code, a) > 0,
+            "{code:x?}"
+        );
+        assert!(
+            loads_of(&code, b) > 0 && stores_of(&code, b) > 0,
+            "{code:x?}"
+        );
     }
 
     /// A unit whose copies count no fallback has the code it has with every stencil made:
