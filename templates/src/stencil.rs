@@ -5469,24 +5469,13 @@ mod tests {
         let entry = em.create_block(&t);
         em.switch_to_block(entry);
         let x = params(&mut em, entry, &t)[0];
-        let tt = [Type::I64; 2];
-        let loc = SrcLoc::default();
-        let a = em
-            .op(
-                &TOp::Binary(BinaryOp::Add),
-                &[x, SVal::Imm(1, Scalar::I64)],
-                &tt,
-                loc,
-            )
-            .expect("a sum");
-        let b = em
-            .op(
-                &TOp::Binary(BinaryOp::Mul),
-                &[x, SVal::Imm(3, Scalar::I64)],
-                &tt,
-                loc,
-            )
-            .expect("a product");
+        let with = |em: &mut StencilEmitter, op: BinaryOp, k: u64| {
+            let args = [x, SVal::Imm(k, Scalar::I64)];
+            em.op(&TOp::Binary(op), &args, &[Type::I64; 2], SrcLoc::default())
+                .expect("a result")
+        };
+        let a = with(&mut em, BinaryOp::Add, 1);
+        let b = with(&mut em, BinaryOp::Mul, 3);
         em.promote(0, &[(a, Scalar::I64)], &[b]);
         let words = [a, b].map(|v| match v {
             SVal::Slot(w, _) => w,
