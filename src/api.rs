@@ -1243,8 +1243,7 @@ impl Region {
             return;
         }
         let st = &*self.state;
-        let now = 2 * inner.tick.load(Ordering::Relaxed) + 1;
-        if !matches!(st.cache.get(key, now, guard), Some(Version::Spec(c)) if Arc::ptr_eq(c, v)) {
+        if !self.still_cached(v, key, guard) {
             return;
         }
         st.cache.remove(key, guard);
@@ -1470,11 +1469,7 @@ impl Region {
             .fetch_add(new.stats().stitch_ns, Ordering::Relaxed);
         c.compile_ns
             .fetch_add(new.stats().compile_ns, Ordering::Relaxed);
-        let still = {
-            let now = 2 * self.program.inner.tick.load(Ordering::Relaxed) + 1;
-            matches!(st.cache.get(key, now, guard), Some(Version::Spec(v)) if Arc::ptr_eq(v, old))
-        };
-        if !still {
+        if !self.still_cached(old, key, guard) {
             return new.call_at(args, &st.values);
         }
         st.cache.remove(key, guard);
@@ -1485,6 +1480,13 @@ impl Region {
             Ok(v) => self.run_cached(v, key, args, guard),
             Err(v) => self.run(&v, args),
         }
+    }
+
+    /// Whether `v` is still the version cached for `key` (eviction, or another call
+    /// replacing it, may have come first).
+    fn still_cached(&self, v: &Arc<Specialized>, key: &[u64], guard: &Guard) -> bool {
+        let now = 2 * self.program.inner.tick.load(Ordering::Relaxed) + 1;
+        matches!(self.state.cache.get(key, now, guard), Some(Version::Spec(c)) if Arc::ptr_eq(c, v))
     }
 
     /// The region's name.

@@ -4927,14 +4927,14 @@ impl Backend for StencilEmitter<'_> {
     fn promote(&mut self, site: u32, promoted: &[(SVal, Scalar)], live: &[SVal]) {
         let mut words = Words::new();
         let mut forms = Forms::new();
-        for &(v, s) in promoted {
-            let v = match v {
+        // (A promoted value as the site's type.)
+        let values = (promoted.iter())
+            .map(|&(v, s)| match v {
                 SVal::Slot(w, _) => SVal::Slot(w, s),
-                v => self.materialize(v),
-            };
-            forms.push(self.form(v, false, &mut Used::default(), &mut words));
-        }
-        for &v in live {
+                v => v,
+            })
+            .chain(live.iter().copied());
+        for v in values {
             let v = self.materialize(v);
             forms.push(self.form(v, false, &mut Used::default(), &mut words));
         }
