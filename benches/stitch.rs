@@ -451,9 +451,9 @@ fn specialize(name: &str, executor: ExecutorKind) {
     let region = program.region("run").expect("region `run`");
     region.set_executor(executor);
     let key = [Arg::from(&b.code[..])];
-    // One specialization first, which builds the stencils it uses (outside what a
-    // profiler of `stitch_times` sees).
-    drop(region.specialize_in(&key, dyc::Tier::Stitch));
+    // The stencils its units use made first (outside what a profiler of `stitch_times`
+    // sees).
+    settle(&region, &key);
     let (times, install) = stitch_times(&region, &key, Duration::from_secs(10));
     let median = times[times.len() / 2];
     println!(
@@ -529,6 +529,20 @@ fn profile_runs() -> Option<usize> {
 /// The times of stitch-tier specializations of `region` on `key`, made one after another
 /// for `span`, sorted; and the median time of installing the code (copying it to code
 /// pages, and in a heap whose pages flip, making them read+execute), which is part of each.
+/// Specializes `region` for `key` in the stitch tier until its units find every stencil
+/// they want made (the worker thread makes the ones a unit missed; a unit that copies a
+/// variant in place of one may make the next miss others).
+fn settle(region: &dyc::Region, key: &[dyc::Arg]) {
+    for _ in 0..20 {
+        let before = dyc::stencil_counts().fallbacks;
+        drop(region.specialize_in(key, dyc::Tier::Stitch));
+        dyc::settle_stencils();
+        if dyc::stencil_counts().fallbacks == before {
+            break;
+        }
+    }
+}
+
 fn stitch_times(
     region: &dyc::Region,
     key: &[dyc::Arg],
@@ -607,14 +621,7 @@ fn scale() {
         let insts = spec.stats().insts;
         drop(spec);
         // The timed runs (and a profiler's few) find every stencil made.
-        for _ in 0..20 {
-            let before = dyc::stencil_counts().fallbacks;
-            dyc::settle_stencils();
-            drop(region.specialize_in(&key, Tier::Stitch));
-            if dyc::stencil_counts().fallbacks == before {
-                break;
-            }
-        }
+        settle(&region, &key);
         let (times, install) = stitch_times(&region, &key, Duration::from_secs(2));
         let median = times[times.len() / 2].as_secs_f64();
         let fastest = times[0].as_secs_f64();
