@@ -6,9 +6,13 @@
 //!   failing;
 //! - the Cranelift verifier costs 1.4-1.8x compile time: on in tests, off for release
 //!   specialization ([`JitOptions::verify`]);
-//! - `opt_level` `none` compiles fastest, `speed` gives the best code.
+//! - `opt_level` `none` compiles fastest, `speed` gives the best code;
+//! - `opt_level` decides only whether `Context::optimize` runs the e-graph pass (lowering
+//!   and register allocation do not read it), and `Context::compile` runs `optimize`
+//!   again: a function optimized beforehand (as [`crate::sink`] does) is lowered with the
+//!   same flags at `none` ([`lowering_isa`]) to keep what was done to it.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
@@ -58,6 +62,31 @@ pub fn host_isa(opts: JitOptions) -> Result<Arc<dyn TargetIsa>, JitError> {
 /// [`LARGE_UNIT_BLOCKS`].
 pub fn large_unit_isa(opts: JitOptions) -> Result<Arc<dyn TargetIsa>, JitError> {
     isa_with(opts, "single_pass")
+}
+
+/// `isa` with `opt_level` `none`, for lowering a function that the runtime has run
+/// through `isa`'s e-graph pass (and [`crate::sink`]) itself: the same flags otherwise,
+/// so the same code. One per process for each verifier setting and register allocator.
+pub fn lowering_isa(isa: &dyn TargetIsa) -> Result<&'static dyn TargetIsa, JitError> {
+    static ISAS: [OnceLock<Arc<dyn TargetIsa>>; 4] = [const { OnceLock::new() }; 4];
+    let flags = isa.flags();
+    let verify = flags.enable_verifier();
+    let (k, regalloc) = match flags.regalloc_algorithm() {
+        settings::RegallocAlgorithm::Backtracking => (0, "backtracking"),
+        settings::RegallocAlgorithm::SinglePass => (1, "single_pass"),
+    };
+    let cell = &ISAS[k + 2 * usize::from(verify)];
+    if let Some(isa) = cell.get() {
+        return Ok(&**isa);
+    }
+    let made = isa_with(
+        JitOptions {
+            optimize: false,
+            verify,
+        },
+        regalloc,
+    )?;
+    Ok(&**cell.get_or_init(|| made))
 }
 
 fn isa_with(opts: JitOptions, regalloc: &str) -> Result<Arc<dyn TargetIsa>, JitError> {

@@ -17,3 +17,4 @@ pub mod exec;
 pub mod ge;
 pub mod jit;
 pub mod runtime;
+pub mod sink;
