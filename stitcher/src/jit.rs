@@ -9,7 +9,7 @@
 //! - `opt_level` `none` compiles fastest, `speed` gives the best code;
 //! - `opt_level` decides only whether `Context::optimize` runs the e-graph pass (lowering
 //!   and register allocation do not read it), and `Context::compile` runs `optimize`
-//!   again: a function optimized beforehand (as [`crate::sink`] does) is lowered with the
+//!   again: a function optimized beforehand (as [`crate::late`] does) is lowered with the
 //!   same flags at `none` ([`lowering_isa`]) to keep what was done to it.
 
 use std::sync::{Arc, OnceLock};
@@ -65,7 +65,7 @@ pub fn large_unit_isa(opts: JitOptions) -> Result<Arc<dyn TargetIsa>, JitError> 
 }
 
 /// `isa` with `opt_level` `none`, for lowering a function that the runtime has run
-/// through `isa`'s e-graph pass (and [`crate::sink`]) itself: the same flags otherwise,
+/// through `isa`'s e-graph pass (and [`crate::late`]) itself: the same flags otherwise,
 /// so the same code. One per process for each verifier setting and register allocator.
 pub fn lowering_isa(isa: &dyn TargetIsa) -> Result<&'static dyn TargetIsa, JitError> {
     static ISAS: [OnceLock<Arc<dyn TargetIsa>>; 4] = [const { OnceLock::new() }; 4];

@@ -16,5 +16,5 @@
 pub mod exec;
 pub mod ge;
 pub mod jit;
+pub mod late;
 pub mod runtime;
-pub mod sink;

@@ -365,7 +365,7 @@ pub(crate) fn define_function(
 ) -> Result<(), RuntimeError> {
     let (bytes, alignment, relocs) = {
         let isa = isa.unwrap_or_else(|| module.isa());
-        crate::sink::compile(cctx, isa).map_err(RuntimeError::Jit)?;
+        crate::late::compile(cctx, isa).map_err(RuntimeError::Jit)?;
         let code = cctx.compiled_code().expect("just compiled");
         let mut alignment = u64::from(code.buffer.alignment);
         let mut bytes = Vec::new();

@@ -1,8 +1,18 @@
-//! Sinking pure instructions to their first use, between Cranelift's e-graph pass and
-//! its lowering (the optimizing tier).
+//! Rewrites between Cranelift's e-graph pass and its lowering, for every function an
+//! optimizing ISA compiles (the optimizing tier's units, generic code and wrappers):
+//! [`compile`] runs the e-graph pass, then these, then the lowering with the e-graph pass
+//! off ([`crate::jit::lowering_isa`]), which would otherwise place the instructions again.
 //!
-//! Cranelift's e-graph pass places each pure instruction where the instruction that first
-//! needs it is elaborated, and it elaborates a terminator's operands in order: a loop's
+//! **Low bits tested** ([`low_bits_tests`]). The e-graph pass turns a signed `x % 2^s` into
+//! `x - ((x + bias) & -2^s)` (the bias rounds toward zero: `x >>> (w-1)` for `s` = 1, else
+//! `(x >> (s-1)) >>> (w-s)`), and comparing that with 0 then costs five instructions
+//! before the test. A multiple of `2^s` in two's complement is one whose low `s` bits are
+//! zero, whatever its sign, so `x % 2^s == 0` (or `!=`) becomes `x & (2^s - 1) == 0`, one
+//! `test` (`collatz`'s parity test). The remainder's instructions stay for any other
+//! reader; lowering leaves them out if there is none.
+//!
+//! **Sinking** ([`sink_pure`]). Cranelift's e-graph pass places each pure instruction
+//! where the instruction that first needs it is elaborated, and it elaborates a terminator's operands in order: a loop's
 //! condition first, then the values the back edge passes. So in
 //!
 //! ```text
@@ -36,8 +46,12 @@
 //! and only downwards past instructions that do not read their result, so the program's
 //! meaning is unchanged.
 
+use cranelift_codegen::cursor::{Cursor, FuncCursor};
 use cranelift_codegen::entity::{EntityRef, SecondaryMap};
-use cranelift_codegen::ir::{Block, Function, Inst, Opcode, Value, ValueDef};
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{
+    Block, Function, Inst, InstBuilder, InstructionData, Opcode, Value, ValueDef,
+};
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::settings::OptLevel;
 use cranelift_codegen::Context;
@@ -70,15 +84,16 @@ fn constant(func: &Function, v: Value) -> bool {
     }
 }
 
-/// Compiles `cctx`'s function with `isa`; an optimizing ISA's e-graph pass runs first,
-/// then [`sink_pure`], then the lowering, with the same flags but the e-graph pass (which
-/// would undo the sinking) off.
+/// Compiles `cctx`'s function with `isa`; with an optimizing ISA, its e-graph pass runs
+/// first, then [`low_bits_tests`] and [`sink_pure`], then the lowering, with the same
+/// flags but the e-graph pass (which would undo the sinking) off.
 pub fn compile(cctx: &mut Context, isa: &dyn TargetIsa) -> Result<(), String> {
     let lower = match isa.flags().opt_level() {
         OptLevel::None => isa,
         _ => {
             cctx.optimize(isa, &mut Default::default())
                 .map_err(|e| format!("{e:?}"))?;
+            low_bits_tests(&mut cctx.func);
             sink_pure(&mut cctx.func);
             crate::jit::lowering_isa(isa).map_err(|e| e.to_string())?
         }
@@ -86,6 +101,102 @@ pub fn compile(cctx: &mut Context, isa: &dyn TargetIsa) -> Result<(), String> {
     cctx.compile(lower, &mut Default::default())
         .map_err(|e| format!("{:?}", e.inner))?;
     Ok(())
+}
+
+/// The value of `v`, sign-extended from its type, if an `iconst` makes it (an `iconst`
+/// of a narrower type may hold its bits zero-extended).
+fn iconst(func: &Function, v: Value) -> Option<i64> {
+    let ValueDef::Result(i, _) = func.dfg.value_def(v) else {
+        return None;
+    };
+    let InstructionData::UnaryImm {
+        opcode: Opcode::Iconst,
+        imm,
+    } = func.dfg.insts[i]
+    else {
+        return None;
+    };
+    let unused = 64 - func.dfg.value_type(v).bits().min(64);
+    Some(imm.bits() << unused >> unused)
+}
+
+/// The opcode and operands of the instruction that makes `v`.
+fn def_of(func: &Function, v: Value) -> Option<(Opcode, &[Value])> {
+    let ValueDef::Result(i, _) = func.dfg.value_def(v) else {
+        return None;
+    };
+    Some((func.dfg.insts[i].opcode(), func.dfg.inst_args(i)))
+}
+
+/// If `r` is the signed remainder `x % 2^s` as the e-graph pass leaves it, `x - ((x +
+/// bias) & -2^s)` with the bias `x >>> (w-1)` (`s` = 1) or `(x >> k) >>> (w-s)` for a `k`
+/// from `s - 1` to `w - 1` (both `2^s - 1` for negative `x`, else 0): `x` and `s`.
+fn pow2_remainder(func: &Function, r: Value) -> Option<(Value, u32)> {
+    let w = i64::from(func.dfg.value_type(r).bits());
+    let (Opcode::Isub, &[x, m]) = def_of(func, r)? else {
+        return None;
+    };
+    let (Opcode::Band, &[y, c]) = def_of(func, m)? else {
+        return None;
+    };
+    let low = iconst(func, c)?.wrapping_neg();
+    if low <= 1 || (low as u64).count_ones() != 1 {
+        return None;
+    }
+    let s = low.trailing_zeros();
+    let (Opcode::Iadd, &[p, q]) = def_of(func, y)? else {
+        return None;
+    };
+    let bias = match (p == x, q == x) {
+        (true, _) => q,
+        (_, true) => p,
+        _ => return None,
+    };
+    let (Opcode::Ushr, &[t, k]) = def_of(func, bias)? else {
+        return None;
+    };
+    let spread = match s {
+        1 => t == x,
+        // (The sign spread over the top `s` bits at least: the e-graph pass shifts by
+        // `s - 1`.)
+        _ => matches!(def_of(func, t), Some((Opcode::Sshr, &[u, k1]))
+            if u == x && iconst(func, k1).is_some_and(|k1| (i64::from(s) - 1..w).contains(&k1))),
+    };
+    (spread && iconst(func, k) == Some(w - i64::from(s))).then_some((x, s))
+}
+
+/// `x % 2^s == 0` (or `!=`) tests `x & (2^s - 1)` instead: a multiple of `2^s` in two's
+/// complement is one whose low `s` bits are zero, whatever its sign. The remainder's
+/// instructions stay, for lowering to leave out if nothing else reads them.
+pub fn low_bits_tests(func: &mut Function) {
+    let mut found = Vec::new();
+    for b in func.layout.blocks() {
+        for inst in func.layout.block_insts(b) {
+            let InstructionData::IntCompare {
+                cond: IntCC::Equal | IntCC::NotEqual,
+                args: [a, c],
+                ..
+            } = func.dfg.insts[inst]
+            else {
+                continue;
+            };
+            for (k, r, z) in [(0, a, c), (1, c, a)] {
+                if iconst(func, z) == Some(0) {
+                    if let Some((x, s)) = pow2_remainder(func, r) {
+                        found.push((inst, k, x, s));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    for (inst, k, x, s) in found {
+        let ty = func.dfg.value_type(x);
+        let mut pos = FuncCursor::new(func).at_inst(inst);
+        let mask = pos.ins().iconst(ty, (1i64 << s) - 1);
+        let low = pos.ins().band(x, mask);
+        func.dfg.inst_args_mut(inst)[k] = low;
+    }
 }
 
 /// Sinks the pure instructions of every block of `func` (see the module documentation).
@@ -285,6 +396,62 @@ mod tests {
         compile(&mut sunk, &*isa).expect("compiles");
         let sunk = sunk.compiled_code().expect("compiled").code_buffer().len();
         assert!(sunk < plain, "{sunk} bytes sunk, {plain} not");
+    }
+
+    /// `f(x) = x % 2^s == 0` (for `s` of 1 and 3, at 64 and 32 bits), compiled: the low
+    /// bits tested take less code than Cranelift's own. (That the answers stay right is
+    /// the differential tests' part: `tests/lang/mixed/multiples.dyc` in every tier.)
+    #[test]
+    fn a_remainder_by_a_power_of_two_compared_with_zero_tests_low_bits() {
+        let isa = crate::jit::host_isa(crate::jit::JitOptions {
+            optimize: true,
+            verify: true,
+        })
+        .expect("host ISA");
+        for (ty, s) in [
+            (types::I64, 1),
+            (types::I64, 3),
+            (types::I32, 1),
+            (types::I32, 3),
+        ] {
+            let func = || {
+                let mut sig = Signature::new(CallConv::SystemV);
+                sig.params.push(AbiParam::new(ty));
+                sig.returns.push(AbiParam::new(types::I8));
+                let mut func = Function::with_name_signature(UserFuncName::default(), sig);
+                let mut fcx = FunctionBuilderContext::new();
+                let mut b = FunctionBuilder::new(&mut func, &mut fcx);
+                let entry = b.create_block();
+                b.append_block_params_for_function_params(entry);
+                b.switch_to_block(entry);
+                let x = b.block_params(entry)[0];
+                let d = b.ins().iconst(ty, 1 << s);
+                let r = b.ins().srem(x, d);
+                let zero = b.ins().iconst(ty, 0);
+                let c = b.ins().icmp(IntCC::Equal, r, zero);
+                b.ins().return_(&[c]);
+                b.seal_all_blocks();
+                b.finalize(frontend());
+                func
+            };
+            let mut plain = Context::for_function(func());
+            let plain = plain
+                .compile(&*isa, &mut Default::default())
+                .expect("compiles");
+            let plain = plain.code_buffer().len();
+            let mut tested = Context::for_function(func());
+            compile(&mut tested, &*isa).expect("compiles");
+            let tested = tested
+                .compiled_code()
+                .expect("compiled")
+                .code_buffer()
+                .len();
+            assert!(
+                tested < plain,
+                "{ty} % {}: {tested} bytes tested, {plain} not",
+                1 << s
+            );
+        }
     }
 
     #[test]
