@@ -353,7 +353,8 @@ fn generic_symbol(i: u32) -> String {
 
 /// Defines function `id` from `cctx` in `module` (of `region`), counting its code bytes.
 /// It is compiled with `isa` (the same target with other flags: the linear-time register
-/// allocator, or the quick tier) or else the module's own, and defined from its bytes. On
+/// allocator, or the quick tier) or else the module's own, through [`crate::late::compile`]
+/// (our rewrites between the e-graph pass and lowering), and defined from its bytes. On
 /// x86-64, code with loops starts on a fetch window's boundary, after the `nop`s that
 /// [`crate::jit::loop_padding`] asks for to place its loops in as few windows as they fit.
 pub(crate) fn define_function(
