@@ -277,7 +277,6 @@ pub fn sink_pure(func: &mut Function) {
                         && !args[..n].contains(&v)
                         && last_read[v] == (tag, k as u32)
                         && !outside[v]
-                        && def_block(func, v) == Some(b)
                 })
                 .count();
             if dying > 1 {
@@ -293,64 +292,88 @@ pub fn sink_pure(func: &mut Function) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cranelift_codegen::ir::{types, AbiParam, InstBuilder, Signature, UserFuncName};
+    use cranelift_codegen::ir::{types, AbiParam, Signature, Type, UserFuncName};
     use cranelift_codegen::isa::CallConv;
     use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 
-    fn frontend() -> cranelift_codegen::isa::TargetFrontendConfig {
-        crate::jit::host_isa(crate::jit::JitOptions::default())
+    /// A function of `params` to `returns` whose entry block `body` fills and ends (given
+    /// the entry's parameters), and what `body` returns.
+    fn function<R>(
+        params: &[Type],
+        returns: &[Type],
+        body: impl FnOnce(&mut FunctionBuilder, &[Value]) -> R,
+    ) -> (Function, R) {
+        let mut sig = Signature::new(CallConv::SystemV);
+        sig.params.extend(params.iter().map(|&t| AbiParam::new(t)));
+        sig.returns
+            .extend(returns.iter().map(|&t| AbiParam::new(t)));
+        let mut func = Function::with_name_signature(UserFuncName::default(), sig);
+        let mut fcx = FunctionBuilderContext::new();
+        let mut b = FunctionBuilder::new(&mut func, &mut fcx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let args = b.block_params(entry).to_vec();
+        let r = body(&mut b, &args);
+        b.seal_all_blocks();
+        let frontend = crate::jit::host_isa(crate::jit::JitOptions::default())
             .expect("host ISA")
-            .frontend_config()
+            .frontend_config();
+        b.finalize(frontend);
+        (func, r)
+    }
+
+    /// The bytes of code of the function `func` makes, compiled by Cranelift alone and
+    /// through [`compile`].
+    fn code_sizes(func: impl Fn() -> Function) -> (usize, usize) {
+        let isa = crate::jit::host_isa(crate::jit::JitOptions {
+            optimize: true,
+            verify: true,
+        })
+        .expect("host ISA");
+        let mut plain = Context::for_function(func());
+        let plain = plain
+            .compile(&*isa, &mut Default::default())
+            .expect("compiles");
+        let plain = plain.code_buffer().len();
+        let mut ours = Context::for_function(func());
+        compile(&mut ours, &*isa).expect("compiles");
+        let ours = ours.compiled_code().expect("compiled").code_buffer().len();
+        (plain, ours)
     }
 
     /// The loop of the module documentation (`n` and `i` the function's arguments), in the
     /// order the e-graph pass leaves it.
     fn nested_loop() -> (Function, [Inst; 4]) {
-        let mut sig = Signature::new(CallConv::SystemV);
-        sig.params.push(AbiParam::new(types::I64));
-        sig.params.push(AbiParam::new(types::I64));
-        sig.returns.push(AbiParam::new(types::I64));
-        let mut func = Function::with_name_signature(UserFuncName::default(), sig);
-        let mut fcx = FunctionBuilderContext::new();
-        let mut b = FunctionBuilder::new(&mut func, &mut fcx);
-        let (entry, body, exit) = (b.create_block(), b.create_block(), b.create_block());
-        b.append_block_params_for_function_params(entry);
-        for _ in 0..3 {
-            b.append_block_param(body, types::I64);
-        }
-        b.append_block_param(exit, types::I64);
-        b.switch_to_block(entry);
-        let (n, i0) = (b.block_params(entry)[0], b.block_params(entry)[1]);
-        let zero = b.ins().iconst(types::I64, 0);
-        b.ins().jump(body, &[i0.into(), zero.into(), zero.into()]);
-        b.switch_to_block(body);
-        let [i, j, acc] = [0, 1, 2].map(|k| b.block_params(body)[k]);
-        let one = b.ins().iconst(types::I64, 1);
-        let j1 = b.ins().iadd(j, one);
-        let c = b.ins().icmp(
-            cranelift_codegen::ir::condcodes::IntCC::SignedLessThan,
-            j1,
-            n,
-        );
-        let p = b.ins().imul(i, j);
-        let acc1 = b.ins().iadd(acc, p);
-        b.ins().brif(
-            c,
-            body,
-            &[i.into(), j1.into(), acc1.into()],
-            exit,
-            &[acc1.into()],
-        );
-        b.switch_to_block(exit);
-        let r = b.block_params(exit)[0];
-        b.ins().return_(&[r]);
-        b.seal_all_blocks();
-        b.finalize(frontend());
+        let i64 = types::I64;
+        let (func, values) = function(&[i64, i64], &[i64], |b, args| {
+            let (n, i0) = (args[0], args[1]);
+            let (body, exit) = (b.create_block(), b.create_block());
+            for _ in 0..3 {
+                b.append_block_param(body, i64);
+            }
+            b.append_block_param(exit, i64);
+            let zero = b.ins().iconst(i64, 0);
+            b.ins().jump(body, &[i0.into(), zero.into(), zero.into()]);
+            b.switch_to_block(body);
+            let [i, j, acc] = [0, 1, 2].map(|k| b.block_params(body)[k]);
+            let one = b.ins().iconst(i64, 1);
+            let j1 = b.ins().iadd(j, one);
+            let c = b.ins().icmp(IntCC::SignedLessThan, j1, n);
+            let p = b.ins().imul(i, j);
+            let acc1 = b.ins().iadd(acc, p);
+            let back = [i.into(), j1.into(), acc1.into()];
+            b.ins().brif(c, body, &back, exit, &[acc1.into()]);
+            b.switch_to_block(exit);
+            let r = b.block_params(exit)[0];
+            b.ins().return_(&[r]);
+            [j1, c, p, acc1]
+        });
         let def = |v: Value| match func.dfg.value_def(v) {
             ValueDef::Result(inst, _) => inst,
-            _ => unreachable!(),
+            _ => unreachable!("instructions make them"),
         };
-        let insts = [def(j1), def(c), def(p), def(acc1)];
+        let insts = values.map(def);
         (func, insts)
     }
 
@@ -381,20 +404,7 @@ mod tests {
     /// Cranelift's own.
     #[test]
     fn the_sunk_loop_compiles_to_less_code() {
-        let isa = crate::jit::host_isa(crate::jit::JitOptions {
-            optimize: true,
-            verify: true,
-        })
-        .expect("host ISA");
-        let mut plain = Context::for_function(nested_loop().0);
-        let plain = plain
-            .compile(&*isa, &mut Default::default())
-            .expect("compiles")
-            .code_buffer()
-            .len();
-        let mut sunk = Context::for_function(nested_loop().0);
-        compile(&mut sunk, &*isa).expect("compiles");
-        let sunk = sunk.compiled_code().expect("compiled").code_buffer().len();
+        let (plain, sunk) = code_sizes(|| nested_loop().0);
         assert!(sunk < plain, "{sunk} bytes sunk, {plain} not");
     }
 
@@ -403,49 +413,22 @@ mod tests {
     /// the differential tests' part: `tests/lang/mixed/multiples.dyc` in every tier.)
     #[test]
     fn a_remainder_by_a_power_of_two_compared_with_zero_tests_low_bits() {
-        let isa = crate::jit::host_isa(crate::jit::JitOptions {
-            optimize: true,
-            verify: true,
-        })
-        .expect("host ISA");
         for (ty, s) in [
             (types::I64, 1),
             (types::I64, 3),
             (types::I32, 1),
             (types::I32, 3),
         ] {
-            let func = || {
-                let mut sig = Signature::new(CallConv::SystemV);
-                sig.params.push(AbiParam::new(ty));
-                sig.returns.push(AbiParam::new(types::I8));
-                let mut func = Function::with_name_signature(UserFuncName::default(), sig);
-                let mut fcx = FunctionBuilderContext::new();
-                let mut b = FunctionBuilder::new(&mut func, &mut fcx);
-                let entry = b.create_block();
-                b.append_block_params_for_function_params(entry);
-                b.switch_to_block(entry);
-                let x = b.block_params(entry)[0];
-                let d = b.ins().iconst(ty, 1 << s);
-                let r = b.ins().srem(x, d);
-                let zero = b.ins().iconst(ty, 0);
-                let c = b.ins().icmp(IntCC::Equal, r, zero);
-                b.ins().return_(&[c]);
-                b.seal_all_blocks();
-                b.finalize(frontend());
+            let (plain, tested) = code_sizes(|| {
+                let (func, ()) = function(&[ty], &[types::I8], |b, args| {
+                    let d = b.ins().iconst(ty, 1 << s);
+                    let r = b.ins().srem(args[0], d);
+                    let zero = b.ins().iconst(ty, 0);
+                    let c = b.ins().icmp(IntCC::Equal, r, zero);
+                    b.ins().return_(&[c]);
+                });
                 func
-            };
-            let mut plain = Context::for_function(func());
-            let plain = plain
-                .compile(&*isa, &mut Default::default())
-                .expect("compiles");
-            let plain = plain.code_buffer().len();
-            let mut tested = Context::for_function(func());
-            compile(&mut tested, &*isa).expect("compiles");
-            let tested = tested
-                .compiled_code()
-                .expect("compiled")
-                .code_buffer()
-                .len();
+            });
             assert!(
                 tested < plain,
                 "{ty} % {}: {tested} bytes tested, {plain} not",
@@ -458,24 +441,13 @@ mod tests {
     fn an_instruction_at_which_two_operands_die_stays() {
         // x = a + b (both die there) read only by the return: moving it would keep both
         // live across the multiplication.
-        let mut sig = Signature::new(CallConv::SystemV);
-        for _ in 0..3 {
-            sig.params.push(AbiParam::new(types::I64));
-        }
-        sig.returns.push(AbiParam::new(types::I64));
-        sig.returns.push(AbiParam::new(types::I64));
-        let mut func = Function::with_name_signature(UserFuncName::default(), sig);
-        let mut fcx = FunctionBuilderContext::new();
-        let mut b = FunctionBuilder::new(&mut func, &mut fcx);
-        let entry = b.create_block();
-        b.append_block_params_for_function_params(entry);
-        b.switch_to_block(entry);
-        let [a, bb, c] = [0, 1, 2].map(|k| b.block_params(entry)[k]);
-        let x = b.ins().iadd(a, bb);
-        let y = b.ins().imul(c, c);
-        b.ins().return_(&[x, y]);
-        b.seal_all_blocks();
-        b.finalize(frontend());
+        let i64 = types::I64;
+        let (mut func, ()) = function(&[i64; 3], &[i64; 2], |b, args| {
+            let x = b.ins().iadd(args[0], args[1]);
+            let y = b.ins().imul(args[2], args[2]);
+            b.ins().return_(&[x, y]);
+        });
+        let entry = func.layout.entry_block().unwrap();
         let first = func.layout.first_inst(entry).unwrap();
         sink_pure(&mut func);
         assert_eq!(func.layout.first_inst(entry), Some(first));
