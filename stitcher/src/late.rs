@@ -3,6 +3,15 @@
 //! [`compile`] runs the e-graph pass, then these, then the lowering with the e-graph pass
 //! off ([`crate::jit::lowering_isa`]), which would otherwise place the instructions again.
 //!
+//! **Decided tests** ([`known_branches`]). A `brif` on a value that a dominating `brif`
+//! already tested is decided: in the blocks that one side of a `brif` dominates, when no
+//! other edge enters that side, its condition has that side's truth (values never change).
+//! Such a later `brif` becomes a `jump` to the side the condition takes. Cranelift does not
+//! do this, and bounds checks repeat it: a stack machine's pop reads `m[sp]`, and the
+//! push that follows in another block writes `m[sp]` again, a second test of the one
+//! value `sp >= len` (the e-graph pass shares the comparison) that can only pass. The
+//! side that is no longer reached goes with the lowering's removal of unreachable code.
+//!
 //! **Low bits tested** ([`low_bits_tests`]). The e-graph pass turns a signed `x % 2^s` into
 //! `x - ((x + bias) & -2^s)` (the bias rounds toward zero: `x >>> (w-1)` for `s` = 1, else
 //! `(x >> (s-1)) >>> (w-s)`), and comparing that with 0 then costs five instructions
@@ -46,8 +55,12 @@
 //! and only downwards past instructions that do not read their result, so the program's
 //! meaning is unchanged.
 
+use std::collections::HashMap;
+
 use cranelift_codegen::cursor::{Cursor, FuncCursor};
+use cranelift_codegen::dominator_tree::DominatorTree;
 use cranelift_codegen::entity::{EntityRef, SecondaryMap};
+use cranelift_codegen::flowgraph::ControlFlowGraph;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     Block, Function, Inst, InstBuilder, InstructionData, Opcode, Value, ValueDef,
@@ -85,7 +98,7 @@ fn constant(func: &Function, v: Value) -> bool {
 }
 
 /// Compiles `cctx`'s function with `isa`; with an optimizing ISA, its e-graph pass runs
-/// first, then [`low_bits_tests`] and [`sink_pure`], then the lowering, with the same
+/// first, then [`known_branches`], [`low_bits_tests`] and [`sink_pure`], then the lowering, with the same
 /// flags but the e-graph pass (which would undo the sinking) off.
 pub fn compile(cctx: &mut Context, isa: &dyn TargetIsa) -> Result<(), String> {
     let lower = match isa.flags().opt_level() {
@@ -93,6 +106,11 @@ pub fn compile(cctx: &mut Context, isa: &dyn TargetIsa) -> Result<(), String> {
         _ => {
             cctx.optimize(isa, &mut Default::default())
                 .map_err(|e| format!("{e:?}"))?;
+            if known_branches(&mut cctx.func, &cctx.cfg, &cctx.domtree) {
+                // (Stale now; the lowering's start computes both again.)
+                cctx.cfg.clear();
+                cctx.domtree.clear();
+            }
             low_bits_tests(&mut cctx.func);
             sink_pure(&mut cctx.func);
             crate::jit::lowering_isa(isa).map_err(|e| e.to_string())?
@@ -197,6 +215,61 @@ pub fn low_bits_tests(func: &mut Function) {
         let low = pos.ins().band(x, mask);
         func.dfg.inst_args_mut(inst)[k] = low;
     }
+}
+
+/// Resolves every `brif` whose condition a dominating `brif` on the same value decided
+/// (see the module documentation): it becomes a `jump` to the side that condition takes.
+/// `cfg` and `domtree` are those of `func` as it is (the e-graph pass leaves both valid);
+/// they stay sound answers while branches become jumps, since removing edges only makes
+/// blocks unreachable or dominated by more. Says whether it changed anything.
+pub fn known_branches(
+    func: &mut Function,
+    cfg: &ControlFlowGraph,
+    domtree: &DominatorTree,
+) -> bool {
+    // Per condition, the blocks in which it is known, with its truth there: a side of a
+    // `brif` that no other edge enters.
+    let mut known: HashMap<Value, Vec<(Block, bool)>> = HashMap::new();
+    let mut branches = Vec::new();
+    for b in domtree.cfg_rpo().copied() {
+        let Some(inst) = func.layout.last_inst(b) else {
+            continue;
+        };
+        let InstructionData::Brif { arg, blocks, .. } = func.dfg.insts[inst] else {
+            continue;
+        };
+        let [t, f] = blocks.map(|c| c.block(&func.dfg.value_lists));
+        if t == f {
+            continue;
+        }
+        let c = func.dfg.resolve_aliases(arg);
+        branches.push((b, inst, c));
+        for (side, truth) in [(t, true), (f, false)] {
+            if cfg.pred_iter(side).count() == 1 {
+                known.entry(c).or_default().push((side, truth));
+            }
+        }
+    }
+    let mut changed = false;
+    for (b, inst, c) in branches {
+        let Some(truth) = known.get(&c).and_then(|facts| {
+            facts
+                .iter()
+                .find(|&&(at, _)| domtree.block_dominates(at, b))
+                .map(|&(_, truth)| truth)
+        }) else {
+            continue;
+        };
+        let InstructionData::Brif { blocks, .. } = func.dfg.insts[inst] else {
+            unreachable!("collected as a brif");
+        };
+        func.dfg.insts[inst] = InstructionData::Jump {
+            opcode: Opcode::Jump,
+            destination: blocks[usize::from(!truth)],
+        };
+        changed = true;
+    }
+    changed
 }
 
 /// Sinks the pure instructions of every block of `func` (see the module documentation).
@@ -451,5 +524,70 @@ mod tests {
         let first = func.layout.first_inst(entry).unwrap();
         sink_pure(&mut func);
         assert_eq!(func.layout.first_inst(entry), Some(first));
+    }
+
+    /// `f(i, n)`: `i >= n` is tested in the entry, whose false side (`ok`) tests it again;
+    /// its true side (`high`) tests it again and joins a block of the false side
+    /// (`join`), which tests it once more. The blocks, in that order.
+    fn repeated_tests() -> (Function, [Block; 3]) {
+        let i64 = types::I64;
+        function(&[i64, i64], &[i64], |b, args| {
+            let (i, n) = (args[0], args[1]);
+            let [ok, high, join, again, out] = [(); 5].map(|()| b.create_block());
+            let c = b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, n);
+            b.ins().brif(c, high, &[], ok, &[]);
+            b.switch_to_block(ok);
+            let x = b.ins().iadd(i, n);
+            b.ins().brif(c, out, &[i.into()], join, &[x.into()]);
+            b.switch_to_block(high);
+            b.ins().brif(c, join, &[n.into()], out, &[i.into()]);
+            b.append_block_param(join, i64);
+            b.switch_to_block(join);
+            let y = b.block_params(join)[0];
+            b.ins().brif(c, again, &[], out, &[y.into()]);
+            b.switch_to_block(again);
+            b.ins().return_(&[n]);
+            b.append_block_param(out, i64);
+            b.switch_to_block(out);
+            let r = b.block_params(out)[0];
+            b.ins().return_(&[r]);
+            [ok, high, join]
+        })
+    }
+
+    #[test]
+    fn a_test_a_dominating_test_decided_becomes_a_jump() {
+        let (mut func, [ok, high, join]) = repeated_tests();
+        let cfg = ControlFlowGraph::with_function(&func);
+        let domtree = DominatorTree::with_function(&func, &cfg);
+        known_branches(&mut func, &cfg, &domtree);
+        let target = |b: Block| {
+            let inst = func.layout.last_inst(b).unwrap();
+            match func.dfg.insts[inst] {
+                InstructionData::Jump { destination, .. } => {
+                    Some(destination.block(&func.dfg.value_lists))
+                }
+                _ => None,
+            }
+        };
+        // `ok` knows the test false, `high` true; `join` is entered from both.
+        assert_eq!(target(ok), Some(join), "{}", func.display());
+        assert_eq!(target(high), Some(join));
+        assert_eq!(target(join), None, "{}", func.display());
+        cranelift_codegen::verify_function(
+            &func,
+            &cranelift_codegen::settings::Flags::new(cranelift_codegen::settings::builder()),
+        )
+        .expect("still valid");
+    }
+
+    /// Compiled, the tests decided leave no code.
+    #[test]
+    fn decided_tests_compile_to_less_code() {
+        let (plain, ours) = code_sizes(|| repeated_tests().0);
+        assert!(
+            ours < plain,
+            "{ours} bytes with decided tests, {plain} without"
+        );
     }
 }
