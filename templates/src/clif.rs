@@ -1770,4 +1770,77 @@ mod tests {
         });
         assert!(ir.contains("icmp"), "{ir}");
     }
+
+    /// A stack machine's pop and push, recorded: `s[i]` read in the entry, written in the
+    /// block that the entry's branch alone enters (`once`), and read in a block that both
+    /// enter (`join`).
+    fn pop_push<E: Emitter>(em: &mut E) -> E::Block {
+        let slice = Type::Slice {
+            elem: Scalar::I64,
+            mutable: true,
+        };
+        let loc = SrcLoc::default();
+        let entry = em.create_block(&[slice, I64]);
+        let once = em.create_block(&[slice, I64, I64]);
+        let join = em.create_block(&[slice, I64]);
+        em.switch_to_block(entry);
+        let p = params(em, entry);
+        let x = em.op(&TOp::Load, &p, loc).unwrap();
+        em.brif(x, (once, &[p[0], p[1], x]), (join, &p));
+        em.switch_to_block(once);
+        let q = params(em, once);
+        em.op(&TOp::Store, &q, loc);
+        em.jump(join, &q[..2]);
+        em.switch_to_block(join);
+        let r = params(em, join);
+        let y = em.op(&TOp::Load, &r, loc).unwrap();
+        em.ret(Some(y));
+        entry
+    }
+
+    /// A bounds check made in a block carries along the only edge into another (as the
+    /// recording tells the fold layer), and not along an edge into a block that another
+    /// edge enters too: `pop_push` checks in the entry and in `join`, not in `once`.
+    #[test]
+    fn a_check_carries_along_the_only_edge_into_a_block() {
+        let mut tape = crate::tape::Tape::default();
+        pop_push(&mut tape);
+        let mut shape = crate::params::Shape::default();
+        tape.shape(&mut shape);
+        let slice = Type::Slice {
+            elem: Scalar::I64,
+            mutable: true,
+        };
+        let tys = [slice, I64];
+        let mut func =
+            Function::with_name_signature(UserFuncName::user(0, 0), unit_signature(&tys));
+        let mut fctx = FunctionBuilderContext::new();
+        let mut hooks = NoRuntime;
+        {
+            let b = FunctionBuilder::new(&mut func, &mut fctx);
+            let em = ClifEmitter::new(b, &mut hooks, ClifOptions::default(), vec![], &tys);
+            let mut em = Fold::new(em, vec![]);
+            em.set_constant_params(shape.solve());
+            let entry = tape.replay(&mut em).expect("replays");
+            em.backend.finish(entry, frontend_config());
+        }
+        let ir = func.display().to_string();
+        assert_eq!(ir.matches("icmp uge").count(), 2, "{ir}");
+        // Without the recording's word, every access is checked.
+        let ir = emit(&tys, |em, p| {
+            let x = em.op(&TOp::Load, &p, SrcLoc::default()).unwrap();
+            let once = em.create_block(&[slice, I64, I64]);
+            let join = em.create_block(&[slice, I64]);
+            em.brif(x, (once, &[p[0], p[1], x]), (join, &p));
+            em.switch_to_block(once);
+            let q = params(em, once);
+            em.op(&TOp::Store, &q, SrcLoc::default());
+            em.jump(join, &q[..2]);
+            em.switch_to_block(join);
+            let r = params(em, join);
+            let y = em.op(&TOp::Load, &r, SrcLoc::default()).unwrap();
+            em.ret(Some(y));
+        });
+        assert_eq!(ir.matches("icmp uge").count(), 3, "{ir}");
+    }
 }

@@ -17,8 +17,12 @@
 //! - **bounds checks**: the length of a static slice is a constant; an access with a
 //!   constant index below a static slice's length needs no check; within one emitted
 //!   block, a check already made (same slice and index, or a constant index not above one
-//!   already checked against the same slice) is not made again. Every other access gets an
-//!   explicit [`Backend::bounds_check`] before the backend's (unchecked) load or store.
+//!   already checked against the same slice) is not made again, nor in a block that one
+//!   edge from it alone enters (as a recorded run tells, [`Known::entered_once`]), when
+//!   that edge passes the slice and the index, or they are unit invariants: every path
+//!   into that block made the check (a stack machine's push after a pop of the same
+//!   slot). Every other access gets an explicit [`Backend::bounds_check`] before the
+//!   backend's (unchecked) load or store.
 //! - **local arrays in memory** ([`Emitter::local_array`]: memory that no other slice and
 //!   no call reaches): within a block, a load at a constant index reads the value last
 //!   stored there (or the array's initial element), and stores at constant indices wait for the block's end, where the
@@ -162,10 +166,30 @@ impl<V> FVal<V> {
 }
 
 /// An index as the check cache keys it: a constant, or a value in code.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum IndexKey<V> {
     Const(i128),
     Dyn(V),
+}
+
+/// A value of the block being filled as a block that one of its edges enters sees it:
+/// that block's parameter `j` (the edge passes the value there), or the value itself (a
+/// unit invariant, which every block reads unpassed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen<V> {
+    Param(u32),
+    Same(V),
+}
+
+/// A bounds check made in a block, carried along an edge to a block that edge alone
+/// enters (by [`Backend::block_index`]): the slice, and the index checked or the largest
+/// constant index checked.
+type Carried<V> = (usize, Seen<V>, Carry<V>);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Carry<V> {
+    Index(IndexKey<Seen<V>>),
+    UpTo(i128),
 }
 
 /// Values of the operands of one operation, kept inline.
@@ -196,6 +220,8 @@ pub struct Fold<B: Backend> {
     /// being filled.
     live: Option<LiveMemory>,
     current: u32,
+    /// The block being filled (by [`Backend::block_index`]).
+    filling: usize,
 }
 
 /// What the fold layer knows of an element of a local array: the block it learned it in,
@@ -217,6 +243,10 @@ struct Buffers<V> {
     /// largest constant index checked.
     checked: HashSet<(V, IndexKey<V>), Hasher>,
     checked_const: HashMap<V, i128, Hasher>,
+    /// The checks carried to blocks not yet filled that one edge alone enters, and the
+    /// unit invariants ([`Emitter::keep`]).
+    carried: Vec<Carried<V>>,
+    kept: Vec<V>,
     /// The local arrays in memory of the unit ([`Emitter::local_array`]: memory no other
     /// slice and no call reaches), numbered in the order made (as [`LiveMemory`] numbers
     /// them): the slice, element type and length, and per element what
@@ -239,6 +269,8 @@ impl<V> Default for Buffers<V> {
             op_types: Vec::new(),
             checked: HashSet::default(),
             checked_const: HashMap::default(),
+            carried: Vec::new(),
+            kept: Vec::new(),
             locals: Vec::new(),
             elems: Vec::new(),
             pending: Vec::new(),
@@ -257,6 +289,8 @@ impl<V: 'static> pool::Reuse for Buffers<V> {
         self.op_types.clear();
         self.checked.clear();
         self.checked_const.clear();
+        self.carried.clear();
+        self.kept.clear();
         self.locals.clear();
         self.elems.iter_mut().for_each(Vec::clear);
         self.pending.clear();
@@ -269,6 +303,8 @@ impl<V: 'static> pool::Reuse for Buffers<V> {
             self.op_types.capacity(),
             self.checked.capacity(),
             self.checked_const.capacity(),
+            self.carried.capacity(),
+            self.kept.capacity(),
             self.locals.capacity(),
             self.elems.iter().map(Vec::capacity).sum(),
             self.pending.capacity(),
@@ -359,6 +395,7 @@ impl<B: Backend> Fold<B> {
             made: 0,
             live: None,
             current: 0,
+            filling: usize::MAX,
         }
     }
 
@@ -747,6 +784,91 @@ impl<B: Backend> Fold<B> {
         self.b.pending = pending;
     }
 
+    /// Whether block `b` (by [`Backend::block_index`]) is entered by one edge of the unit
+    /// and by nothing else, as the recording found ([`Known::entered_once`]).
+    fn entered_once(&self, b: usize) -> bool {
+        match (&self.known, self.t.blocks.get(b)) {
+            (Some(known), Some(info)) => known.entered_once(info.made),
+            _ => false,
+        }
+    }
+
+    /// Carries the bounds checks made in the current block along its edge to `dest`
+    /// (passing it `args`, lowered), if that edge alone enters `dest`: every path into
+    /// `dest` made them. A check carries when its slice and its index (unless a constant)
+    /// are passed to `dest` or are unit invariants.
+    fn carry(&mut self, dest: B::Block, args: &[B::Value]) {
+        let b = B::block_index(dest);
+        if self.b.checked.is_empty() && self.b.checked_const.is_empty() || !self.entered_once(b) {
+            return;
+        }
+        let Buffers {
+            checked,
+            checked_const,
+            carried,
+            kept,
+            ..
+        } = &mut *self.b;
+        let seen = |v: B::Value| match args.iter().position(|&a| a == v) {
+            Some(j) => Some(Seen::Param(j as u32)),
+            None => kept.contains(&v).then_some(Seen::Same(v)),
+        };
+        for &(s, key) in checked.iter() {
+            let key = match key {
+                IndexKey::Const(x) => Some(IndexKey::Const(x)),
+                IndexKey::Dyn(i) => seen(i).map(IndexKey::Dyn),
+            };
+            if let (Some(s), Some(key)) = (seen(s), key) {
+                carried.push((b, s, Carry::Index(key)));
+            }
+        }
+        for (&s, &x) in checked_const.iter() {
+            if let Some(s) = seen(s) {
+                carried.push((b, s, Carry::UpTo(x)));
+            }
+        }
+    }
+
+    /// Takes in the checks carried to the block being filled, given its parameters (those
+    /// that need none, with `None`, which leaves the others for later).
+    fn arrive(&mut self, params: Option<&[B::Value]>) {
+        let b = self.filling;
+        let Buffers {
+            checked,
+            checked_const,
+            carried,
+            ..
+        } = &mut *self.b;
+        let value = |s: Seen<B::Value>| match s {
+            Seen::Same(v) => Some(v),
+            Seen::Param(j) => params.and_then(|p| p.get(j as usize).copied()),
+        };
+        carried.retain(|&(to, s, carry)| {
+            if to != b {
+                return true;
+            }
+            let Some(s) = value(s) else {
+                return params.is_none();
+            };
+            match carry {
+                Carry::Index(IndexKey::Const(x)) => {
+                    checked.insert((s, IndexKey::Const(x)));
+                }
+                Carry::Index(IndexKey::Dyn(i)) => match value(i) {
+                    Some(i) => {
+                        checked.insert((s, IndexKey::Dyn(i)));
+                    }
+                    None => return params.is_none(),
+                },
+                Carry::UpTo(x) => {
+                    let k = checked_const.entry(s).or_insert(x);
+                    *k = (*k).max(x);
+                }
+            }
+            false
+        });
+    }
+
     /// Checks `s[i]` unless it is known to be in bounds.
     fn check(&mut self, s: FVal<B::Value>, i: FVal<B::Value>, loc: SrcLoc) {
         let FVal::Dyn {
@@ -914,11 +1036,20 @@ impl<B: Backend> Emitter for Fold<B> {
                 }));
             }
         }
+        if i == self.filling && !self.b.carried.is_empty() {
+            let params = std::mem::take(&mut self.b.raw_params);
+            self.arrive(Some(&params));
+            self.b.raw_params = params;
+        }
     }
 
     fn switch_to_block(&mut self, b: B::Block) {
         self.b.checked.clear();
         self.b.checked_const.clear();
+        self.filling = B::block_index(b);
+        if !self.b.carried.is_empty() {
+            self.arrive(None);
+        }
         // (The last block ended in a terminator, which stored what was pending.)
         debug_assert!(self.b.pending.is_empty(), "stores left pending");
         self.b.pending.clear();
@@ -1109,6 +1240,7 @@ impl<B: Backend> Emitter for Fold<B> {
     fn keep(&mut self, v: Self::Value) {
         // (A constant is made again where it is read.)
         if let FVal::Dyn { v, .. } = v {
+            self.b.kept.push(v);
             self.backend.keep(v);
         }
     }
@@ -1122,6 +1254,7 @@ impl<B: Backend> Emitter for Fold<B> {
     fn jump(&mut self, dest: B::Block, args: &[Self::Value]) {
         self.flush(None);
         let a = self.lower_into(0, dest, args);
+        self.carry(dest, &a);
         self.backend.jump(dest, &a);
         self.give_back(0, a);
     }
@@ -1140,6 +1273,8 @@ impl<B: Backend> Emitter for Fold<B> {
         let c = self.lower(cond);
         let ta = self.lower_into(0, then_dest.0, then_dest.1);
         let ea = self.lower_into(1, else_dest.0, else_dest.1);
+        self.carry(then_dest.0, &ta);
+        self.carry(else_dest.0, &ea);
         self.backend.brif(c, (then_dest.0, &ta), (else_dest.0, &ea));
         self.give_back(0, ta);
         self.give_back(1, ea);
@@ -1165,6 +1300,10 @@ impl<B: Backend> Emitter for Fold<B> {
             .map(|(k, b, args)| (*k, *b, self.lower_into(0, *b, args)))
             .collect();
         let d = self.lower_into(1, default.0, default.1);
+        for (_, b, args) in &cs {
+            self.carry(*b, args);
+        }
+        self.carry(default.0, &d);
         self.backend.switch(a, ty, &cs, (default.0, &d));
         self.give_back(1, d);
     }

@@ -49,6 +49,11 @@
 //! it would have made it live, so no code sees the zero; only jumps to dead parameters
 //! pass it on, and those arguments are left out too.
 //!
+//! **Blocks entered once.** The shape also notes, per block the replay creates, whether
+//! one recorded edge enters it and nothing else (not the entry, which the caller enters):
+//! [`Known::entered_once`]. What holds at the end of the block that edge leaves holds at
+//! its start, so the fold layer carries its bounds checks along it.
+//!
 //! **Merged blocks.** A block the replay merges into the block that jumps to it
 //! ([`crate::tape::Tape::replay`]) has no parameters in the shape: its values take the
 //! tags of the jump's arguments, so what flows through it is what was passed in, and a
@@ -103,6 +108,9 @@ pub struct Shape {
     /// The blocks the replay merges into the block jumping to them, in order (they have
     /// no parameters, and the replay creates no block for them).
     merged: Vec<u32>,
+    /// Per block the replay creates, whether one recorded edge enters it and nothing else
+    /// does (it is not the entry).
+    once: Vec<bool>,
     /// Per edge and parameter of its target: (parameter, what the edge passes).
     inputs: Vec<(u32, Tag)>,
     /// The constants tags refer to, by number.
@@ -123,7 +131,7 @@ pub struct Shape {
     /// The edges that pass a parameter on to another: (from, to).
     passes: Vec<(u32, u32)>,
     /// The buffers of a [`Known`] given back ([`Shape::recycle`]), for the next.
-    spare: (Vec<u32>, Vec<Option<Const>>),
+    spare: (Vec<u32>, Vec<Option<Const>>, Vec<bool>),
     /// What the run does with its local arrays in memory ([`Shape::live_memory`]).
     memory: Memory,
 }
@@ -174,6 +182,12 @@ impl Shape {
         self.block(&[]);
     }
 
+    /// Whether the block just made (not a merged one) is entered by one recorded edge and
+    /// nothing else.
+    pub(crate) fn entered_once(&mut self, once: bool) {
+        self.once.push(once);
+    }
+
     /// An operation or a terminator reads the value tagged `t`.
     #[inline]
     pub(crate) fn read(&mut self, t: Tag) {
@@ -213,6 +227,7 @@ impl Shape {
     pub fn clear(&mut self) {
         self.start.clear();
         self.merged.clear();
+        self.once.clear();
         self.inputs.clear();
         self.consts.clear();
         self.tags.clear();
@@ -472,9 +487,11 @@ impl Shape {
         // A constant parameter is read as its constant; a dead scalar one as zero, which
         // nothing reads.
         let (mut constant, mut dead) = (0, 0);
-        let (mut start, mut known) = std::mem::take(&mut self.spare);
+        let (mut start, mut known, mut once) = std::mem::take(&mut self.spare);
         start.clear();
         known.clear();
+        once.clear();
+        once.extend_from_slice(&self.once);
         known.extend((0..nparams).map(|p| {
             match (consts.get(val[p] as usize), live[p], self.scalar.get(p)) {
                 (Some(&c), ..) => {
@@ -499,6 +516,7 @@ impl Shape {
         Known {
             start,
             consts: known,
+            once,
             constant,
             dead,
         }
@@ -506,7 +524,7 @@ impl Shape {
 
     /// Takes back the buffers of `known`, which [`Shape::solve`] made, for the next unit.
     pub fn recycle(&mut self, known: Known) {
-        self.spare = (known.start, known.consts);
+        self.spare = (known.start, known.consts, known.once);
     }
 }
 
@@ -580,6 +598,8 @@ pub struct Known {
     start: Vec<u32>,
     /// Per parameter, the constant the fold layer reads it as (zero for a dead one).
     consts: Vec<Option<Const>>,
+    /// Per block, whether one edge enters it and nothing else does.
+    once: Vec<bool>,
     constant: usize,
     dead: usize,
 }
@@ -595,6 +615,12 @@ impl Known {
     pub fn block(&self, n: u32) -> Option<&[Option<Const>]> {
         let (a, b) = (self.start.get(n as usize)?, self.start.get(n as usize + 1)?);
         self.consts.get(*a as usize..*b as usize)
+    }
+
+    /// Whether the `n`th block created is entered by one edge of the unit and by nothing
+    /// else (what is known at the end of the block that edge leaves is known at its start).
+    pub fn entered_once(&self, n: u32) -> bool {
+        self.once.get(n as usize).copied().unwrap_or(false)
     }
 
     /// The number of blocks recorded.

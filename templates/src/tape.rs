@@ -427,6 +427,7 @@ impl Tape {
                         shape.merged_block();
                     } else {
                         shape.block(types);
+                        shape.entered_once(made != 0 && self.ins.get(made as usize) == Some(&1));
                     }
                     if memory {
                         shape.memory_block(self.merges(made));
