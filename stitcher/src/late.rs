@@ -396,6 +396,12 @@ mod tests {
         (func, r)
     }
 
+    /// Fails unless Cranelift's verifier accepts `func`.
+    fn verified(func: &Function) {
+        let flags = cranelift_codegen::settings::Flags::new(cranelift_codegen::settings::builder());
+        cranelift_codegen::verify_function(func, &flags).expect("still valid");
+    }
+
     /// The bytes of code of the function `func` makes, compiled by Cranelift alone and
     /// through [`compile`].
     fn code_sizes(func: impl Fn() -> Function) -> (usize, usize) {
@@ -466,11 +472,7 @@ mod tests {
             order.len() - 1,
             "the compare stays by its branch"
         );
-        cranelift_codegen::verify_function(
-            &func,
-            &cranelift_codegen::settings::Flags::new(cranelift_codegen::settings::builder()),
-        )
-        .expect("still valid");
+        verified(&func);
     }
 
     /// Compiled, the loop moves nothing on its back edge: its code is shorter than
@@ -574,11 +576,7 @@ mod tests {
         assert_eq!(target(ok), Some(join), "{}", func.display());
         assert_eq!(target(high), Some(join));
         assert_eq!(target(join), None, "{}", func.display());
-        cranelift_codegen::verify_function(
-            &func,
-            &cranelift_codegen::settings::Flags::new(cranelift_codegen::settings::builder()),
-        )
-        .expect("still valid");
+        verified(&func);
     }
 
     /// Compiled, the tests decided leave no code.
