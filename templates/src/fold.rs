@@ -13,7 +13,9 @@
 //!   multiplying by 0 and and-ing with 0 give 0; multiplying by 2^s becomes a left shift;
 //!   unsigned division and remainder by 2^s become a right shift and a mask; signed
 //!   division by 2^s becomes a biased arithmetic shift (rounding toward zero), and signed
-//!   remainder by 2^s the dividend minus that quotient shifted back; remainder by 1 is 0;
+//!   remainder by 2^s the dividend minus that quotient shifted back, or just a mask when
+//!   only tests for zero read it ([`Emitter::low_bits_only`]: a multiple of 2^s has its
+//!   low bits zero whatever its sign); remainder by 1 is 0;
 //! - **bounds checks**: the length of a static slice is a constant; an access with a
 //!   constant index below a static slice's length needs no check; within one emitted
 //!   block, a check already made (same slice and index, or a constant index not above one
@@ -222,6 +224,8 @@ pub struct Fold<B: Backend> {
     current: u32,
     /// The block being filled (by [`Backend::block_index`]).
     filling: usize,
+    /// Only tests for zero read the next operation's result ([`Emitter::low_bits_only`]).
+    low_bits: bool,
 }
 
 /// What the fold layer knows of an element of a local array: the block it learned it in,
@@ -396,6 +400,7 @@ impl<B: Backend> Fold<B> {
             live: None,
             current: 0,
             filling: usize::MAX,
+            low_bits: false,
         }
     }
 
@@ -1079,6 +1084,18 @@ impl<B: Backend> Emitter for Fold<B> {
     }
 
     fn op(&mut self, op: &TOp, args: &[Self::Value], loc: SrcLoc) -> Option<Self::Value> {
+        if std::mem::take(&mut self.low_bits) {
+            // Only tests for zero read this remainder: by `2^s`, the low `s` bits will do.
+            if let (TOp::Binary(BinaryOp::Rem), &[x, FVal::Const(d)]) = (op, args) {
+                let t = x.ty().scalar().filter(|t| t.is_int());
+                if let (Some(t), Some(d)) = (t, semantics::int_value(d)) {
+                    if d > 0 && d.count_ones() == 1 {
+                        let mask = FVal::Const(Const::Int(t, (d - 1) as u64));
+                        return self.op(&TOp::Binary(BinaryOp::And), &[x, mask], loc);
+                    }
+                }
+            }
+        }
         let c = |k: usize| match args.get(k) {
             Some(FVal::Const(c)) => Some(*c),
             _ => None,
@@ -1249,6 +1266,10 @@ impl<B: Backend> Emitter for Fold<B> {
         if let FVal::Dyn { v, .. } = v {
             self.backend.dead(v);
         }
+    }
+
+    fn low_bits_only(&mut self) {
+        self.low_bits = true;
     }
 
     fn jump(&mut self, dest: B::Block, args: &[Self::Value]) {

@@ -29,8 +29,8 @@
 //! what its emitter left there.
 
 use crate::fold::index_in;
-use crate::ops::Const;
-use crate::params::{Shape, Tag};
+use crate::ops::{BinaryOp, CmpOp, Const};
+use crate::params::{Known, Shape, Tag};
 use crate::pool;
 use crate::template::{Case, Emitter, TOp};
 use crate::types::{Scalar, SrcLoc, Type};
@@ -107,6 +107,46 @@ pub struct Tape {
     /// (an edge into it recorded after that switch). For [`LoopReads`].
     fills: Vec<(u32, u32)>,
     backs: Vec<u32>,
+    /// The remainders recorded, and those whose results only comparisons with zero read,
+    /// by call, in order ([`Tape::note_low_bits`], with its working vectors).
+    rems: u32,
+    low_bits: Vec<u32>,
+    low: LowBits,
+}
+
+/// The working vectors of [`Tape::note_low_bits`]: per value its root (a merged block's
+/// parameters are the jump's arguments), per root the remainder call that made it
+/// (`u32::MAX` if none), whether it is zero and whether anything but a test for zero
+/// reads it; per recorded block, its number among those a replay makes (`u32::MAX` if
+/// merged).
+#[derive(Default)]
+struct LowBits {
+    root: Vec<u32>,
+    roots: Vec<(u32, bool, bool)>,
+    replayed: Vec<u32>,
+}
+
+impl LowBits {
+    /// A new value and root: made by remainder call `rem` (or none), zero or not.
+    fn new_value(&mut self, rem: u32, zero: bool) {
+        self.root.push(self.roots.len() as u32);
+        self.roots.push((rem, zero, false));
+    }
+
+    fn root(&self, v: u32) -> Option<&(u32, bool, bool)> {
+        self.roots.get(*self.root.get(v as usize)? as usize)
+    }
+
+    /// Something other than a test for zero reads `vs`.
+    fn read(&mut self, vs: &[u32]) {
+        for &v in vs {
+            if let Some(&r) = self.root.get(v as usize) {
+                if let Some(root) = self.roots.get_mut(r as usize) {
+                    root.2 = true;
+                }
+            }
+        }
+    }
 }
 
 /// The working vectors of a replay into emitters of one type (values, blocks, and the
@@ -305,6 +345,8 @@ impl Tape {
         self.local_arrays = 0;
         self.fills.clear();
         self.backs.clear();
+        self.rems = 0;
+        self.low_bits.clear();
     }
 
     /// A new block whose parameter types are `run`.
@@ -544,6 +586,142 @@ impl Tape {
         shape.tags = tags;
     }
 
+    /// Notes the remainders (`Rem` operations) whose results nothing reads but comparisons
+    /// for equality or inequality with zero, as the fold layer will see the replay with
+    /// the constant and dead parameters `known`: a replay tells its emitter so before each
+    /// ([`Emitter::low_bits_only`]). Values are followed as [`LastReads`] follows them (a
+    /// merged block's parameters are the jump's arguments); a value is zero if a
+    /// `Constant` call made it zero or `known` reads its parameter as zero. Every other
+    /// read of a remainder's result counts: an operand of any other operation, a
+    /// condition, an index, an array's element or stored value, a kept, returned or
+    /// promoted value, and an argument of an edge unless `known` leaves the parameter it
+    /// goes to out (the fold layer drops those arguments). So the promise holds for every
+    /// read the replay makes.
+    pub fn note_low_bits(&mut self, known: &Known) {
+        const NONE: u32 = u32::MAX;
+        self.low_bits.clear();
+        if self.rems == 0 {
+            return;
+        }
+        let mut low = std::mem::take(&mut self.low);
+        low.root.clear();
+        low.roots.clear();
+        low.replayed.clear();
+        let nums = |r: Run| &self.nums[r.0 as usize..(r.0 + r.1) as usize];
+        // What `known` reads the parameters of block `b` as (none left out if empty).
+        let consts = |low: &LowBits, b: u32| -> &[Option<Const>] {
+            low.replayed
+                .get(b as usize)
+                .and_then(|&n| known.block(n))
+                .unwrap_or(&[])
+        };
+        let edge = |low: &mut LowBits, b: u32, args: Run| {
+            let cs = consts(low, b);
+            for (j, &a) in nums(args).iter().enumerate() {
+                if !matches!(cs.get(j), Some(Some(_))) {
+                    low.read(&[a]);
+                }
+            }
+        };
+        let mut made = 0;
+        let mut calls = self.calls.iter().zip(0u32..);
+        while let Some((call, i)) = calls.next() {
+            match call {
+                Call::CreateBlock(_) => {
+                    let b = low.replayed.len() as u32;
+                    low.replayed.push(if self.merges(b) { NONE } else { made });
+                    made += u32::from(!self.merges(b));
+                }
+                Call::BlockParams(b) => {
+                    let cs = consts(&low, *b);
+                    for j in 0..self.params_of(*b) as usize {
+                        let zero = matches!(cs.get(j), Some(Some(Const::Int(_, 0))));
+                        low.new_value(NONE, zero);
+                    }
+                }
+                Call::Constant(c) => low.new_value(NONE, matches!(c, Const::Int(_, 0))),
+                Call::StaticSlice(..) => low.new_value(NONE, false),
+                Call::LocalArray(_, _, init) => {
+                    low.read(nums(*init));
+                    low.new_value(NONE, false);
+                }
+                Call::Op {
+                    op, args, result, ..
+                } => {
+                    let a = nums(*args);
+                    let tests = |x: u32, y: u32| {
+                        low.root(x).is_some_and(|r| r.0 != NONE) && low.root(y).is_some_and(|r| r.1)
+                    };
+                    let tested = match (op, a) {
+                        (TOp::Cmp(CmpOp::Eq | CmpOp::Ne), &[x, y]) => tests(x, y) || tests(y, x),
+                        _ => false,
+                    };
+                    if !tested {
+                        low.read(a);
+                    }
+                    if *result {
+                        let rem = matches!(op, TOp::Binary(BinaryOp::Rem)) && a.len() == 2;
+                        low.new_value(if rem { i } else { NONE }, false);
+                    }
+                }
+                Call::ArrayLoad { elems, index, .. } => {
+                    low.read(nums(*elems));
+                    low.read(&[*index]);
+                    low.new_value(NONE, false);
+                }
+                Call::ArrayStore {
+                    elems,
+                    index,
+                    value,
+                    ..
+                } => {
+                    low.read(nums(*elems));
+                    low.read(&[*index, *value]);
+                    for _ in 0..elems.1 {
+                        low.new_value(NONE, false);
+                    }
+                }
+                Call::Keep(v) | Call::Ret(Some(v)) => low.read(&[*v]),
+                Call::Jump(b, args) if self.merges(*b) => {
+                    for &a in nums(*args) {
+                        let r = low.root.get(a as usize).copied().unwrap_or(NONE);
+                        low.root.push(r);
+                    }
+                    // Its `SwitchTo` and `BlockParams`, the next two calls.
+                    calls.next();
+                    calls.next();
+                }
+                Call::Jump(b, args) => edge(&mut low, *b, *args),
+                Call::Brif(c, (t, ta), (e, ea)) => {
+                    low.read(&[*c]);
+                    edge(&mut low, *t, *ta);
+                    edge(&mut low, *e, *ea);
+                }
+                Call::Switch(a, (s, k), (d, da)) => {
+                    low.read(&[*a]);
+                    for &(_, t, args) in &self.cases[*s as usize..(s + k) as usize] {
+                        edge(&mut low, t, args);
+                    }
+                    edge(&mut low, *d, *da);
+                }
+                Call::Promote(_, p, l) => {
+                    low.read(nums(*p));
+                    low.read(nums(*l));
+                }
+                Call::PromoteMiss(_, p) => low.read(nums(*p)),
+                Call::SwitchTo(_) | Call::Ret(None) | Call::Trap(_) => {}
+            }
+        }
+        // (Roots are made in call order, so the calls come out in order.)
+        self.low_bits.extend(
+            low.roots
+                .iter()
+                .filter(|&&(rem, _, other)| rem != NONE && !other)
+                .map(|&(rem, ..)| rem),
+        );
+        self.low = low;
+    }
+
     /// Replays the recording into `em`; returns the block the entry (block 0) became.
     ///
     /// **Straight-line chains merge.** A block that one recorded edge enters, a jump that
@@ -619,6 +797,8 @@ impl Tape {
                 }
             }
         };
+        // The remainders still to be told of ([`Tape::note_low_bits`]), in call order.
+        let low_bits = &mut &self.low_bits[..];
         let mut calls = self.calls.iter().zip(0u32..);
         while let Some((call, i)) = calls.next() {
             match call {
@@ -651,6 +831,10 @@ impl Tape {
                     result,
                 } => {
                     fill(buf, vals, nums(*args))?;
+                    if low_bits.first() == Some(&i) {
+                        *low_bits = &low_bits[1..];
+                        em.low_bits_only();
+                    }
                     match (em.op(op, buf, *loc), result) {
                         (Some(v), true) => vals.push(v),
                         (None, false) => {}
@@ -1033,6 +1217,9 @@ impl Emitter for Tape {
         // The fold layer gives a result for every operation but stores and calls of
         // nothing (what it lowers them to, its backends too).
         let result = !matches!(op, TOp::Store | TOp::Call { ret: None, .. });
+        if matches!(op, TOp::Binary(BinaryOp::Rem)) {
+            self.rems += 1;
+        }
         let args = self.run(args.iter().copied());
         self.calls.push(Call::Op {
             op: op.clone(),
@@ -1252,6 +1439,9 @@ mod tests {
         fn promote_miss(&mut self, site: u32, p: &[u32]) {
             self.lines.push(format!("miss {site} {p:?}"));
         }
+        fn low_bits_only(&mut self) {
+            self.lines.push("low bits only".into());
+        }
     }
 
     /// What an executor might do: it keeps the values it is given and passes them back.
@@ -1287,6 +1477,62 @@ mod tests {
         em.block_params(last, &mut r);
         em.promote(7, &[r[0]], &[q[0], two]);
         entry
+    }
+
+    /// Three remainders by 4: the first only tested for zero, the second compared with 1,
+    /// the third tested for zero and passed on to a block that returns it.
+    fn remainders<E: Emitter>(em: &mut E) -> E::Block {
+        let i = Type::I64;
+        let loc = SrcLoc::default();
+        let entry = em.create_block(&[i]);
+        let out = em.create_block(&[i]);
+        em.switch_to_block(entry);
+        let mut p = Vec::new();
+        em.block_params(entry, &mut p);
+        let [four, zero, one] = [4, 0, 1].map(|k| em.constant(Const::Int(Scalar::I64, k)));
+        let rem = TOp::Binary(BinaryOp::Rem);
+        let mut tested = Vec::new();
+        for (cmp, with) in [(CmpOp::Eq, zero), (CmpOp::Ne, one), (CmpOp::Eq, zero)] {
+            let r = em.op(&rem, &[p[0], four], loc).unwrap();
+            tested.push(r);
+            let c = em.op(&TOp::Cmp(cmp), &[with, r], loc).unwrap();
+            tested.push(c);
+        }
+        let and = TOp::Binary(BinaryOp::And);
+        let c = em.op(&and, &[tested[1], tested[3]], loc).unwrap();
+        let c = em.op(&and, &[c, tested[5]], loc).unwrap();
+        em.brif(c, (out, &[tested[4]]), (out, &[p[0]]));
+        em.switch_to_block(out);
+        let mut q = Vec::new();
+        em.block_params(out, &mut q);
+        em.ret(Some(q[0]));
+        entry
+    }
+
+    #[test]
+    fn a_remainder_only_tested_for_zero_is_told_of_before_it_is_made() {
+        let mut tape = Tape::default();
+        remainders(&mut tape);
+        let mut shape = Shape::default();
+        tape.shape(&mut shape);
+        tape.note_low_bits(&shape.solve());
+        let mut log = Log::default();
+        tape.replay(&mut log).expect("replays");
+        let told: Vec<usize> = (log.lines.iter().enumerate())
+            .filter(|(_, l)| *l == "low bits only")
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(told.len(), 1, "{:#?}", log.lines);
+        let rems: Vec<usize> = (log.lines.iter().enumerate())
+            .filter(|(_, l)| l.contains("Binary(Rem)"))
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(told[0] + 1, rems[0], "{:#?}", log.lines);
+        // Without the note, a replay tells nothing.
+        tape.low_bits.clear();
+        let mut log = Log::default();
+        tape.replay(&mut log).expect("replays");
+        assert!(!log.lines.iter().any(|l| l == "low bits only"));
     }
 
     #[test]

@@ -159,6 +159,13 @@ pub trait Emitter {
     /// reused. Code that reads `v` after all must still get it (a hint, never a promise).
     fn dead(&mut self, _v: Self::Value) {}
 
+    /// A promise about the next call, a remainder (`op` with [`crate::ops::BinaryOp::Rem`]):
+    /// only comparisons for equality or inequality with zero read its result. So it may
+    /// make, for a divisor that is a constant power of two `2^s`, the dividend's low `s`
+    /// bits instead (zero exactly when the remainder is, whatever the dividend's sign).
+    /// Recorded runs make it ([`crate::tape::Tape::note_low_bits`]).
+    fn low_bits_only(&mut self) {}
+
     fn jump(&mut self, dest: Self::Block, args: &[Self::Value]);
     fn brif(
         &mut self,

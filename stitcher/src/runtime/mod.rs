@@ -860,6 +860,7 @@ impl Shared {
                 let known = shape.solve();
                 let counts = (known.count(), known.dead(), tape.merged());
                 input.prog.recordings().note(known.any());
+                tape.note_low_bits(&known);
                 em.set_constant_params(known);
                 let replayed = tape.replay(&mut em);
                 if let Some(known) = em.take_constant_params() {
