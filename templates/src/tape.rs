@@ -589,7 +589,7 @@ impl Tape {
     /// Notes the remainders (`Rem` operations) whose results nothing reads but comparisons
     /// for equality or inequality with zero, as the fold layer will see the replay with
     /// the constant and dead parameters `known`: a replay tells its emitter so before each
-    /// ([`Emitter::low_bits_only`]). Values are followed as [`LastReads`] follows them (a
+    /// ([`Emitter::low_bits_only`]). Values are followed as the replay binds them (a
     /// merged block's parameters are the jump's arguments); a value is zero if a
     /// `Constant` call made it zero or `known` reads its parameter as zero. Every other
     /// read of a remainder's result counts: an operand of any other operation, a
