@@ -526,9 +526,6 @@ fn profile_runs() -> Option<usize> {
     std::env::var("DYC_PROFILE_RUNS").ok()?.parse().ok()
 }
 
-/// The times of stitch-tier specializations of `region` on `key`, made one after another
-/// for `span`, sorted; and the median time of installing the code (copying it to code
-/// pages, and in a heap whose pages flip, making them read+execute), which is part of each.
 /// Specializes `region` for `key` in the stitch tier until its units find every stencil
 /// they want made (the worker thread makes the ones a unit missed; a unit that copies a
 /// variant in place of one may make the next miss others).
@@ -543,6 +540,9 @@ fn settle(region: &dyc::Region, key: &[dyc::Arg]) {
     }
 }
 
+/// The times of stitch-tier specializations of `region` on `key`, made one after another
+/// for `span`, sorted; and the median time of installing the code (copying it to code
+/// pages, and in a heap whose pages flip, making them read+execute), which is part of each.
 fn stitch_times(
     region: &dyc::Region,
     key: &[dyc::Arg],

@@ -21,8 +21,9 @@
 //! reader; lowering leaves them out if there is none.
 //!
 //! **Sinking** ([`sink_pure`]). Cranelift's e-graph pass places each pure instruction
-//! where the instruction that first needs it is elaborated, and it elaborates a terminator's operands in order: a loop's
-//! condition first, then the values the back edge passes. So in
+//! where the instruction that first needs it is elaborated, and it elaborates a
+//! terminator's operands in order: a loop's condition first, then the values the back
+//! edge passes. So in
 //!
 //! ```text
 //! block1(i, j, acc):
@@ -98,8 +99,8 @@ fn constant(func: &Function, v: Value) -> bool {
 }
 
 /// Compiles `cctx`'s function with `isa`; with an optimizing ISA, its e-graph pass runs
-/// first, then [`known_branches`], [`low_bits_tests`] and [`sink_pure`], then the lowering, with the same
-/// flags but the e-graph pass (which would undo the sinking) off.
+/// first, then [`known_branches`], [`low_bits_tests`] and [`sink_pure`], then the
+/// lowering, with the same flags but the e-graph pass (which would undo the sinking) off.
 pub fn compile(cctx: &mut Context, isa: &dyn TargetIsa) -> Result<(), String> {
     let lower = match isa.flags().opt_level() {
         OptLevel::None => isa,

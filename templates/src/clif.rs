@@ -1812,35 +1812,27 @@ mod tests {
             mutable: true,
         };
         let tys = [slice, I64];
-        let mut func =
-            Function::with_name_signature(UserFuncName::user(0, 0), unit_signature(&tys));
-        let mut fctx = FunctionBuilderContext::new();
-        let mut hooks = NoRuntime;
-        {
-            let b = FunctionBuilder::new(&mut func, &mut fctx);
-            let em = ClifEmitter::new(b, &mut hooks, ClifOptions::default(), vec![], &tys);
-            let mut em = Fold::new(em, vec![]);
-            em.set_constant_params(shape.solve());
-            let entry = tape.replay(&mut em).expect("replays");
-            em.backend.finish(entry, frontend_config());
-        }
-        let ir = func.display().to_string();
+        // The recording replayed, with what it found or (every access checked) without.
+        let replayed = |known: Option<crate::params::Known>| {
+            let mut func =
+                Function::with_name_signature(UserFuncName::user(0, 0), unit_signature(&tys));
+            let mut fctx = FunctionBuilderContext::new();
+            let mut hooks = NoRuntime;
+            {
+                let b = FunctionBuilder::new(&mut func, &mut fctx);
+                let em = ClifEmitter::new(b, &mut hooks, ClifOptions::default(), vec![], &tys);
+                let mut em = Fold::new(em, vec![]);
+                if let Some(known) = known {
+                    em.set_constant_params(known);
+                }
+                let entry = tape.replay(&mut em).expect("replays");
+                em.backend.finish(entry, frontend_config());
+            }
+            func.display().to_string()
+        };
+        let ir = replayed(Some(shape.solve()));
         assert_eq!(ir.matches("icmp uge").count(), 2, "{ir}");
-        // Without the recording's word, every access is checked.
-        let ir = emit(&tys, |em, p| {
-            let x = em.op(&TOp::Load, &p, SrcLoc::default()).unwrap();
-            let once = em.create_block(&[slice, I64, I64]);
-            let join = em.create_block(&[slice, I64]);
-            em.brif(x, (once, &[p[0], p[1], x]), (join, &p));
-            em.switch_to_block(once);
-            let q = params(em, once);
-            em.op(&TOp::Store, &q, SrcLoc::default());
-            em.jump(join, &q[..2]);
-            em.switch_to_block(join);
-            let r = params(em, join);
-            let y = em.op(&TOp::Load, &r, SrcLoc::default()).unwrap();
-            em.ret(Some(y));
-        });
+        let ir = replayed(None);
         assert_eq!(ir.matches("icmp uge").count(), 3, "{ir}");
     }
 }

@@ -133,7 +133,8 @@ impl LowBits {
         self.roots.push((rem, zero, false));
     }
 
-    fn root(&self, v: u32) -> Option<&(u32, bool, bool)> {
+    /// The root of value `v`.
+    fn of(&self, v: u32) -> Option<&(u32, bool, bool)> {
         self.roots.get(*self.root.get(v as usize)? as usize)
     }
 
@@ -650,7 +651,7 @@ impl Tape {
                 } => {
                     let a = nums(*args);
                     let tests = |x: u32, y: u32| {
-                        low.root(x).is_some_and(|r| r.0 != NONE) && low.root(y).is_some_and(|r| r.1)
+                        low.of(x).is_some_and(|r| r.0 != NONE) && low.of(y).is_some_and(|r| r.1)
                     };
                     let tested = match (op, a) {
                         (TOp::Cmp(CmpOp::Eq | CmpOp::Ne), &[x, y]) => tests(x, y) || tests(y, x),
