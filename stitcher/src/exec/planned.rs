@@ -85,26 +85,59 @@ impl Queue {
             + self.waiting.capacity()
     }
 
+    /// The rank copy `k` waits at.
+    fn rank_of<B: Copy>(&self, plan: &Plan, memo: &Memo<B>, k: u32) -> usize {
+        let b = memo.copy(k).0;
+        plan.rank
+            .get(b.index())
+            .map_or(self.last, |&r| (r as usize).min(self.last))
+    }
+
+    fn push(&mut self, r: usize, k: u32) {
+        self.stacks[r].push(k);
+        self.waiting[r / 64] |= 1 << (r % 64);
+        self.first = self.first.min(r / 64);
+    }
+
     /// Moves the copies `made` of roots into the queue.
     fn add<B: Copy>(&mut self, plan: &Plan, memo: &Memo<B>, made: &mut Vec<u32>) {
-        let last = self.last;
         for &k in made.iter() {
-            let b = memo.copy(k).0;
-            let r = plan
-                .rank
-                .get(b.index())
-                .map_or(last, |&r| (r as usize).min(last));
-            self.stacks[r].push(k);
-            self.waiting[r / 64] |= 1 << (r % 64);
-            self.first = self.first.min(r / 64);
+            let r = self.rank_of(plan, memo, k);
+            self.push(r, k);
         }
         made.clear();
     }
 
-    fn pop(&mut self) -> Option<u32> {
+    /// Moves the copies `made` of roots into the queue, but for the one it would pop
+    /// next if that is the last made, which is returned instead (the common case: the
+    /// jump that ended the last stitched block made the copy that runs next).
+    fn add_but_next<B: Copy>(
+        &mut self,
+        plan: &Plan,
+        memo: &Memo<B>,
+        made: &mut Vec<u32>,
+    ) -> Option<u32> {
+        let k = made.pop()?;
+        self.add(plan, memo, made);
+        let r = self.rank_of(plan, memo, k);
+        // (A copy of the least rank waiting goes first: it was made last.)
+        if self.least().is_none_or(|least| r <= least) {
+            return Some(k);
+        }
+        self.push(r, k);
+        None
+    }
+
+    /// The least rank with copies waiting.
+    fn least(&mut self) -> Option<usize> {
         let w = self.first + self.waiting[self.first..].iter().position(|&w| w != 0)?;
         self.first = w;
-        let r = w * 64 + self.waiting[w].trailing_zeros() as usize;
+        Some(w * 64 + self.waiting[w].trailing_zeros() as usize)
+    }
+
+    fn pop(&mut self) -> Option<u32> {
+        let r = self.least()?;
+        let w = r / 64;
         let stack = &mut self.stacks[r];
         let k = stack.pop();
         if stack.is_empty() {
@@ -137,12 +170,12 @@ impl Executor for Planned {
         let mut s = Spec::new(cx, start, emitter, Some(plan))?;
         let entry = s.entry_copy(start, key)?;
         s.sc.queue.reset(plan.rank.len());
-        s.sc.queue.add(plan, &s.sc.memo, &mut s.sc.work);
+        let mut next = s.sc.queue.add_but_next(plan, &s.sc.memo, &mut s.sc.work);
         // (The root's key is copied into a buffer kept with the scratch: as a small
         // vector moved in and out of an `Option`, with the queue's drain of the copies
         // made, it cost about 45 more instructions a root.)
         let mut root_key = std::mem::take(&mut s.sc.root_key);
-        while let Some(k) = s.sc.queue.pop() {
+        while let Some(k) = next.take().or_else(|| s.sc.queue.pop()) {
             let (root, key, res) = s.sc.memo.copy(k);
             root_key.clear();
             root_key.extend_from_slice(key);
@@ -213,7 +246,7 @@ impl Executor for Planned {
                     }
                 }
             }
-            s.sc.queue.add(plan, &s.sc.memo, &mut s.sc.work);
+            next = s.sc.queue.add_but_next(plan, &s.sc.memo, &mut s.sc.work);
         }
         s.sc.root_key = root_key;
         Ok(s.unit(entry))
@@ -229,7 +262,8 @@ mod tests {
     use std::collections::BinaryHeap;
 
     /// The queue pops copies in the order a binary heap on (rank, last made first) does,
-    /// however adds and pops interleave, over plans of up to 200 blocks (several words of
+    /// however adds and pops interleave (and hands back at once the copy it would pop
+    /// next when that is the last added), over plans of up to 200 blocks (several words of
     /// ranks), with blocks of no known rank last; and a reset empties what a failed
     /// specialization left.
     #[test]
@@ -276,7 +310,14 @@ mod tests {
                     heap.push(Reverse((r, u32::MAX - k)));
                     made.push(k);
                 }
-                queue.add(&plan, &memo, &mut made);
+                // Half the time, the copy the queue would pop next comes back at once,
+                // if it is the last made.
+                if next(2) == 0 {
+                    queue.add(&plan, &memo, &mut made);
+                } else if let Some(k) = queue.add_but_next(&plan, &memo, &mut made) {
+                    let popped = heap.pop().map(|Reverse((_, k))| u32::MAX - k);
+                    assert_eq!(Some(k), popped, "step {step}");
+                }
                 assert!(made.is_empty());
             }
         }
