@@ -1585,7 +1585,25 @@ fn compile(
     func: ir::Function,
     listing: bool,
 ) -> Result<Compiled, StencilError> {
-    let mut cctx = cranelift_codegen::Context::for_function(func);
+    // One compilation context per thread, cleared for each stencil: Cranelift keeps its
+    // register allocator's working memory in it, which a fresh context allocates and
+    // frees again. (Stencils are small functions: what it keeps stays small.)
+    thread_local! {
+        static CONTEXT: std::cell::RefCell<cranelift_codegen::Context> =
+            std::cell::RefCell::new(cranelift_codegen::Context::new());
+    }
+    CONTEXT.with_borrow_mut(|cctx| {
+        cctx.clear();
+        cctx.func = func;
+        compile_in(cctx, isa, listing)
+    })
+}
+
+fn compile_in(
+    cctx: &mut cranelift_codegen::Context,
+    isa: &dyn cranelift_codegen::isa::TargetIsa,
+    listing: bool,
+) -> Result<Compiled, StencilError> {
     cctx.set_disasm(listing);
     let code = cctx
         .compile(isa, &mut Default::default())
