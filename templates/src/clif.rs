@@ -224,25 +224,28 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
         }
     }
 
-    /// The Cranelift values of a `CVal` (two for slices).
-    fn words(&mut self, v: CVal) -> Vec<ir::Value> {
+    /// The Cranelift values of a `CVal` (two for slices; inline: every block argument of
+    /// every edge goes through here).
+    fn words(&mut self, v: CVal) -> smallvec::SmallVec<[ir::Value; 2]> {
         match v {
-            CVal::Slice { ptr, len, .. } => vec![ptr, len],
+            CVal::Slice { ptr, len, .. } => smallvec::smallvec![ptr, len],
             CVal::StaticSlice { ptr, len, .. } => {
-                vec![
+                smallvec::smallvec![
                     self.b.ins().iconst(types::I64, ptr as i64),
                     self.b.ins().iconst(types::I64, len as i64),
                 ]
             }
-            s => vec![self.val(s)],
+            s => smallvec::smallvec![self.val(s)],
         }
     }
 
-    fn args(&mut self, vs: &[CVal]) -> Vec<BlockArg> {
-        vs.iter()
-            .flat_map(|&v| self.words(v))
-            .map(BlockArg::from)
-            .collect()
+    /// An edge's arguments (inline up to 16 words: built for every edge).
+    fn args(&mut self, vs: &[CVal]) -> smallvec::SmallVec<[BlockArg; 16]> {
+        let mut out = smallvec::SmallVec::new();
+        for &v in vs {
+            out.extend(self.words(v).into_iter().map(BlockArg::from));
+        }
+        out
     }
 
     fn scalar_of(v: CVal) -> Scalar {
