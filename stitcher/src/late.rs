@@ -278,6 +278,7 @@ pub fn sink_pure(func: &mut Function) {
     // Per value, whether an instruction outside the block defining it reads it (then it
     // may be live out of any block reading it).
     let mut outside: SecondaryMap<Value, bool> = SecondaryMap::new();
+    outside.resize(func.dfg.num_values());
     let def_block = |func: &Function, v: Value| match func.dfg.value_def(v) {
         ValueDef::Result(i, _) => func.layout.inst_block(i),
         ValueDef::Param(b, _) => Some(b),
@@ -296,6 +297,7 @@ pub fn sink_pure(func: &mut Function) {
     // Per value, the block (its number plus one) and the position in it of the last
     // instruction of that block that reads it.
     let mut last_read: SecondaryMap<Value, (u32, u32)> = SecondaryMap::new();
+    last_read.resize(func.dfg.num_values());
     let blocks: Vec<Block> = func.layout.blocks().collect();
     let mut insts: Vec<Inst> = Vec::new();
     let mut args: Vec<Value> = Vec::new();

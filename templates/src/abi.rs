@@ -85,7 +85,12 @@ const _: () = assert!(std::mem::size_of::<usize>() == 8, "64-bit targets only");
 /// The Cranelift parameter types of a list of our types (slices take two words, arrays
 /// one per element).
 pub fn abi_types(tys: &[Type]) -> Vec<cranelift_codegen::ir::Type> {
-    let mut v = Vec::new();
+    let words = |t: &Type| match *t {
+        Type::Slice { .. } => 2,
+        Type::Array { len, .. } => len as usize,
+        Type::Scalar(_) => 1,
+    };
+    let mut v = Vec::with_capacity(tys.iter().map(words).sum());
     for t in tys {
         match t {
             Type::Scalar(s) => v.push(crate::clif::clif_type(*s)),

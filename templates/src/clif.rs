@@ -181,7 +181,7 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
     }
 
     fn group(params: &[ir::Value], tys: &[Type]) -> Vec<CVal> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(params.len());
         let mut k = 0;
         for t in tys {
             match *t {
@@ -1159,6 +1159,7 @@ fn drop_dead_params(func: &mut ir::Function) {
     }
     // The dead parameters' positions, per block, last first.
     let mut dead: SecondaryMap<ir::Block, Vec<usize>> = SecondaryMap::new();
+    dead.resize(func.dfg.num_blocks());
     let mut found = false;
     for block in func.layout.blocks() {
         if block == entry {
@@ -1265,6 +1266,7 @@ fn thread_jumps(func: &mut ir::Function) {
     // Blocks that are a lone jump: the target and the jump's arguments (values only).
     let mut lone: SecondaryMap<ir::Block, Option<(ir::Block, Vec<ir::Value>)>> =
         SecondaryMap::new();
+    lone.resize(func.dfg.num_blocks());
     let mut any = false;
     for block in func.layout.blocks() {
         if read_elsewhere.contains(block) {
@@ -1309,6 +1311,7 @@ fn thread_jumps(func: &mut ir::Function) {
     // Resolve every lone block's final destination: 0 = not yet, 1 = on the current chain,
     // 2 = resolved (`lone` then holds the final destination).
     let mut state: SecondaryMap<ir::Block, u8> = SecondaryMap::new();
+    state.resize(func.dfg.num_blocks());
     let blocks: Vec<ir::Block> = func.layout.blocks().collect();
     let mut chain = Vec::new();
     for &start in &blocks {
@@ -1410,6 +1413,7 @@ fn merge_jump_chains(func: &mut ir::Function) {
         return;
     };
     let mut preds: SecondaryMap<ir::Block, u32> = SecondaryMap::new();
+    preds.resize(func.dfg.num_blocks());
     for block in func.layout.blocks() {
         for d in successors(func, block) {
             preds[d] += 1;
