@@ -243,7 +243,9 @@ impl<'a, 'h> ClifEmitter<'a, 'h> {
     fn args(&mut self, vs: &[CVal]) -> smallvec::SmallVec<[BlockArg; 16]> {
         let mut out = smallvec::SmallVec::new();
         for &v in vs {
-            out.extend(self.words(v).into_iter().map(BlockArg::from));
+            for w in self.words(v) {
+                out.push(BlockArg::from(w));
+            }
         }
         out
     }
