@@ -972,6 +972,37 @@ impl Backend for ClifEmitter<'_, '_> {
     }
 }
 
+thread_local! {
+    /// This thread's spare Cranelift context (see [`take_context`]).
+    static SPARE_CONTEXT: std::cell::RefCell<Option<cranelift_codegen::Context>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A cleared Cranelift context for one function: this thread's spare if it has one.
+/// Cranelift keeps its register allocator's working memory in the context and asks that
+/// contexts be reused: a fresh one per function allocated that memory and freed it again.
+/// (Taken out rather than borrowed: a function compiled while another is, on the same
+/// thread, gets a fresh one.) Give it back with [`give_context`].
+pub fn take_context() -> cranelift_codegen::Context {
+    let mut cctx = SPARE_CONTEXT
+        .with_borrow_mut(Option::take)
+        .unwrap_or_else(cranelift_codegen::Context::new);
+    cctx.clear();
+    cctx
+}
+
+/// Keeps `cctx` as this thread's spare, unless the function it compiled, of `size`
+/// instructions, was large (what a context keeps grows with the largest function it
+/// compiled).
+pub fn give_context(cctx: cranelift_codegen::Context, size: usize) {
+    if size <= KEEP_CONTEXT_INSTS {
+        SPARE_CONTEXT.with_borrow_mut(|spare| *spare = Some(cctx));
+    }
+}
+
+/// The largest function (in Cranelift instructions) whose context a thread keeps.
+const KEEP_CONTEXT_INSTS: usize = 20_000;
+
 /// Simplifies the stitched function's control flow and data flow, in linear passes:
 /// - **jump threading**: an edge into a block that holds nothing but a jump goes straight
 ///   to that jump's target (with the arguments substituted), and the block goes;

@@ -1577,7 +1577,7 @@ fn form_type(f: Form) -> Type {
 
 /// One compilation: code bytes, relocations (offset, kind, name, addend) and Cranelift's
 /// listing of the machine code (empty unless `listing`: Cranelift prints it instruction by
-/// instruction, about a tenth of a stencil's compilation).
+/// instruction, about 8% of a stencil's compilation).
 type Compiled = (Vec<u8>, Vec<(u32, Reloc, UserExternalName, i64)>, String);
 
 fn compile(
@@ -1585,18 +1585,13 @@ fn compile(
     func: ir::Function,
     listing: bool,
 ) -> Result<Compiled, StencilError> {
-    // One compilation context per thread, cleared for each stencil: Cranelift keeps its
-    // register allocator's working memory in it, which a fresh context allocates and
-    // frees again. (Stencils are small functions: what it keeps stays small.)
-    thread_local! {
-        static CONTEXT: std::cell::RefCell<cranelift_codegen::Context> =
-            std::cell::RefCell::new(cranelift_codegen::Context::new());
-    }
-    CONTEXT.with_borrow_mut(|cctx| {
-        cctx.clear();
-        cctx.func = func;
-        compile_in(cctx, isa, listing)
-    })
+    // (In the thread's spare context, as units are: `clif::take_context`.)
+    let mut cctx = crate::clif::take_context();
+    let size = func.dfg.num_insts();
+    cctx.func = func;
+    let compiled = compile_in(&mut cctx, isa, listing);
+    crate::clif::give_context(cctx, size);
+    compiled
 }
 
 fn compile_in(

@@ -351,37 +351,6 @@ fn generic_symbol(i: u32) -> String {
     format!("dyc_generic_{i}")
 }
 
-thread_local! {
-    /// This thread's spare Cranelift context (see [`take_context`]).
-    static SPARE_CONTEXT: std::cell::RefCell<Option<ClifContext>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// A cleared Cranelift context for one unit: this thread's spare if it has one.
-/// Cranelift keeps its register allocator's working memory in the context and asks that
-/// contexts be reused: a fresh one per unit allocated that memory and freed it again.
-/// (Taken out rather than borrowed: a unit compiled while another is, on the same
-/// thread, gets a fresh one.)
-fn take_context() -> ClifContext {
-    let mut cctx = SPARE_CONTEXT
-        .with_borrow_mut(Option::take)
-        .unwrap_or_else(ClifContext::new);
-    cctx.clear();
-    cctx
-}
-
-/// Keeps `cctx` as this thread's spare, unless the function it compiled, of `size`
-/// instructions, was large (what a context keeps grows with the largest function it
-/// compiled).
-fn give_context(cctx: ClifContext, size: usize) {
-    if size <= KEEP_CONTEXT_INSTS {
-        SPARE_CONTEXT.with_borrow_mut(|spare| *spare = Some(cctx));
-    }
-}
-
-/// The largest function (in Cranelift instructions) whose context a thread keeps.
-const KEEP_CONTEXT_INSTS: usize = 20_000;
-
 /// Defines function `id` from `cctx` in `module` (of `region`), counting its code bytes.
 /// It is compiled with `isa` (the same target with other flags: the linear-time register
 /// allocator, or the quick tier) or else the module's own, through [`crate::late::compile`]
@@ -710,7 +679,7 @@ impl Shared {
         let prog = input.prog;
         let t0 = std::time::Instant::now();
         let inputs = prog.input_types(input.start);
-        let mut cctx = take_context();
+        let mut cctx = clif::take_context();
         cctx.func.signature = abi::unit_signature(inputs);
         cctx.func.name = UserFuncName::user(0, id.as_u32());
         let frontend = module.isa().frontend_config();
@@ -766,7 +735,7 @@ impl Shared {
         };
         let size = cctx.func.dfg.num_insts();
         define_function(region, module, id, &mut cctx, isa)?;
-        give_context(cctx, size);
+        clif::give_context(cctx, size);
         stats.compile_ns = t1.elapsed().as_nanos() as u64;
         Ok(stats)
     }
