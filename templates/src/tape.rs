@@ -39,7 +39,7 @@ use crate::types::{Scalar, SrcLoc, Type};
 type Run = (u32, u32);
 
 /// One recorded call.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 enum Call {
     CreateBlock(Run),
     BlockParams(u32),
@@ -331,6 +331,41 @@ const HEAD: u8 = 2;
 pub struct ReplayError(pub String);
 
 impl Tape {
+    /// Whether `other` recorded the same calls, with the same arguments, in the same
+    /// order.
+    pub fn same_run(&self, other: &Tape) -> bool {
+        // (Runs are places in `nums`: equal calls over equal numbers are equal runs.
+        // Calls compare by their text, so that a NaN constant equals itself.)
+        self.calls.len() == other.calls.len()
+            && self
+                .calls
+                .iter()
+                .zip(&other.calls)
+                .all(|(a, b)| a == b || format!("{a:?}") == format!("{b:?}"))
+            && self.nums == other.nums
+            && self.types == other.types
+            && self.cases == other.cases
+    }
+
+    /// The calls recorded, one per line (for diagnostics).
+    pub fn listing(&self) -> String {
+        let mut out = String::new();
+        for (k, c) in self.calls.iter().enumerate() {
+            let nums = |r: Run| &self.nums[r.0 as usize..(r.0 + r.1) as usize];
+            let extra = match c {
+                Call::Op { args, .. } => format!(" {:?}", nums(*args)),
+                Call::Jump(_, a) => format!(" {:?}", nums(*a)),
+                Call::Brif(_, (_, a), (_, b)) => format!(" {:?} {:?}", nums(*a), nums(*b)),
+                Call::ArrayLoad { elems, .. } | Call::ArrayStore { elems, .. } => {
+                    format!(" {:?}", nums(*elems))
+                }
+                _ => String::new(),
+            };
+            out.push_str(&format!("{k}: {c:?}{extra}\n"));
+        }
+        out
+    }
+
     /// Forgets the run recorded (keeping the buffers for the next).
     pub fn clear(&mut self) {
         self.calls.clear();
@@ -1144,6 +1179,14 @@ impl LoopReads {
 }
 
 impl Emitter for Tape {
+    fn restartable(&self) -> bool {
+        true
+    }
+
+    fn restart(&mut self) {
+        self.clear();
+    }
+
     type Value = u32;
     type Block = u32;
 

@@ -189,4 +189,13 @@ pub trait Emitter {
     fn promote(&mut self, site: u32, promoted: &[Self::Value], live: &[Self::Value]);
     /// A promotion miss in inline mode: reports `site` and the `promoted` values and stops.
     fn promote_miss(&mut self, site: u32, promoted: &[Self::Value]);
+
+    /// Whether [`Emitter::restart`] can forget every call made so far (executors that may
+    /// give up part way, as the compiled stitcher does, run only with such emitters).
+    fn restartable(&self) -> bool {
+        false
+    }
+    /// Forgets every call made so far, as if the emitter were new (only if
+    /// [`Emitter::restartable`]).
+    fn restart(&mut self) {}
 }

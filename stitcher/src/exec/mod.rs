@@ -8,6 +8,7 @@
 //! selects one per region; [`Record`] wraps any emitter and records which (block, static context)
 //! pairs an executor stitched, in order, so that tests can assert properties of stitching.
 
+pub(crate) mod compiled;
 mod memo;
 pub mod planned;
 pub mod record;
@@ -19,6 +20,7 @@ use dyc_templates::template::Emitter;
 
 use crate::ge::{Block, Budget, PureHosts, SVal, Site, SliceData, SpecError, StitchProgram};
 
+pub use compiled::counts as compiled_counts;
 pub use planned::Planned;
 pub use record::Record;
 pub use worklist::WorkList;
@@ -86,9 +88,12 @@ pub trait Executor {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ExecutorKind {
     /// The planned stitcher over the linearized form (the work-list executor when the
-    /// program has no plan).
+    /// program has no plan), its plan compiled to machine code where it can be
+    /// ([`compiled`]).
     #[default]
     Planned,
+    /// The planned stitcher, interpreting its plan.
+    Interpreted,
     /// The work-list executor over the CFG form.
     WorkList,
 }
@@ -103,6 +108,7 @@ impl Executor for ExecutorKind {
     ) -> Result<Unit<E::Block>, SpecError> {
         match self {
             ExecutorKind::Planned => Planned.run(cx, start, key, emitter),
+            ExecutorKind::Interpreted => Planned::interpreted(cx, start, key, emitter),
             ExecutorKind::WorkList => WorkList.run(cx, start, key, emitter),
         }
     }

@@ -62,7 +62,7 @@ pub(super) struct Queue {
 impl Queue {
     /// Empties the queue (also of what a specialization that failed left) for a plan of
     /// `ranks` blocks (a block of no known rank goes after them all).
-    fn reset(&mut self, ranks: usize) {
+    pub(super) fn reset(&mut self, ranks: usize) {
         for (w, bits) in self.waiting.iter_mut().enumerate() {
             while *bits != 0 {
                 let r = w * 64 + bits.trailing_zeros() as usize;
@@ -111,7 +111,7 @@ impl Queue {
     /// Moves the copies `made` of roots into the queue, but for the one it would pop
     /// next if that is the last made, which is returned instead (the common case: the
     /// jump that ended the last stitched block made the copy that runs next).
-    fn add_but_next<B: Copy>(
+    pub(super) fn add_but_next<B: Copy>(
         &mut self,
         plan: &Plan,
         memo: &Memo<B>,
@@ -135,7 +135,7 @@ impl Queue {
         Some(w * 64 + self.waiting[w].trailing_zeros() as usize)
     }
 
-    fn pop(&mut self) -> Option<u32> {
+    pub(super) fn pop(&mut self) -> Option<u32> {
         let r = self.least()?;
         let w = r / 64;
         let stack = &mut self.stacks[r];
@@ -154,6 +154,33 @@ pub struct Planned;
 impl Executor for Planned {
     fn run<E: Emitter>(
         &self,
+        cx: &Context,
+        start: Block,
+        key: &[SVal],
+        emitter: &mut E,
+    ) -> Result<Unit<E::Block>, SpecError> {
+        // The compiled plan, where the emitter can start again if it gives up.
+        if let Some(plan) = cx.prog.plan.as_ref() {
+            if emitter.restartable()
+                && plan.is_root(start)
+                && matches!(cx.mode, super::PromotionMode::Units { .. })
+            {
+                if let Some(ge) = cx.prog.compiled_ge() {
+                    match super::compiled::run(ge, cx, plan, start, key, emitter) {
+                        Ok(unit) => return Ok(unit),
+                        Err(super::compiled::Failed::Panic(p)) => std::panic::resume_unwind(p),
+                        Err(super::compiled::Failed::Abort) => emitter.restart(),
+                    }
+                }
+            }
+        }
+        Planned::interpreted(cx, start, key, emitter)
+    }
+}
+
+impl Planned {
+    /// The planned stitcher interpreting its plan.
+    pub fn interpreted<E: Emitter>(
         cx: &Context,
         start: Block,
         key: &[SVal],

@@ -972,64 +972,13 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// Runs one setup operation, setting register `dst` to its static value; `false` if
     /// it faults (and sets nothing).
     fn setup(&mut self, dst: Reg, op: &SetupOp) -> Result<bool, SpecError> {
-        let fault = |f: Fault| match f {
-            Fault::DivisionByZero => Ok(false),
-            Fault::IllTyped => internal("ill-typed setup operation"),
-        };
-        let c = match op {
-            SetupOp::Const(k) => *k,
-            SetupOp::Copy(r) => {
-                let v = self.get_s(*r)?;
+        match eval_setup(op, |r| self.get_s(r), self.slices, self.hosts)? {
+            Some(v) => {
                 self.set_s(dst, v);
-                return Ok(true);
+                Ok(true)
             }
-            SetupOp::Unary(o, a) => match semantics::unary(*o, self.get_c(*a)?) {
-                Ok(v) => v,
-                Err(f) => return fault(f),
-            },
-            SetupOp::Binary(o, a, b) => {
-                match semantics::binary(*o, self.get_c(*a)?, self.get_c(*b)?) {
-                    Ok(v) => v,
-                    Err(f) => return fault(f),
-                }
-            }
-            SetupOp::Cmp(o, a, b) => match semantics::cmp(*o, self.get_c(*a)?, self.get_c(*b)?) {
-                Ok(v) => Const::Bool(v),
-                Err(f) => return fault(f),
-            },
-            SetupOp::Select(cond, a, b) => {
-                let pick = matches!(self.get_c(*cond)?, Const::Bool(true));
-                let v = self.get_s(if pick { *a } else { *b })?;
-                self.set_s(dst, v);
-                return Ok(true);
-            }
-            SetupOp::Cast(t, a) => semantics::cast(*t, self.get_c(*a)?),
-            SetupOp::Len(s) => Const::Int(Scalar::I64, self.slice(*s)?.data.len() as u64),
-            SetupOp::StaticLoad(s, i) => {
-                let idx = match semantics::int_value(self.get_c(*i)?) {
-                    Some(x) => x,
-                    None => return internal("non-integer index"),
-                };
-                let data = self.slice(*s)?;
-                match usize::try_from(idx).ok().and_then(|k| data.data.get(k)) {
-                    Some(&v) => v,
-                    None => return Ok(false),
-                }
-            }
-            SetupOp::CallPure { host, args, .. } => {
-                let vals = args
-                    .iter()
-                    .map(|&a| self.get_c(a))
-                    .collect::<Result<Vec<_>, _>>()?;
-                match self.hosts.call(*host, &vals) {
-                    Ok(Some(v)) => v,
-                    Ok(None) => return internal("a static call without a result"),
-                    Err(_) => return Ok(false),
-                }
-            }
-        };
-        self.set_s(dst, SVal::Scalar(c));
-        Ok(true)
+            None => Ok(false),
+        }
     }
 
     /// Emits a setup operation that faults as a dynamic operation on its static operands,
@@ -1063,16 +1012,6 @@ impl<'a, E: Emitter> Spec<'a, E> {
         self.em.op(&top, &args, loc);
         self.em.trap(loc);
         Ok(())
-    }
-
-    fn slice(&self, r: Reg) -> Result<&SliceData, SpecError> {
-        match self.get_s(r)? {
-            SVal::Slice(k) => match self.slices.get(k as usize).and_then(Option::as_ref) {
-                Some(d) => Ok(d),
-                None => internal(format!("no contents for static slice {k}")),
-            },
-            SVal::Scalar(_) => internal(format!("register {r} is not a slice")),
-        }
     }
 
     /// The static key of an edge's target, and its dynamic arguments appended to `args`;
@@ -1497,4 +1436,75 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
         Ok(())
     }
+}
+
+/// The static value of setup operation `op`, reading registers through `get` (static
+/// slices' contents in `slices`): `None` if it faults (a division by zero, a load out of
+/// bounds, a pure host that fails).
+pub(super) fn eval_setup(
+    op: &SetupOp,
+    get: impl Fn(Reg) -> Result<SVal, SpecError>,
+    slices: &[Option<SliceData>],
+    hosts: &dyn PureHosts,
+) -> Result<Option<SVal>, SpecError> {
+    let get_c = |r: Reg| match get(r)? {
+        SVal::Scalar(c) => Ok(c),
+        SVal::Slice(_) => internal(format!("register {r} holds a slice")),
+    };
+    let slice = |r: Reg| match get(r)? {
+        SVal::Slice(k) => match slices.get(k as usize).and_then(Option::as_ref) {
+            Some(d) => Ok(d),
+            None => internal(format!("no contents for static slice {k}")),
+        },
+        SVal::Scalar(_) => internal(format!("register {r} is not a slice")),
+    };
+    let fault = |f: Fault| match f {
+        Fault::DivisionByZero => Ok(None),
+        Fault::IllTyped => internal("ill-typed setup operation"),
+    };
+    let c = match op {
+        SetupOp::Const(k) => *k,
+        SetupOp::Copy(r) => return get(*r).map(Some),
+        SetupOp::Unary(o, a) => match semantics::unary(*o, get_c(*a)?) {
+            Ok(v) => v,
+            Err(f) => return fault(f),
+        },
+        SetupOp::Binary(o, a, b) => match semantics::binary(*o, get_c(*a)?, get_c(*b)?) {
+            Ok(v) => v,
+            Err(f) => return fault(f),
+        },
+        SetupOp::Cmp(o, a, b) => match semantics::cmp(*o, get_c(*a)?, get_c(*b)?) {
+            Ok(v) => Const::Bool(v),
+            Err(f) => return fault(f),
+        },
+        SetupOp::Select(cond, a, b) => {
+            let pick = matches!(get_c(*cond)?, Const::Bool(true));
+            return get(if pick { *a } else { *b }).map(Some);
+        }
+        SetupOp::Cast(t, a) => semantics::cast(*t, get_c(*a)?),
+        SetupOp::Len(s) => Const::Int(Scalar::I64, slice(*s)?.data.len() as u64),
+        SetupOp::StaticLoad(s, i) => {
+            let idx = match semantics::int_value(get_c(*i)?) {
+                Some(x) => x,
+                None => return internal("non-integer index"),
+            };
+            let data = slice(*s)?;
+            match usize::try_from(idx).ok().and_then(|k| data.data.get(k)) {
+                Some(&v) => v,
+                None => return Ok(None),
+            }
+        }
+        SetupOp::CallPure { host, args, .. } => {
+            let vals = args
+                .iter()
+                .map(|&a| get_c(a))
+                .collect::<Result<Vec<_>, _>>()?;
+            match hosts.call(*host, &vals) {
+                Ok(Some(v)) => v,
+                Ok(None) => return internal("a static call without a result"),
+                Err(_) => return Ok(None),
+            }
+        }
+    };
+    Ok(Some(SVal::Scalar(c)))
 }

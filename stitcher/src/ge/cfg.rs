@@ -462,6 +462,32 @@ impl StitchProgram {
         &self.derived.recordings
     }
 
+    /// The program's plan compiled to machine code ([`crate::exec::compiled`]), made on
+    /// first use; `None` where it cannot be (no plan, a kind of program it does not take,
+    /// a target other than x86-64, or `DYC_COMPILED_GE=0` in the environment).
+    pub(crate) fn compiled_ge(&self) -> Option<&crate::exec::compiled::CompiledGe> {
+        self.derived
+            .compiled
+            .get_or_init(|| {
+                static ISA: std::sync::OnceLock<
+                    Option<std::sync::Arc<dyn cranelift_codegen::isa::TargetIsa>>,
+                > = std::sync::OnceLock::new();
+                static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+                if *OFF.get_or_init(|| std::env::var("DYC_COMPILED_GE").is_ok_and(|v| v == "0")) {
+                    return None;
+                }
+                let isa = ISA.get_or_init(|| {
+                    crate::jit::host_isa(crate::jit::JitOptions {
+                        optimize: true,
+                        verify: false,
+                    })
+                    .ok()
+                });
+                crate::exec::compiled::compile(self, &**isa.as_ref()?)
+            })
+            .as_ref()
+    }
+
     /// The types of the values a copy of block `b` receives ([`BlockData::input_types`]).
     /// (Made once for all blocks: the blocks must not change after this is first asked;
     /// a clone asks anew.)
@@ -902,6 +928,7 @@ struct Derived {
     fixed: std::sync::OnceLock<Vec<bool>>,
     homes: std::sync::OnceLock<Homes>,
     recordings: Recordings,
+    compiled: std::sync::OnceLock<Option<crate::exec::compiled::CompiledGe>>,
 }
 
 /// What recording this program's units found, for the runtime's choice of recording the

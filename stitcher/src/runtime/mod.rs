@@ -747,6 +747,17 @@ impl Shared {
         input: &UnitInput,
         em: &mut E,
     ) -> Result<Unit<E::Block>, RuntimeError> {
+        let executor = input.spec.map_or(self.opts.executor, |s| s.executor);
+        self.run_executor_with(input, em, executor)
+    }
+
+    /// [`Shared::run_executor`] with `executor`.
+    fn run_executor_with<E: Emitter>(
+        &self,
+        input: &UnitInput,
+        em: &mut E,
+        executor: ExecutorKind,
+    ) -> Result<Unit<E::Block>, RuntimeError> {
         let resolve = |site: &Site| match input.spec {
             Some(s) => s.site_id(site),
             None => 0,
@@ -775,7 +786,6 @@ impl Shared {
             },
             budget,
         };
-        let executor = input.spec.map_or(self.opts.executor, |s| s.executor);
         executor
             .run(&cx, input.start, input.key, em)
             .map_err(RuntimeError::Spec)
@@ -853,6 +863,11 @@ impl Shared {
                 let (mut tape, mut shape) = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
                 tape.clear();
                 let unit = self.run_executor(input, &mut tape)?;
+                check_compiled(
+                    |t| self.run_executor_with(input, t, ExecutorKind::Interpreted),
+                    &tape,
+                    &unit,
+                );
                 if unit.entry != 0 {
                     let m = "the tape's entry is not its first block";
                     return Err(RuntimeError::Spec(SpecError::Internal(m.into())));
@@ -1832,4 +1847,26 @@ impl Specialization {
         // alive.
         Err(unsafe { faults::fault_of(&mut ctx, &self.state.prog.header.name) })
     }
+}
+
+/// With `DYC_CHECK_COMPILED_GE=1` in the environment (read once), checks that a unit the
+/// compiled generating extension recorded into `tape` is the one the interpreted planned
+/// stitcher records (`interpreted` runs it), call for call; panics if not. For tests.
+fn check_compiled(
+    interpreted: impl FnOnce(&mut Tape) -> Result<Unit<u32>, RuntimeError>,
+    tape: &Tape,
+    unit: &Unit<u32>,
+) {
+    static CHECK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*CHECK.get_or_init(|| std::env::var("DYC_CHECK_COMPILED_GE").is_ok_and(|v| v == "1")) {
+        return;
+    }
+    let mut other = Tape::default();
+    let theirs = interpreted(&mut other).expect("the interpreted stitcher makes the unit");
+    assert!(
+        tape.same_run(&other) && format!("{unit:?}") == format!("{theirs:?}"),
+        "the compiled and the interpreted planned stitcher record different units:\n{}\n---\n{}\n{unit:?}\n{theirs:?}",
+        tape.listing(),
+        other.listing()
+    );
 }

@@ -1,0 +1,918 @@
+//! The compiled generating extension: the planned stitcher's plan compiled into machine
+//! code, so that stitching a tree runs its setup code, its static branches and its edges
+//! as native code instead of interpreting them operation by operation.
+//!
+//! **What is compiled.** One function per program ([`gen`]), made the first time a
+//! specialization asks for it: its steps are the plan's steps (a `Stitch` step is the
+//! code that stitches that block: its setup operations, its template operations, its
+//! terminator and the edges it takes; a `Fork` a branch on the arm the last static branch
+//! took; a `Goto` a jump), entered at the first step of a root's tree. The decisions the
+//! interpreted stitcher takes per copy from the plan (which edges fuse, which target a
+//! root, which arm a fork follows for a static branch's edge) are taken once, when the
+//! function is made. What stays dynamic is what the static values decide: the outcome of
+//! static branches, the slots of one run of a tree (Cranelift variables), and everything
+//! the emitter and the memo do.
+//!
+//! **The frame.** Static registers are words in memory with a tag each (an
+//! [`SVal::key_bits`] encoding; [`UNSET`] for none), dynamic variables and the elements
+//! of local arrays are numbers of the emitter's values (this module keeps the values
+//! and blocks the emitter returns in tables: [`Rt`]). The frame's sizes are the compiled
+//! function's own ([`CompiledGe`]), never read from the program again, so that a changed
+//! program cannot make the code reach outside them.
+//!
+//! **Calls out.** Everything that touches the emitter, the memo or the budget goes
+//! through [`Shims`]: functions in Rust, generic over the emitter, that the code calls
+//! with the runtime context. A shim that meets something wrong (or a panic in the
+//! emitter, caught) marks the run failed and returns a harmless value; the driver checks
+//! after each tree.
+//!
+//! **What falls back.** The code handles the common cases natively (integer `I64`
+//! arithmetic and static loads, accesses to local arrays at static indices in bounds) and
+//! the rest through shims; it gives up (the run *aborts*) on what it does not handle at
+//! all: promotions, lazy edges, local arrays in memory, dynamic `switch`es, a static
+//! fault, an edge back into the unit's first copy, a budget exceeded. An aborted run
+//! leaves the emitter to be restarted ([`Emitter::restart`]) and the interpreted planned
+//! stitcher runs the unit instead, with the same result: so the compiled stitcher is
+//! used only with emitters that can restart (the recording tape).
+
+mod gen;
+
+use std::any::Any;
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use cranelift_codegen::entity::EntityRef;
+use dyc_templates::ops::Const;
+use dyc_templates::template::Emitter;
+use dyc_templates::types::Scalar;
+
+use super::memo::Memo;
+use super::planned::Queue;
+use super::worklist::{eval_setup, Key};
+use super::{Context, Unit};
+use crate::ge::{Block, Op, Plan, Reg, SVal, SpecError, StitchProgram, Term};
+use crate::runtime::heap::Extent;
+
+pub(crate) use gen::compile;
+
+/// No value, block or copy.
+const NONE: u32 = u32::MAX;
+
+/// Units made by compiled code, and runs that gave up (this process).
+static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static ABORTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The units compiled generating extensions made in this process, and the runs that gave
+/// up (the interpreted planned stitcher made those units).
+pub fn counts() -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    (RUNS.load(Relaxed), ABORTS.load(Relaxed))
+}
+
+/// The tag of a static register that holds nothing.
+const UNSET: u8 = 255;
+
+/// The tag of an `i64` ([`SVal::key_bits`]).
+const TAG_I64: u8 = Scalar::I64 as u8;
+const TAG_F64: u8 = 100;
+const TAG_BOOL: u8 = 101;
+const TAG_SLICE: u8 = 102;
+
+/// The static value that tag `tag` and word `bits` encode ([`SVal::key_bits`]).
+fn sval(tag: u8, bits: u64) -> Option<SVal> {
+    let int = |t| Some(SVal::Scalar(Const::Int(t, bits)));
+    match tag {
+        0 => int(Scalar::I8),
+        1 => int(Scalar::I16),
+        2 => int(Scalar::I32),
+        3 => int(Scalar::I64),
+        4 => int(Scalar::U8),
+        5 => int(Scalar::U16),
+        6 => int(Scalar::U32),
+        7 => int(Scalar::U64),
+        TAG_F64 => Some(SVal::Scalar(Const::F64(f64::from_bits(bits)))),
+        TAG_BOOL => Some(SVal::Scalar(Const::Bool(bits != 0))),
+        TAG_SLICE => u32::try_from(bits).ok().map(SVal::Slice),
+        _ => None,
+    }
+}
+
+/// A program's compiled generating extension: its code and the sizes of the frame it
+/// reads.
+pub(crate) struct CompiledGe {
+    /// Keeps the code.
+    _code: Extent,
+    /// The address of `fn(frame: *const Frame, root: u32, res: u32, first: u32) -> u32`
+    /// (the target's C convention): runs the tree of root block `root` for its copy `res`
+    /// (`first`: the unit's first copy), 0 when it ran, 1 when it aborted.
+    entry: usize,
+    /// Static registers and dynamic variables.
+    regs: usize,
+    /// Per register, where a local array's elements lie in the array pool, how many
+    /// there are and their type.
+    arrays: Vec<Option<(u32, u32, Scalar)>>,
+    pool: usize,
+    /// The longest list of values an edge passes or a block receives, and the longest
+    /// key of a root (the buffers' sizes).
+    buf: usize,
+    key: usize,
+}
+
+impl std::fmt::Debug for CompiledGe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledGe")
+            .field("regs", &self.regs)
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+/// What the compiled code reads its state through (offsets known to [`gen`]).
+#[repr(C)]
+struct Frame {
+    rt: *mut c_void,
+    shims: *const Shims,
+    s: *mut u64,
+    st: *mut u8,
+    d: *mut u32,
+    a: *mut u32,
+    slices: *const SliceRef,
+    nslices: u64,
+    buf: *mut u32,
+    buf2: *mut u32,
+    key: *mut u64,
+    /// Operations run, tests made, the most operations the budget allows.
+    counters: *mut u64,
+}
+
+/// A static slice's contents as words, and the tag of its elements.
+#[repr(C)]
+struct SliceRef {
+    ptr: *const u64,
+    len: u64,
+    tag: u64,
+}
+
+type Shim1 = extern "C" fn(*mut c_void, u64) -> u64;
+type Shim2 = extern "C" fn(*mut c_void, u64, u64) -> u64;
+type Shim3 = extern "C" fn(*mut c_void, u64, u64, u64) -> u64;
+type Shim4 = extern "C" fn(*mut c_void, u64, u64, u64, u64) -> u64;
+type Shim5 = extern "C" fn(*mut c_void, u64, u64, u64, u64, u64) -> u64;
+
+/// The functions compiled code calls, in the order [`gen::Shim`] numbers them. Each takes
+/// the runtime context first; arguments and results are words.
+#[repr(C)]
+struct Shims {
+    /// `(tag, bits) -> value`: a static operand made a value (a constant, a static slice).
+    stat: Shim2,
+    /// `(block, op) -> ok`: setup operation `op` of `block`, run on the frame.
+    setup: Shim2,
+    /// `(block, op, n) -> value`: template operation `op` of `block` on the `n` values in
+    /// the buffer (its result, or [`NONE`]).
+    op: Shim3,
+    /// `(copy)`: starts filling a copy.
+    switch_to: Shim1,
+    /// `(copy) -> n`: the copy's parameters, into the buffer.
+    params: Shim1,
+    /// `(block) -> copy`: a new copy of `block` (not the unit's first).
+    create: Shim1,
+    /// `(block, n) -> copy`: the copy of root `block` for the key of `n` tagged words in
+    /// the key buffer, made and queued if new.
+    root: Shim2,
+    /// `(copy, n, which)`: a jump to `copy` with the `n` values of buffer `which`.
+    jump: Shim3,
+    /// `(cond, then, n, else, m)`: a branch, the arguments in the two buffers.
+    brif: Shim5,
+    /// `(has, value)`: a return.
+    ret: Shim2,
+    /// `(block)`: the trap that ends `block`.
+    trap: Shim1,
+    /// `(block, op, index) -> value`: a load from a local array (the general operation).
+    array_load: Shim3,
+    /// `(block, op, index, value)`: a store to a local array (the general operation).
+    array_store: Shim4,
+    /// `(value)`: a value later copies read unpassed (a unit invariant).
+    keep: Shim1,
+    /// `() -> ok`: one more copy, against the budget.
+    count: extern "C" fn(*mut c_void) -> u64,
+}
+
+impl Shims {
+    fn of<E: Emitter>() -> Shims {
+        Shims {
+            stat: shim_stat::<E>,
+            setup: shim_setup::<E>,
+            op: shim_op::<E>,
+            switch_to: shim_switch_to::<E>,
+            params: shim_params::<E>,
+            create: shim_create::<E>,
+            root: shim_root::<E>,
+            jump: shim_jump::<E>,
+            brif: shim_brif::<E>,
+            ret: shim_ret::<E>,
+            trap: shim_trap::<E>,
+            array_load: shim_array_load::<E>,
+            array_store: shim_array_store::<E>,
+            keep: shim_keep::<E>,
+            count: shim_count::<E>,
+        }
+    }
+}
+
+/// The frame's memory, owned here and reached only through raw pointers (the compiled
+/// code and the shims write it).
+struct Mem {
+    s: Box<[u64]>,
+    st: Box<[u8]>,
+    d: Box<[u32]>,
+    a: Box<[u32]>,
+    buf: Box<[u32]>,
+    buf2: Box<[u32]>,
+    key: Box<[u64]>,
+    counters: [u64; 3],
+    words: Vec<Vec<u64>>,
+    slices: Vec<SliceRef>,
+}
+
+/// The state of one unit's compiled specialization (the shims' context).
+struct Rt<'a, 'c, E: Emitter> {
+    prog: &'a StitchProgram,
+    plan: &'a Plan,
+    cx: &'a Context<'c>,
+    ge: &'a CompiledGe,
+    em: &'a mut E,
+    frame: Frame,
+    /// The emitter's values and blocks, by the numbers the code holds.
+    vals: Vec<E::Value>,
+    copies: Vec<E::Block>,
+    memo: Memo<u32>,
+    work: Vec<u32>,
+    queue: Queue,
+    /// Per block, its last copy (for [`Emitter::create_block_like`]).
+    like: Vec<Option<u32>>,
+    entry: Option<u32>,
+    entry_key: Key,
+    blocks: usize,
+    lookups: usize,
+    failed: Option<String>,
+    panic: Option<Box<dyn Any + Send>>,
+    scratch: Vec<E::Value>,
+    scratch2: Vec<E::Value>,
+}
+
+/// Why a compiled run did not make the unit.
+pub(super) enum Failed {
+    /// Something the compiled code does not handle: the interpreted stitcher runs it.
+    Abort,
+    /// A panic in the emitter, to be raised again.
+    Panic(Box<dyn Any + Send>),
+}
+
+/// Runs the unit that starts at `start` through `ge`; see the module documentation.
+pub(super) fn run<E: Emitter>(
+    ge: &CompiledGe,
+    cx: &Context,
+    plan: &Plan,
+    start: Block,
+    key: &[SVal],
+    em: &mut E,
+) -> Result<Unit<E::Block>, Failed> {
+    let prog = cx.prog;
+    let mut mem = Mem {
+        s: vec![0; ge.regs].into(),
+        st: vec![UNSET; ge.regs].into(),
+        d: vec![NONE; ge.regs].into(),
+        a: vec![NONE; ge.pool].into(),
+        buf: vec![0; ge.buf].into(),
+        buf2: vec![0; ge.buf].into(),
+        key: vec![0; 2 * ge.key].into(),
+        counters: [0, 0, cx.budget.max_ops as u64],
+        words: Vec::new(),
+        slices: Vec::new(),
+    };
+    for &(r, c) in prog.constants() {
+        if r.index() < ge.regs {
+            let (t, b) = SVal::Scalar(c).key_bits();
+            (mem.st[r.index()], mem.s[r.index()]) = (t, b);
+        }
+    }
+    for s in cx.slices {
+        let (words, tag) = match s {
+            Some(d) => (
+                d.data
+                    .iter()
+                    .map(|&c| SVal::Scalar(c).key_bits().1)
+                    .collect(),
+                SVal::Scalar(Const::zero(d.elem)).key_bits().0,
+            ),
+            None => (Vec::new(), UNSET),
+        };
+        mem.words.push(words);
+        mem.slices.push(SliceRef {
+            ptr: std::ptr::null(),
+            len: 0,
+            tag: u64::from(tag),
+        });
+    }
+    for (r, w) in mem.slices.iter_mut().zip(&mem.words) {
+        r.ptr = w.as_ptr();
+        r.len = w.len() as u64;
+    }
+    let shims = Shims::of::<E>();
+    let mut rt = Rt {
+        prog,
+        plan,
+        cx,
+        ge,
+        em,
+        frame: Frame {
+            rt: std::ptr::null_mut(),
+            shims: &shims,
+            s: mem.s.as_mut_ptr(),
+            st: mem.st.as_mut_ptr(),
+            d: mem.d.as_mut_ptr(),
+            a: mem.a.as_mut_ptr(),
+            slices: mem.slices.as_ptr(),
+            nslices: mem.slices.len() as u64,
+            buf: mem.buf.as_mut_ptr(),
+            buf2: mem.buf2.as_mut_ptr(),
+            key: mem.key.as_mut_ptr(),
+            counters: mem.counters.as_mut_ptr(),
+        },
+        vals: Vec::new(),
+        copies: Vec::new(),
+        memo: Memo::new(),
+        work: Vec::new(),
+        queue: Queue::default(),
+        like: vec![None; prog.blocks.len()],
+        entry: None,
+        entry_key: Key::new(),
+        blocks: 0,
+        lookups: 0,
+        failed: None,
+        panic: None,
+        scratch: Vec::new(),
+        scratch2: Vec::new(),
+    };
+    let result = rt.drive(start, key);
+    drop(mem);
+    let counter = if result.is_ok() { &RUNS } else { &ABORTS };
+    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    result
+}
+
+impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
+    fn fail(&mut self, why: impl Into<String>) {
+        if self.failed.is_none() {
+            self.failed = Some(why.into());
+        }
+    }
+
+    fn drive(&mut self, start: Block, key: &[SVal]) -> Result<Unit<E::Block>, Failed> {
+        let prog = self.prog;
+        // The unit's first copy, as `Spec::entry_copy` makes it.
+        self.entry_key = Key::from_slice(key);
+        let narrow: Key = {
+            let drop = &prog.layout(start).invariant_keys;
+            (0u32..)
+                .zip(key)
+                .filter(|(k, _)| drop.binary_search(k).is_err())
+                .map(|(_, &v)| v)
+                .collect()
+        };
+        let entry = self.copy_of(start, &narrow);
+        let Some(entry) = entry else {
+            return Err(Failed::Abort);
+        };
+        let ranks = self.plan.rank.len();
+        self.queue.reset(ranks);
+        let mut next = self
+            .queue
+            .add_but_next(self.plan, &self.memo, &mut self.work);
+        let f: extern "C" fn(*const Frame, u32, u32, u32) -> u32 =
+            // SAFETY: `entry` is the address of a function of this signature in the
+            // target's C convention, made by `gen::compile` and kept alive by `self.ge`.
+            unsafe { std::mem::transmute::<usize, _>(self.ge.entry) };
+        let mut root_key: Vec<SVal> = Vec::new();
+        while let Some(k) = next.take().or_else(|| self.queue.pop()) {
+            let (root, key, res) = self.memo.copy(k);
+            root_key.clear();
+            root_key.extend_from_slice(key);
+            let first = Some(res) == self.entry;
+            let lay = prog.layout(root);
+            let (regs, key) = match first {
+                true => (&lay.key_regs, &self.entry_key[..]),
+                false => (&lay.copy_key_regs, &root_key[..]),
+            };
+            if regs.len() != key.len() {
+                return Err(Failed::Abort);
+            }
+            for (&r, v) in regs.iter().zip(key) {
+                if r.index() >= self.ge.regs {
+                    return Err(Failed::Abort);
+                }
+                let (t, b) = v.key_bits();
+                // SAFETY: `r` is below the frame's number of registers, checked above.
+                unsafe {
+                    *self.frame.st.add(r.index()) = t;
+                    *self.frame.s.add(r.index()) = b;
+                }
+            }
+            self.frame.rt = self as *mut Self as *mut c_void;
+            // SAFETY: the frame's pointers are to memory of the sizes `self.ge` was
+            // compiled for, owned by the caller for the whole run; `self` outlives the
+            // call and is reached only through `frame.rt` while it runs.
+            let status = f(&self.frame, root.as_u32(), res, u32::from(first));
+            if let Some(p) = self.panic.take() {
+                return Err(Failed::Panic(p));
+            }
+            if status != 0 || self.failed.is_some() {
+                return Err(Failed::Abort);
+            }
+            next = self
+                .queue
+                .add_but_next(self.plan, &self.memo, &mut self.work);
+        }
+        // SAFETY: the counters are three words of the frame.
+        let (ops, tests) = unsafe { (*self.frame.counters, *self.frame.counters.add(1)) };
+        let Some(entry) = self.copy(u64::from(entry)) else {
+            return Err(Failed::Abort);
+        };
+        Ok(Unit {
+            entry,
+            sites: Vec::new(),
+            blocks: self.blocks,
+            ops: ops as usize,
+            lookups: self.lookups,
+            tests: tests as usize,
+        })
+    }
+
+    fn count_block(&mut self) -> bool {
+        self.blocks += 1;
+        if self.blocks > self.cx.budget.max_blocks {
+            self.fail("over the budget of blocks");
+            return false;
+        }
+        true
+    }
+
+    // Values and blocks the code holds by number: an emitter whose values (or blocks)
+    // are numbers already (the tape) has them held as they are, others through a table.
+    // (The type tests are decided when the shims are compiled.)
+
+    fn copy_block(&mut self, b: E::Block) -> u32 {
+        if let Some(&n) = (&b as &dyn Any).downcast_ref::<u32>() {
+            return n;
+        }
+        self.copies.push(b);
+        (self.copies.len() - 1) as u32
+    }
+
+    fn value(&mut self, v: E::Value) -> u32 {
+        if let Some(&n) = (&v as &dyn Any).downcast_ref::<u32>() {
+            return n;
+        }
+        self.vals.push(v);
+        (self.vals.len() - 1) as u32
+    }
+
+    fn val(&mut self, id: u64) -> Option<E::Value> {
+        let n = id as u32;
+        let v = match (&n as &dyn Any).downcast_ref::<E::Value>() {
+            Some(&v) if u64::from(n) == id => Some(v),
+            Some(_) => None,
+            None => self.vals.get(id as usize).copied(),
+        };
+        if v.is_none() {
+            self.fail(format!("no value {id}"));
+        }
+        v
+    }
+
+    fn copy(&mut self, id: u64) -> Option<E::Block> {
+        let n = id as u32;
+        let b = match (&n as &dyn Any).downcast_ref::<E::Block>() {
+            Some(&b) if u64::from(n) == id => Some(b),
+            Some(_) => None,
+            None => self.copies.get(id as usize).copied(),
+        };
+        if b.is_none() {
+            self.fail(format!("no copy {id}"));
+        }
+        b
+    }
+
+    /// `Spec::create_copy`.
+    fn create_copy(&mut self, b: Block) -> u32 {
+        let lay = self.prog.layout(b);
+        match self.entry {
+            Some(_) => {
+                let made = match self.like.get(b.index()).copied().flatten() {
+                    Some(l) => match self.copy(u64::from(l)) {
+                        Some(l) => self.em.create_block_like(l, &lay.copy_types),
+                        None => self.em.create_block(&lay.copy_types),
+                    },
+                    None => self.em.create_block(&lay.copy_types),
+                };
+                let id = self.copy_block(made);
+                if let Some(l) = self.like.get_mut(b.index()) {
+                    *l = Some(id);
+                }
+                id
+            }
+            None => {
+                let res = self.em.create_block(&lay.input_types);
+                let id = self.copy_block(res);
+                self.entry = Some(id);
+                id
+            }
+        }
+    }
+
+    /// `Spec::copy_of`: `None` over the budget.
+    fn copy_of(&mut self, b: Block, key: &[SVal]) -> Option<u32> {
+        self.lookups += 1;
+        let at = match self.memo.get(b, key) {
+            Ok(res) => return Some(res),
+            Err(at) => at,
+        };
+        if !self.count_block() {
+            return None;
+        }
+        let res = self.create_copy(b);
+        let k = self.memo.insert(at, b, key, res);
+        self.work.push(k);
+        Some(res)
+    }
+
+    fn op_at(&mut self, b: u64, i: u64) -> Option<&'a Op> {
+        let op = u32::try_from(b)
+            .ok()
+            .map(Block::from_u32)
+            .and_then(|b| self.prog.blocks.get(b))
+            .and_then(|d| d.ops.get(i as usize));
+        if op.is_none() {
+            self.fail(format!("no operation {i} in block {b}"));
+        }
+        op
+    }
+
+    /// The static value of register `r` in the frame.
+    fn get_s(&self, r: Reg) -> Result<SVal, SpecError> {
+        if r.index() >= self.ge.regs {
+            return Err(SpecError::Internal(format!(
+                "register {r} out of the frame"
+            )));
+        }
+        // SAFETY: `r` is below the frame's number of registers.
+        let (t, b) = unsafe { (*self.frame.st.add(r.index()), *self.frame.s.add(r.index())) };
+        sval(t, b).ok_or_else(|| SpecError::Internal(format!("static register {r} unset")))
+    }
+
+    /// The elements of local array `r` in the pool: where they start, and how many.
+    fn elems(&mut self, r: Reg) -> Option<(usize, usize)> {
+        let e = self.ge.arrays.get(r.index()).copied().flatten();
+        if e.is_none() {
+            self.fail(format!("{r} is not a local array"));
+        }
+        e.map(|(o, n, _)| (o as usize, n as usize))
+    }
+
+    /// The element type of the local array operation `op` reads or writes.
+    fn elem_of(&mut self, op: &Op) -> Option<Scalar> {
+        let arr = match *op {
+            Op::ArrayLoad { arr, .. } | Op::ArrayStore { arr, .. } => arr,
+            _ => return None,
+        };
+        self.ge
+            .arrays
+            .get(arr.index())
+            .copied()
+            .flatten()
+            .map(|(_, _, e)| e)
+    }
+
+    /// Values `ids` (read from `src`, `n` of them) into `out`.
+    fn load_vals(&mut self, src: *const u32, n: u64, out: &mut Vec<E::Value>) -> bool {
+        out.clear();
+        if n as usize > self.ge.buf.max(self.ge.pool) {
+            self.fail("too many values");
+            return false;
+        }
+        for k in 0..n as usize {
+            // SAFETY: callers pass a buffer or a run of the pool of at least `n` words.
+            let id = unsafe { *src.add(k) };
+            match self.val(u64::from(id)) {
+                Some(v) => out.push(v),
+                None => return false,
+            }
+        }
+        true
+    }
+}
+
+/// Runs `f` on the context behind `rt`, catching a panic (kept for the driver to raise
+/// again) so that none unwinds into compiled code.
+fn with_rt<'x, E: Emitter + 'x>(rt: *mut c_void, f: impl FnOnce(&mut Rt<'x, 'x, E>) -> u64) -> u64 {
+    // SAFETY: compiled code passes back the `frame.rt` the driver set to its `Rt<E>`,
+    // which lives for the whole call and is not otherwise used while the code runs (the
+    // lifetimes, erased in the pointer, are those of that call).
+    let rt = unsafe { &mut *(rt as *mut Rt<'x, 'x, E>) };
+    if rt.panic.is_some() {
+        return 0;
+    }
+    match catch_unwind(AssertUnwindSafe(|| f(&mut *rt))) {
+        Ok(v) => v,
+        Err(p) => {
+            rt.panic = Some(p);
+            0
+        }
+    }
+}
+
+extern "C" fn shim_stat<E: Emitter>(rt: *mut c_void, tag: u64, bits: u64) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let v = match sval(tag as u8, bits) {
+            Some(SVal::Scalar(c)) => rt.em.constant(c),
+            Some(SVal::Slice(k)) => match rt.prog.header.param_types.get(k as usize) {
+                Some(&ty) => rt.em.static_slice(k, ty),
+                None => {
+                    rt.fail(format!("static slice {k} is not a parameter"));
+                    return 0;
+                }
+            },
+            None => {
+                rt.fail("a static operand unset");
+                return 0;
+            }
+        };
+        u64::from(rt.value(v))
+    })
+}
+
+extern "C" fn shim_setup<E: Emitter>(rt: *mut c_void, b: u64, i: u64) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let Some(Op::Setup { dst, op, .. }) = rt.op_at(b, i) else {
+            rt.fail("not a setup operation");
+            return 0;
+        };
+        let value = eval_setup(op, |r| rt.get_s(r), rt.cx.slices, rt.cx.hosts);
+        match value {
+            Ok(Some(v)) if dst.index() < rt.ge.regs => {
+                let (t, w) = v.key_bits();
+                // SAFETY: `dst` is below the frame's number of registers.
+                unsafe {
+                    *rt.frame.st.add(dst.index()) = t;
+                    *rt.frame.s.add(dst.index()) = w;
+                }
+                1
+            }
+            // (A static fault: the interpreted stitcher emits it.)
+            _ => 0,
+        }
+    })
+}
+
+extern "C" fn shim_op<E: Emitter>(rt: *mut c_void, b: u64, i: u64, n: u64) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let Some(Op::Emit { op, loc, .. }) = rt.op_at(b, i) else {
+            rt.fail("not a template operation");
+            return u64::from(NONE);
+        };
+        let mut args = std::mem::take(&mut rt.scratch);
+        let ok = rt.load_vals(rt.frame.buf, n, &mut args);
+        let r = match ok {
+            true => rt.em.op(op, &args, *loc),
+            false => None,
+        };
+        rt.scratch = args;
+        r.map_or(u64::from(NONE), |v| u64::from(rt.value(v)))
+    })
+}
+
+extern "C" fn shim_switch_to<E: Emitter>(rt: *mut c_void, copy: u64) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        if let Some(b) = rt.copy(copy) {
+            rt.em.switch_to_block(b);
+        }
+        0
+    })
+}
+
+extern "C" fn shim_params<E: Emitter>(rt: *mut c_void, copy: u64) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let Some(b) = rt.copy(copy) else { return 0 };
+        let mut params = std::mem::take(&mut rt.scratch);
+        params.clear();
+        rt.em.block_params(b, &mut params);
+        let n = params.len();
+        if n > rt.ge.buf {
+            rt.fail("too many block parameters");
+        } else {
+            for (k, &v) in params.iter().enumerate() {
+                let id = rt.value(v);
+                // SAFETY: the buffer holds `ge.buf` words, and `k < n <= ge.buf`.
+                unsafe { *rt.frame.buf.add(k) = id };
+            }
+        }
+        rt.scratch = params;
+        n as u64
+    })
+}
+
+extern "C" fn shim_create<E: Emitter>(rt: *mut c_void, b: u64) -> u64 {
+    with_rt::<E>(rt, |rt| match u32::try_from(b) {
+        Ok(b) if (b as usize) < rt.prog.blocks.len() => {
+            u64::from(rt.create_copy(Block::from_u32(b)))
+        }
+        _ => {
+            rt.fail("no such block");
+            0
+        }
+    })
+}
+
+extern "C" fn shim_root<E: Emitter>(rt: *mut c_void, b: u64, n: u64) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let b = match u32::try_from(b) {
+            Ok(b) if (b as usize) < rt.prog.blocks.len() => Block::from_u32(b),
+            _ => {
+                rt.fail("no such block");
+                return 0;
+            }
+        };
+        if n as usize > rt.ge.key {
+            rt.fail("key too long");
+            return 0;
+        }
+        let mut key = Key::new();
+        for k in 0..n as usize {
+            // SAFETY: the key buffer holds `2 * ge.key` words, and `k < n <= ge.key`.
+            let (t, w) = unsafe { (*rt.frame.key.add(2 * k), *rt.frame.key.add(2 * k + 1)) };
+            match sval(t as u8, w) {
+                Some(v) => key.push(v),
+                None => {
+                    rt.fail("a key value unset");
+                    return 0;
+                }
+            }
+        }
+        match rt.copy_of(b, &key) {
+            // (An edge back into the unit's first copy passes its invariants: not here.)
+            Some(c) if Some(c) != rt.entry => u64::from(c),
+            _ => {
+                rt.fail("an edge into the unit's first copy, or over the budget");
+                0
+            }
+        }
+    })
+}
+
+extern "C" fn shim_jump<E: Emitter>(rt: *mut c_void, copy: u64, n: u64, which: u64) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let Some(t) = rt.copy(copy) else { return 0 };
+        let src = if which == 0 {
+            rt.frame.buf
+        } else {
+            rt.frame.buf2
+        };
+        let mut args = std::mem::take(&mut rt.scratch);
+        if n as usize <= rt.ge.buf && rt.load_vals(src, n, &mut args) {
+            rt.em.jump(t, &args);
+        } else {
+            rt.fail("bad jump");
+        }
+        rt.scratch = args;
+        0
+    })
+}
+
+extern "C" fn shim_brif<E: Emitter>(
+    rt: *mut c_void,
+    cond: u64,
+    t: u64,
+    n: u64,
+    e: u64,
+    m: u64,
+) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let (Some(c), Some(t), Some(e)) = (rt.val(cond), rt.copy(t), rt.copy(e)) else {
+            return 0;
+        };
+        let (mut a1, mut a2) = (
+            std::mem::take(&mut rt.scratch),
+            std::mem::take(&mut rt.scratch2),
+        );
+        let ok = n as usize <= rt.ge.buf
+            && m as usize <= rt.ge.buf
+            && rt.load_vals(rt.frame.buf, n, &mut a1)
+            && rt.load_vals(rt.frame.buf2, m, &mut a2);
+        if ok {
+            rt.em.brif(c, (t, &a1), (e, &a2));
+        } else {
+            rt.fail("bad branch");
+        }
+        (rt.scratch, rt.scratch2) = (a1, a2);
+        0
+    })
+}
+
+extern "C" fn shim_ret<E: Emitter>(rt: *mut c_void, has: u64, v: u64) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let v = match has {
+            0 => None,
+            _ => match rt.val(v) {
+                Some(v) => Some(v),
+                None => return 0,
+            },
+        };
+        rt.em.ret(v);
+        0
+    })
+}
+
+extern "C" fn shim_trap<E: Emitter>(rt: *mut c_void, b: u64) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let term = u32::try_from(b)
+            .ok()
+            .map(Block::from_u32)
+            .and_then(|b| rt.prog.blocks.get(b))
+            .map(|d| &d.term);
+        match term {
+            Some(Term::Trap(loc)) => rt.em.trap(*loc),
+            _ => rt.fail("not a trap"),
+        }
+        0
+    })
+}
+
+extern "C" fn shim_array_load<E: Emitter>(rt: *mut c_void, b: u64, i: u64, index: u64) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let Some(op) = rt.op_at(b, i) else { return 0 };
+        let (
+            Op::ArrayLoad {
+                dst: _, arr, loc, ..
+            },
+            Some(elem),
+        ) = (op, rt.elem_of(op))
+        else {
+            rt.fail("not an array load");
+            return 0;
+        };
+        let (Some((at, n)), Some(k)) = (rt.elems(*arr), rt.val(index)) else {
+            return 0;
+        };
+        let mut elems = std::mem::take(&mut rt.scratch);
+        // SAFETY: `at..at + n` lies in the pool ([`CompiledGe::arrays`]).
+        let ok = rt.load_vals(unsafe { rt.frame.a.add(at) }, n as u64, &mut elems);
+        let v = ok.then(|| rt.em.array_load(elem, &elems, k, *loc));
+        rt.scratch = elems;
+        v.map_or(0, |v| u64::from(rt.value(v)))
+    })
+}
+
+extern "C" fn shim_array_store<E: Emitter>(
+    rt: *mut c_void,
+    b: u64,
+    i: u64,
+    index: u64,
+    value: u64,
+) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let Some(op) = rt.op_at(b, i) else { return 0 };
+        let (Op::ArrayStore { arr, loc, .. }, Some(elem)) = (op, rt.elem_of(op)) else {
+            rt.fail("not an array store");
+            return 0;
+        };
+        let (Some((at, n)), Some(k), Some(v)) = (rt.elems(*arr), rt.val(index), rt.val(value))
+        else {
+            return 0;
+        };
+        let mut elems = std::mem::take(&mut rt.scratch);
+        // SAFETY: `at..at + n` lies in the pool ([`CompiledGe::arrays`]).
+        if rt.load_vals(unsafe { rt.frame.a.add(at) }, n as u64, &mut elems) {
+            rt.em.array_store(elem, &mut elems, k, v, *loc);
+            for (j, &e) in elems.iter().enumerate() {
+                let id = rt.value(e);
+                // SAFETY: `j < n`, within the array's run of the pool.
+                unsafe { *rt.frame.a.add(at + j) = id };
+            }
+        }
+        rt.scratch = elems;
+        0
+    })
+}
+
+extern "C" fn shim_keep<E: Emitter>(rt: *mut c_void, v: u64) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        if let Some(v) = rt.val(v) {
+            rt.em.keep(v);
+        }
+        0
+    })
+}
+
+extern "C" fn shim_count<E: Emitter>(rt: *mut c_void) -> u64 {
+    with_rt::<E>(rt, |rt| u64::from(rt.count_block()))
+}

@@ -1,0 +1,1153 @@
+//! The Cranelift code of a compiled generating extension (see the parent module).
+//!
+//! One function: an entry that sets every slot empty and goes to the first step of the
+//! tree of the root it is given, and one block of code per step of the plan. The
+//! decisions `Spec` takes per copy from the plan are taken here once: which edges fuse
+//! (`Spec::fuses`: the next step, past the arm the edge's static branch selects, stitches
+//! the edge's target), which edges go to roots, what each block binds and passes.
+
+use std::collections::HashSet;
+
+use cranelift_codegen::control::ControlPlane;
+use cranelift_codegen::entity::EntityRef;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{
+    self, types, AbiParam, InstBuilder, MemFlagsData, Signature, UserFuncName, Value,
+};
+use cranelift_codegen::isa::TargetIsa;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Switch, Variable};
+
+use dyc_templates::ops::{BinaryOp, Const};
+use dyc_templates::types::{Scalar, Type};
+
+use super::{CompiledGe, NONE, TAG_BOOL, TAG_I64, TAG_SLICE};
+use crate::ge::{Block, Edge, Fast, Op, Operand, Param, Plan, Reg, Step, StitchProgram, Term};
+
+/// The shims, by their place in [`super::Shims`].
+#[derive(Clone, Copy)]
+enum Shim {
+    Stat = 0,
+    Setup,
+    Op,
+    SwitchTo,
+    Params,
+    Create,
+    Root,
+    Jump,
+    Brif,
+    Ret,
+    Trap,
+    ArrayLoad,
+    ArrayStore,
+    Keep,
+    Count,
+}
+
+/// Offsets of [`super::Frame`]'s fields.
+mod frame {
+    pub const RT: i32 = 0;
+    pub const SHIMS: i32 = 8;
+    pub const S: i32 = 16;
+    pub const ST: i32 = 24;
+    pub const D: i32 = 32;
+    pub const A: i32 = 40;
+    pub const SLICES: i32 = 48;
+    pub const NSLICES: i32 = 56;
+    pub const BUF: i32 = 64;
+    pub const BUF2: i32 = 72;
+    pub const KEY: i32 = 80;
+    pub const COUNTERS: i32 = 88;
+}
+
+/// Programs with more registers or array elements than this are not compiled (their
+/// frame offsets must fit the code's 32-bit displacements).
+const MAX_REGS: usize = 1 << 20;
+
+/// Compiles `prog`'s plan for `isa` (x86-64 only), or `None` when the program has no plan
+/// or is of a kind the compiled stitcher does not take (local arrays in memory).
+pub(crate) fn compile(prog: &StitchProgram, isa: &dyn TargetIsa) -> Option<CompiledGe> {
+    if !cfg!(target_arch = "x86_64") {
+        return None;
+    }
+    let plan = prog.plan.as_ref()?;
+    if !prog.all_homes().is_empty() {
+        return None;
+    }
+    let regs = prog.header.num_regs as usize;
+    if regs > MAX_REGS {
+        return None;
+    }
+    let (arrays, pool) = arrays(prog)?;
+    if pool > MAX_REGS {
+        return None;
+    }
+    let (mut buf, mut key) = (0usize, 0usize);
+    for b in prog.blocks.keys() {
+        let lay = prog.layout(b);
+        buf = buf.max(Type::flatten(lay.input_types.iter().copied()).len());
+        buf = buf.max(Type::flatten(lay.copy_types.iter().copied()).len());
+        key = key.max(lay.key_regs.len());
+        for op in &prog.blocks[b].ops {
+            if let Op::Emit { args, .. } = op {
+                buf = buf.max(args.len());
+            }
+        }
+        for e in prog.blocks[b].term.edges() {
+            let t = &prog.blocks[e.block];
+            let live: usize = prog
+                .layout(e.block)
+                .copy_dyn_live_in
+                .iter()
+                .map(|(_, t)| t.flat_len())
+                .sum();
+            buf = buf.max(e.args.len() + live);
+            key = key.max(e.args.len() + t.static_live_in.len());
+        }
+    }
+    let mut func = ir::Function::with_name_signature(UserFuncName::user(0, 0), {
+        let mut sig = Signature::new(isa.default_call_conv());
+        sig.params.push(AbiParam::new(types::I64));
+        sig.params.extend([AbiParam::new(types::I32); 3]);
+        sig.returns.push(AbiParam::new(types::I32));
+        sig
+    });
+    let mut fctx = FunctionBuilderContext::new();
+    {
+        let b = FunctionBuilder::new(&mut func, &mut fctx);
+        let mut g = Gen::new(prog, plan, &arrays, b, isa);
+        g.all()?;
+        if g.bad || g.most_buf > buf.max(1) || g.most_key > key.max(1) {
+            return None;
+        }
+        g.b.seal_all_blocks();
+        g.b.finalize(isa.frontend_config());
+    }
+    let mut cctx = cranelift_codegen::Context::for_function(func);
+    let code = cctx.compile(isa, &mut ControlPlane::default()).ok()?;
+    if !code.buffer.relocs().is_empty() {
+        return None;
+    }
+    let bytes = code.code_buffer().to_vec();
+    let mut extent = crate::runtime::heap::alloc(bytes.len()).ok()?;
+    extent.write_and_seal(&bytes).ok()?;
+    let entry = extent.base() as usize;
+    Some(CompiledGe {
+        _code: extent,
+        entry,
+        regs,
+        arrays,
+        pool,
+        buf: buf.max(1),
+        key: key.max(1),
+    })
+}
+
+/// Per register, where its local array's elements lie in the pool, how many there are
+/// and their type; and the pool's size. `None` if a register is an array of two lengths.
+#[allow(clippy::type_complexity)]
+fn arrays(prog: &StitchProgram) -> Option<(Vec<Option<(u32, u32, Scalar)>>, usize)> {
+    let mut shape: Vec<Option<(u32, Scalar)>> = vec![None; prog.header.num_regs as usize];
+    let mut note = |r: Reg, len: u32, elem: Scalar| -> Option<()> {
+        let s = shape.get_mut(r.index())?;
+        match *s {
+            None => *s = Some((len, elem)),
+            Some(x) if x == (len, elem) => {}
+            Some(_) => return None,
+        }
+        Some(())
+    };
+    for b in prog.blocks.keys() {
+        let data = &prog.blocks[b];
+        for p in &data.params {
+            if let Param::Dyn(r, Type::Array { elem, len }) = *p {
+                note(r, len, elem)?;
+            }
+        }
+        for &(r, t) in &data.dyn_live_in {
+            if let Type::Array { elem, len } = t {
+                note(r, len, elem)?;
+            }
+        }
+        for op in &data.ops {
+            if let Op::ArrayNew { dst, elem, len } = *op {
+                note(dst, len, elem)?;
+            }
+        }
+        let lay = prog.layout(b);
+        for &(r, t) in lay.dyn_inputs.iter().chain(&lay.copy_dyn_live_in) {
+            if let Type::Array { elem, len } = t {
+                note(r, len, elem)?;
+            }
+        }
+    }
+    let mut pool = 0u32;
+    let arrays = shape
+        .into_iter()
+        .map(|s| {
+            s.map(|(len, elem)| {
+                let at = pool;
+                pool = pool.saturating_add(len);
+                (at, len, elem)
+            })
+        })
+        .collect();
+    Some((arrays, pool as usize))
+}
+
+struct Gen<'a, 'f> {
+    prog: &'a StitchProgram,
+    plan: &'a Plan,
+    arrays: &'a [Option<(u32, u32, Scalar)>],
+    b: FunctionBuilder<'f>,
+    /// Signatures of shims taking `k` words besides the context.
+    sigs: Vec<ir::SigRef>,
+    /// The frame's pointers and the parameters.
+    rt: Value,
+    shims: Value,
+    s: Value,
+    st: Value,
+    d: Value,
+    a: Value,
+    slices: Value,
+    nslices: Value,
+    buf: [Value; 2],
+    key: Value,
+    counters: Value,
+    first: Value,
+    /// Per block, its copy in this run of the tree ([`NONE`] if none) and whether it was
+    /// stitched; the arm the last static branch took; the block fused into the current
+    /// copy; the copy being filled.
+    slot: Vec<Variable>,
+    stitched: Vec<Variable>,
+    taken: Variable,
+    fused: Variable,
+    cur: Variable,
+    steps: Vec<ir::Block>,
+    abort: ir::Block,
+    /// The most values the code writes to a buffer and reads from the first, and the
+    /// most key values it writes (checked against the frame's sizes: the code never
+    /// reaches past them).
+    most_buf: usize,
+    most_key: usize,
+    /// A register past the program's count was met: the program is refused.
+    bad: bool,
+}
+
+fn flags() -> MemFlagsData {
+    MemFlagsData::trusted()
+}
+
+impl<'a, 'f> Gen<'a, 'f> {
+    fn new(
+        prog: &'a StitchProgram,
+        plan: &'a Plan,
+        arrays: &'a [Option<(u32, u32, Scalar)>],
+        mut b: FunctionBuilder<'f>,
+        isa: &dyn TargetIsa,
+    ) -> Gen<'a, 'f> {
+        let sigs = (0..6)
+            .map(|k| {
+                let mut sig = Signature::new(isa.default_call_conv());
+                sig.params
+                    .extend(std::iter::repeat_n(AbiParam::new(types::I64), k + 1));
+                sig.returns.push(AbiParam::new(types::I64));
+                b.import_signature(sig)
+            })
+            .collect();
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let p = b.block_params(entry).to_vec();
+        let fr = p[0];
+        let mut ld = |off| b.ins().load(types::I64, flags(), fr, off);
+        let (rt, shims, s, st, d, a) = (
+            ld(frame::RT),
+            ld(frame::SHIMS),
+            ld(frame::S),
+            ld(frame::ST),
+            ld(frame::D),
+            ld(frame::A),
+        );
+        let (slices, nslices, buf, buf2, key, counters) = (
+            ld(frame::SLICES),
+            ld(frame::NSLICES),
+            ld(frame::BUF),
+            ld(frame::BUF2),
+            ld(frame::KEY),
+            ld(frame::COUNTERS),
+        );
+        let n = prog.blocks.len();
+        let none = b.ins().iconst(types::I64, i64::from(NONE));
+        let zero = b.ins().iconst(types::I64, 0);
+        let mut var = |init: Value| {
+            let v = b.declare_var(types::I64);
+            b.def_var(v, init);
+            v
+        };
+        let slot: Vec<Variable> = (0..n).map(|_| var(none)).collect();
+        let stitched: Vec<Variable> = (0..n).map(|_| var(zero)).collect();
+        let (taken, fused, cur) = (var(none), var(none), var(none));
+        let steps = plan.steps.iter().map(|_| b.create_block()).collect();
+        let abort = b.create_block();
+        Gen {
+            prog,
+            plan,
+            arrays,
+            b,
+            sigs,
+            rt,
+            shims,
+            s,
+            st,
+            d,
+            a,
+            slices,
+            nslices,
+            buf: [buf, buf2],
+            key,
+            counters,
+            first: p[3],
+            slot,
+            stitched,
+            taken,
+            fused,
+            cur,
+            steps,
+            abort,
+            most_buf: 0,
+            most_key: 0,
+            bad: false,
+        }
+        .dispatch(p[1], p[2])
+    }
+
+    /// The entry's dispatch on the root: its slot holds the copy `res`, and its tree's
+    /// first step follows.
+    fn dispatch(mut self, root: Value, res: Value) -> Self {
+        let res = self.b.ins().uextend(types::I64, res);
+        let mut sw = Switch::new();
+        for (i, r) in self.plan.roots.iter().enumerate() {
+            let Some((pc, _)) = *r else { continue };
+            let Some(&step) = self.steps.get(pc as usize) else {
+                continue;
+            };
+            let blk = self.b.create_block();
+            sw.set_entry(i as u128, blk);
+            self.b.switch_to_block(blk);
+            self.b.def_var(self.slot[i], res);
+            self.b.ins().jump(step, &[]);
+        }
+        // (Back in the entry block: the switch goes last in it.)
+        let entry = self.b.func.layout.entry_block().expect("the entry");
+        self.b.switch_to_block(entry);
+        sw.emit(&mut self.b, root, self.abort);
+        self.b.switch_to_block(self.abort);
+        let one = self.b.ins().iconst(types::I32, 1);
+        self.b.ins().return_(&[one]);
+        self
+    }
+
+    fn iconst(&mut self, x: u64) -> Value {
+        self.b.ins().iconst(types::I64, x as i64)
+    }
+
+    fn call(&mut self, shim: Shim, args: &[Value]) -> Value {
+        let f = self
+            .b
+            .ins()
+            .load(types::I64, flags(), self.shims, 8 * shim as i32);
+        let mut all = vec![self.rt];
+        all.extend_from_slice(args);
+        let call = self.b.ins().call_indirect(self.sigs[args.len()], f, &all);
+        self.b.inst_results(call)[0]
+    }
+
+    /// Ends the current block with a jump to `to`.
+    fn goto(&mut self, to: ir::Block) {
+        self.b.ins().jump(to, &[]);
+    }
+
+    /// Goes on in a new block when `cond` is true, to `to` otherwise.
+    fn check(&mut self, cond: Value, to: ir::Block) {
+        let go = self.b.create_block();
+        self.b.ins().brif(cond, go, &[], to, &[]);
+        self.b.switch_to_block(go);
+    }
+
+    /// Where register `r` lies in a frame of `size`-byte words (a register past the
+    /// program's count makes the program refused).
+    fn reg_off(&mut self, r: Reg, size: usize) -> i32 {
+        if r.index() >= self.prog.header.num_regs as usize {
+            self.bad = true;
+        }
+        (r.index() * size) as i32
+    }
+
+    fn tag(&mut self, r: Reg) -> Value {
+        let off = self.reg_off(r, 1);
+        self.b.ins().uload8(types::I64, flags(), self.st, off)
+    }
+
+    fn bits(&mut self, r: Reg) -> Value {
+        let off = self.reg_off(r, 8);
+        self.b.ins().load(types::I64, flags(), self.s, off)
+    }
+
+    fn set_s(&mut self, r: Reg, tag: Value, bits: Value) {
+        let (o1, o8) = (self.reg_off(r, 1), self.reg_off(r, 8));
+        self.b.ins().istore8(flags(), tag, self.st, o1);
+        self.b.ins().store(flags(), bits, self.s, o8);
+    }
+
+    fn copy_s(&mut self, dst: Reg, src: Reg) {
+        let (t, w) = (self.tag(src), self.bits(src));
+        self.set_s(dst, t, w);
+    }
+
+    fn get_d(&mut self, r: Reg) -> Value {
+        let off = self.reg_off(r, 4);
+        self.b.ins().uload32(flags(), self.d, off)
+    }
+
+    fn set_d(&mut self, r: Reg, v: Value) {
+        let off = self.reg_off(r, 4);
+        self.b.ins().istore32(flags(), v, self.d, off);
+    }
+
+    fn array(&self, r: Reg) -> Option<(u32, u32)> {
+        self.arrays
+            .get(r.index())
+            .copied()
+            .flatten()
+            .map(|(o, n, _)| (o, n))
+    }
+
+    fn get_elem(&mut self, k: u32) -> Value {
+        self.b
+            .ins()
+            .uload32(flags(), self.a, (4 * k as usize) as i32)
+    }
+
+    fn set_elem(&mut self, k: u32, v: Value) {
+        self.b
+            .ins()
+            .istore32(flags(), v, self.a, (4 * k as usize) as i32);
+    }
+
+    /// `Spec::operand`: a dynamic variable's value, or a static one made a value.
+    fn operand(&mut self, o: Operand) -> Value {
+        match o {
+            Operand::Dyn(r) => self.get_d(r),
+            Operand::Static(r) => {
+                let (t, w) = (self.tag(r), self.bits(r));
+                self.call(Shim::Stat, &[t, w])
+            }
+        }
+    }
+
+    fn put(&mut self, which: usize, k: usize, v: Value) {
+        self.most_buf = self.most_buf.max(k + 1);
+        self.b
+            .ins()
+            .istore32(flags(), v, self.buf[which], (4 * k) as i32);
+    }
+
+    fn every_step(&mut self) -> Option<()> {
+        let trees = self.trees();
+        for pc in 0..self.plan.steps.len() {
+            self.b.switch_to_block(self.steps[pc]);
+            let next = self.steps.get(pc + 1).copied().unwrap_or(self.abort);
+            match &self.plan.steps[pc] {
+                Step::Stitch { block, test } => self.stitch_step(pc, *block, *test, next)?,
+                Step::Fork { arms, .. } => {
+                    let taken = self.b.use_var(self.taken);
+                    let none = self.iconst(u64::from(NONE));
+                    let is_none = self.b.ins().icmp(IntCC::Equal, taken, none);
+                    let zero = self.iconst(0);
+                    let k = self.b.ins().select(is_none, zero, taken);
+                    let mut sw = Switch::new();
+                    for (i, &arm) in arms.iter().enumerate() {
+                        let to = self.steps.get(arm as usize).copied()?;
+                        sw.set_entry(i as u128, to);
+                    }
+                    sw.emit(&mut self.b, k, self.abort);
+                }
+                Step::Goto(t) => {
+                    let to = self.steps.get(*t as usize).copied()?;
+                    self.goto(to);
+                }
+                Step::End => {
+                    let fz = self.b.use_var(self.fused);
+                    let none = self.iconst(u64::from(NONE));
+                    let ok = self.b.ins().icmp(IntCC::Equal, fz, none);
+                    self.check(ok, self.abort);
+                    // Every copy an edge asked for in this run was stitched.
+                    let blocks: Vec<usize> =
+                        trees.get(&pc).into_iter().flatten().copied().collect();
+                    for b in blocks {
+                        let slot = self.b.use_var(self.slot[b]);
+                        let done = self.b.use_var(self.stitched[b]);
+                        let empty = self.b.ins().icmp(IntCC::Equal, slot, none);
+                        let done = done_bool(&mut self.b, done);
+                        let ok = self.b.ins().bor(empty, done);
+                        self.check(ok, self.abort);
+                    }
+                    let zero = self.b.ins().iconst(types::I32, 0);
+                    self.b.ins().return_(&[zero]);
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// Per `End` step, the blocks (not roots) of the trees that reach it.
+    fn trees(&self) -> std::collections::HashMap<usize, Vec<usize>> {
+        let mut out: std::collections::HashMap<usize, HashSet<usize>> = Default::default();
+        for r in self.plan.roots.iter().flatten() {
+            let (mut seen, mut work, mut blocks, mut ends) = (
+                HashSet::new(),
+                vec![r.0 as usize],
+                HashSet::new(),
+                Vec::new(),
+            );
+            while let Some(pc) = work.pop() {
+                if !seen.insert(pc) {
+                    continue;
+                }
+                match self.plan.steps.get(pc) {
+                    Some(Step::Stitch { block, .. }) => {
+                        if !self.plan.is_root(*block) {
+                            blocks.insert(block.index());
+                        }
+                        work.push(pc + 1);
+                    }
+                    Some(Step::Fork { arms, .. }) => work.extend(arms.iter().map(|&a| a as usize)),
+                    Some(Step::Goto(t)) => work.push(*t as usize),
+                    Some(Step::End) => ends.push(pc),
+                    None => {}
+                }
+            }
+            for e in ends {
+                out.entry(e).or_default().extend(&blocks);
+            }
+        }
+        out.into_iter()
+            .map(|(k, v)| {
+                let mut v: Vec<usize> = v.into_iter().collect();
+                v.sort_unstable();
+                (k, v)
+            })
+            .collect()
+    }
+
+    fn all(&mut self) -> Option<()> {
+        self.every_step()
+    }
+
+    fn stitch_step(&mut self, pc: usize, bl: Block, test: bool, next: ir::Block) -> Option<()> {
+        let prog = self.prog;
+        let i = bl.index();
+        if test {
+            let t = self.b.ins().load(types::I64, flags(), self.counters, 8);
+            let t = self.b.ins().iadd_imm_s(t, 1);
+            self.b.ins().store(flags(), t, self.counters, 8);
+        }
+        let none = self.iconst(u64::from(NONE));
+        self.b.def_var(self.taken, none);
+        let slot = self.b.use_var(self.slot[i]);
+        let done = self.b.use_var(self.stitched[i]);
+        let empty = self.b.ins().icmp(IntCC::Equal, slot, none);
+        let done = done_bool(&mut self.b, done);
+        let skip = self.b.ins().bor(empty, done);
+        let body = self.b.create_block();
+        self.b.ins().brif(skip, next, &[], body, &[]);
+        self.b.switch_to_block(body);
+        let one = self.iconst(1);
+        self.b.def_var(self.stitched[i], one);
+        let lay = prog.layout(bl);
+        let root = self.plan.is_root(bl);
+        // The fused copy goes on in the current block; any other starts its own and
+        // binds its parameters (the unit's first copy all its inputs).
+        let fz = self.b.use_var(self.fused);
+        let this = self.iconst(i as u64);
+        let is_fused = self.b.ins().icmp(IntCC::Equal, fz, this);
+        let (fused_blk, own, ops) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.ins().brif(is_fused, fused_blk, &[], own, &[]);
+        self.b.switch_to_block(fused_blk);
+        self.b.def_var(self.fused, none);
+        self.goto(ops);
+        self.b.switch_to_block(own);
+        let fz = self.b.use_var(self.fused);
+        let ok = self.b.ins().icmp(IntCC::Equal, fz, none);
+        self.check(ok, self.abort);
+        self.call(Shim::SwitchTo, &[slot]);
+        self.b.def_var(self.cur, slot);
+        self.call(Shim::Params, &[slot]);
+        if root && lay.dyn_inputs != lay.copy_inputs {
+            let (f, c) = (self.b.create_block(), self.b.create_block());
+            self.b.ins().brif(self.first, f, &[], c, &[]);
+            self.b.switch_to_block(f);
+            self.bind(&lay.dyn_inputs)?;
+            self.goto(ops);
+            self.b.switch_to_block(c);
+        }
+        self.bind(&lay.copy_inputs)?;
+        self.goto(ops);
+        self.b.switch_to_block(ops);
+        // The budget of operations, checked once per block.
+        let n = lay.run.len() as i64;
+        let o = self.b.ins().load(types::I64, flags(), self.counters, 0);
+        let o = self.b.ins().iadd_imm_s(o, n);
+        let max = self.b.ins().load(types::I64, flags(), self.counters, 16);
+        let ok = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, o, max);
+        self.check(ok, self.abort);
+        self.b.ins().store(flags(), o, self.counters, 0);
+        for run in &lay.run {
+            self.op(bl, run.at, run.fast)?;
+        }
+        if root && !lay.kept.is_empty() {
+            let (k, after) = (self.b.create_block(), self.b.create_block());
+            self.b.ins().brif(self.first, k, &[], after, &[]);
+            self.b.switch_to_block(k);
+            for &r in &lay.kept {
+                let v = self.get_d(r);
+                let none = self.iconst(u64::from(NONE));
+                let set = self.b.ins().icmp(IntCC::NotEqual, v, none);
+                let (y, n) = (self.b.create_block(), self.b.create_block());
+                self.b.ins().brif(set, y, &[], n, &[]);
+                self.b.switch_to_block(y);
+                self.call(Shim::Keep, &[v]);
+                self.goto(n);
+                self.b.switch_to_block(n);
+            }
+            self.goto(after);
+            self.b.switch_to_block(after);
+        }
+        self.term(pc, bl, next)
+    }
+
+    /// `Spec::bind` (no local arrays in memory): the parameters in the buffer.
+    fn bind(&mut self, inputs: &[(Reg, Type)]) -> Option<()> {
+        let mut next = 0;
+        for &(r, ty) in inputs {
+            match ty {
+                Type::Array { len, .. } => {
+                    let (at, n) = self.array(r)?;
+                    if n != len {
+                        return None;
+                    }
+                    self.most_buf = self.most_buf.max(next + len as usize);
+                    for k in 0..len {
+                        let v = self.b.ins().uload32(
+                            flags(),
+                            self.buf[0],
+                            (4 * (next + k as usize)) as i32,
+                        );
+                        self.set_elem(at + k, v);
+                    }
+                    next += len as usize;
+                }
+                _ => {
+                    self.most_buf = self.most_buf.max(next + 1);
+                    let v = self
+                        .b
+                        .ins()
+                        .uload32(flags(), self.buf[0], (4 * next) as i32);
+                    self.set_d(r, v);
+                    next += 1;
+                }
+            }
+        }
+        Some(())
+    }
+
+    fn op(&mut self, bl: Block, at: u32, fast: Fast) -> Option<()> {
+        let op = self.prog.blocks[bl].ops.get(at as usize)?;
+        let general = self.b.create_block();
+        let after = self.b.create_block();
+        match fast {
+            Fast::None => self.goto(general),
+            Fast::Load {
+                dst, slice, index, ..
+            } => {
+                let ts = self.tag(slice);
+                let ok = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::Equal, ts, i64::from(TAG_SLICE));
+                self.check(ok, general);
+                let k = self.bits(slice);
+                let ok = self.b.ins().icmp(IntCC::UnsignedLessThan, k, self.nslices);
+                self.check(ok, general);
+                let ti = self.tag(index);
+                let ok = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::UnsignedLessThanOrEqual, ti, 7);
+                self.check(ok, general);
+                let i = self.bits(index);
+                let r = self.b.ins().imul_imm_u(k, 24);
+                let r = self.b.ins().iadd(self.slices, r);
+                let len = self.b.ins().load(types::I64, flags(), r, 8);
+                let ok = self.b.ins().icmp(IntCC::UnsignedLessThan, i, len);
+                self.check(ok, general);
+                let p = self.b.ins().load(types::I64, flags(), r, 0);
+                let off = self.b.ins().ishl_imm_u(i, 3);
+                let p = self.b.ins().iadd(p, off);
+                let v = self.b.ins().load(types::I64, flags(), p, 0);
+                let t = self.b.ins().load(types::I64, flags(), r, 16);
+                self.set_s(dst, t, v);
+                self.goto(after);
+            }
+            Fast::Binary {
+                op: o, dst, a, b, ..
+            } if matches!(
+                o,
+                BinaryOp::Add
+                    | BinaryOp::Sub
+                    | BinaryOp::Mul
+                    | BinaryOp::And
+                    | BinaryOp::Or
+                    | BinaryOp::Xor
+            ) =>
+            {
+                let (ta, tb) = (self.tag(a), self.tag(b));
+                let ok = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::Equal, ta, i64::from(TAG_I64));
+                self.check(ok, general);
+                let ok = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::Equal, tb, i64::from(TAG_I64));
+                self.check(ok, general);
+                let (x, y) = (self.bits(a), self.bits(b));
+                let v = match o {
+                    BinaryOp::Add => self.b.ins().iadd(x, y),
+                    BinaryOp::Sub => self.b.ins().isub(x, y),
+                    BinaryOp::Mul => self.b.ins().imul(x, y),
+                    BinaryOp::And => self.b.ins().band(x, y),
+                    BinaryOp::Or => self.b.ins().bor(x, y),
+                    _ => self.b.ins().bxor(x, y),
+                };
+                self.set_s(dst, ta, v);
+                self.goto(after);
+            }
+            Fast::Binary { .. } => self.goto(general),
+            Fast::Element { dst, arr, index } => {
+                let (base, len) = self.array(arr)?;
+                let i = self.static_index(index, len, general);
+                let v = self.elem_at(base, i);
+                self.set_d(dst, v);
+                self.goto(after);
+            }
+            Fast::SetElement { arr, index, value } => {
+                let (base, len) = self.array(arr)?;
+                let i = self.static_index(index, len, general);
+                let v = self.operand(value);
+                self.set_elem_at(base, i, v);
+                self.goto(after);
+            }
+        }
+        self.b.switch_to_block(general);
+        let (bv, atv) = (self.iconst(bl.index() as u64), self.iconst(u64::from(at)));
+        match op {
+            Op::Setup { .. } => {
+                let ok = self.call(Shim::Setup, &[bv, atv]);
+                let ok = self.b.ins().icmp_imm_s(IntCC::NotEqual, ok, 0);
+                self.check(ok, self.abort);
+            }
+            Op::Emit { dst, args, .. } => {
+                for (k, &o) in args.iter().enumerate() {
+                    let v = self.operand(o);
+                    self.put(0, k, v);
+                }
+                let n = self.iconst(args.len() as u64);
+                let r = self.call(Shim::Op, &[bv, atv, n]);
+                if let Some(d) = dst {
+                    self.set_d(*d, r);
+                }
+            }
+            Op::Lift { dst, src } => {
+                let v = self.operand(*src);
+                self.set_d(*dst, v);
+            }
+            Op::ArrayNew { dst, elem, len } => {
+                let (base, n) = self.array(*dst)?;
+                if n != *len {
+                    return None;
+                }
+                let (t, w) = zero_bits(*elem);
+                let (t, w) = (self.iconst(u64::from(t)), self.iconst(w));
+                let z = self.call(Shim::Stat, &[t, w]);
+                for k in 0..*len {
+                    self.set_elem(base + k, z);
+                }
+            }
+            Op::ArrayLoad { dst, index, .. } => {
+                let i = self.operand(*index);
+                let v = self.call(Shim::ArrayLoad, &[bv, atv, i]);
+                self.set_d(*dst, v);
+            }
+            Op::ArrayStore { index, value, .. } => {
+                let i = self.operand(*index);
+                let v = self.operand(*value);
+                self.call(Shim::ArrayStore, &[bv, atv, i, v]);
+            }
+        }
+        self.goto(after);
+        self.b.switch_to_block(after);
+        Some(())
+    }
+
+    /// A static index of an `i64` or `u64` (the fast path of `Spec::fast`), checked below
+    /// `len`; other index types abort (the interpreted stitcher reads them), an index out
+    /// of bounds goes to `general`.
+    fn static_index(&mut self, index: Reg, len: u32, general: ir::Block) -> Value {
+        let t = self.tag(index);
+        let i64t = self.b.ins().icmp_imm_s(IntCC::Equal, t, i64::from(TAG_I64));
+        let u64t = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::Equal, t, i64::from(Scalar::U64 as u8));
+        let int = self.b.ins().bor(i64t, u64t);
+        let other_int = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::UnsignedLessThanOrEqual, t, 7);
+        let (ok, not) = (self.b.create_block(), self.b.create_block());
+        self.b.ins().brif(int, ok, &[], not, &[]);
+        self.b.switch_to_block(not);
+        // (A narrower integer index: abort; not an integer: the general operation.)
+        self.b.ins().brif(other_int, self.abort, &[], general, &[]);
+        self.b.switch_to_block(ok);
+        let i = self.bits(index);
+        let inb = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::UnsignedLessThan, i, i64::from(len));
+        self.check(inb, general);
+        i
+    }
+
+    fn elem_addr(&mut self, base: u32, i: Value) -> Value {
+        let off = self.b.ins().ishl_imm_u(i, 2);
+        let p = self.b.ins().iadd(self.a, off);
+        self.b.ins().iadd_imm_s(p, i64::from(4 * base))
+    }
+
+    fn elem_at(&mut self, base: u32, i: Value) -> Value {
+        let p = self.elem_addr(base, i);
+        self.b.ins().uload32(flags(), p, 0)
+    }
+
+    fn set_elem_at(&mut self, base: u32, i: Value, v: Value) {
+        let p = self.elem_addr(base, i);
+        self.b.ins().istore32(flags(), v, p, 0);
+    }
+
+    fn term(&mut self, pc: usize, bl: Block, next: ir::Block) -> Option<()> {
+        let term = &self.prog.blocks[bl].term;
+        match term {
+            Term::Jump(e) => self.jump_edge(pc, e, None)?,
+            Term::Branch {
+                cond: Operand::Static(r),
+                then_edge,
+                else_edge,
+            } => {
+                let t = self.tag(*r);
+                let ok = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::Equal, t, i64::from(TAG_BOOL));
+                self.check(ok, self.abort);
+                let w = self.bits(*r);
+                let (y, n, after) = (
+                    self.b.create_block(),
+                    self.b.create_block(),
+                    self.b.create_block(),
+                );
+                self.b.ins().brif(w, y, &[], n, &[]);
+                for (blk, e, k) in [(y, then_edge, 0), (n, else_edge, 1)] {
+                    self.b.switch_to_block(blk);
+                    let kv = self.iconst(k);
+                    self.b.def_var(self.taken, kv);
+                    self.jump_edge(pc, e, Some(k as usize))?;
+                    self.goto(after);
+                }
+                self.b.switch_to_block(after);
+            }
+            Term::Branch {
+                cond: Operand::Dyn(c),
+                then_edge,
+                else_edge,
+            } => {
+                let cv = self.get_d(*c);
+                let (t1, n1) = self.edge_block(then_edge, true, 0)?;
+                let (t2, n2) = self.edge_block(else_edge, true, 1)?;
+                let (n1, n2) = (self.iconst(n1 as u64), self.iconst(n2 as u64));
+                self.call(Shim::Brif, &[cv, t1, n1, t2, n2]);
+            }
+            Term::Switch {
+                arg: Operand::Static(r),
+                cases,
+                default,
+            } => {
+                let t = self.tag(*r);
+                let ok = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::UnsignedLessThanOrEqual, t, 7);
+                self.check(ok, self.abort);
+                let w = self.bits(*r);
+                let after = self.b.create_block();
+                let mut sw = Switch::new();
+                let mut seen = HashSet::new();
+                let mut arms = Vec::new();
+                for (k, (c, e)) in cases.iter().enumerate() {
+                    if seen.insert(*c) {
+                        let blk = self.b.create_block();
+                        sw.set_entry(u128::from(*c), blk);
+                        arms.push((blk, e, k));
+                    }
+                }
+                let dblk = self.b.create_block();
+                sw.emit(&mut self.b, w, dblk);
+                arms.push((dblk, default, cases.len()));
+                for (blk, e, k) in arms {
+                    self.b.switch_to_block(blk);
+                    let kv = self.iconst(k as u64);
+                    self.b.def_var(self.taken, kv);
+                    self.jump_edge(pc, e, Some(k))?;
+                    self.goto(after);
+                }
+                self.b.switch_to_block(after);
+            }
+            Term::Switch { .. } => self.goto_abort(),
+            Term::Return(v) => {
+                let (has, v) = match v {
+                    Some(o) => (self.iconst(1), self.operand(*o)),
+                    None => (self.iconst(0), self.iconst(0)),
+                };
+                self.call(Shim::Ret, &[has, v]);
+            }
+            Term::Trap(_) => {
+                let bv = self.iconst(bl.index() as u64);
+                self.call(Shim::Trap, &[bv]);
+            }
+        }
+        self.goto(next);
+        Some(())
+    }
+
+    /// Aborts, and goes on in an unreachable block (so that the caller may go on
+    /// emitting).
+    fn goto_abort(&mut self) {
+        self.goto(self.abort);
+        let dead = self.b.create_block();
+        self.b.switch_to_block(dead);
+    }
+
+    /// `Spec::fuses`, for the edge `e` that the copy stitched at step `pc` takes, after a
+    /// static branch's arm `taken`: all but whether the target's slot is empty.
+    fn fuses(&self, pc: usize, e: &Edge, taken: Option<usize>) -> bool {
+        let tb = &self.prog.blocks[e.block];
+        if self.plan.is_root(e.block)
+            || self.prog.in_edges(e.block) != 1
+            || tb
+                .params
+                .iter()
+                .any(|p| matches!(p, Param::Dyn(_, t) if t.is_array()))
+        {
+            return false;
+        }
+        let mut at = pc + 1;
+        for _ in 0..8 {
+            match self.plan.steps.get(at) {
+                Some(Step::Stitch { block, .. }) => return *block == e.block,
+                Some(Step::Fork { arms, .. }) => match taken {
+                    Some(k) if k < arms.len() => at = arms[k] as usize,
+                    _ => return false,
+                },
+                Some(Step::Goto(t)) => at = *t as usize,
+                Some(Step::End) | None => return false,
+            }
+        }
+        false
+    }
+
+    /// `Spec::edge` and the jump: a fused copy, or a jump to the copy the edge asks for.
+    fn jump_edge(&mut self, pc: usize, e: &Edge, taken: Option<usize>) -> Option<()> {
+        let tb = &self.prog.blocks[e.block];
+        let lazy = tb.lazy.enters_lazily(false) && tb.promote.is_empty();
+        if (lazy && self.plan.is_root(e.block)) || !tb.promote.is_empty() {
+            self.goto_abort();
+            return Some(());
+        }
+        let after = self.b.create_block();
+        if self.fuses(pc, e, taken) {
+            let i = e.block.index();
+            let slot = self.b.use_var(self.slot[i]);
+            let none = self.iconst(u64::from(NONE));
+            let empty = self.b.ins().icmp(IntCC::Equal, slot, none);
+            let (fuse, plain) = (self.b.create_block(), self.b.create_block());
+            self.b.ins().brif(empty, fuse, &[], plain, &[]);
+            self.b.switch_to_block(fuse);
+            // `Spec::fuse_edge`: the target's parameters bound, its slot the current block.
+            let dyns = self.tree_params(e, None)?;
+            for (r, v) in dyns {
+                self.set_d(r, v);
+            }
+            self.call(Shim::Count, &[]);
+            let cur = self.b.use_var(self.cur);
+            self.b.def_var(self.slot[i], cur);
+            let fv = self.iconst(i as u64);
+            self.b.def_var(self.fused, fv);
+            self.goto(after);
+            self.b.switch_to_block(plain);
+        }
+        let (t, n) = self.edge_block(e, false, 0)?;
+        let (n, which) = (self.iconst(n as u64), self.iconst(0));
+        self.call(Shim::Jump, &[t, n, which]);
+        self.goto(after);
+        self.b.switch_to_block(after);
+        Some(())
+    }
+
+    /// `Spec::tree_params`: sets the target's static parameters (always if `fresh` is
+    /// `None`, else when it is true) and returns its dynamic ones with their values.
+    fn tree_params(&mut self, e: &Edge, fresh: Option<Value>) -> Option<Vec<(Reg, Value)>> {
+        let tb = &self.prog.blocks[e.block];
+        if tb.params.len() != e.args.len() {
+            return None;
+        }
+        let mut dyns = Vec::new();
+        for (p, &a) in tb.params.iter().zip(&e.args) {
+            match (p, a) {
+                (Param::Static(r), Operand::Static(src)) => match fresh {
+                    None => self.copy_s(*r, src),
+                    Some(f) => {
+                        let (y, n) = (self.b.create_block(), self.b.create_block());
+                        self.b.ins().brif(f, y, &[], n, &[]);
+                        self.b.switch_to_block(y);
+                        self.copy_s(*r, src);
+                        self.goto(n);
+                        self.b.switch_to_block(n);
+                    }
+                },
+                (Param::Static(_), Operand::Dyn(_)) => return None,
+                (Param::Dyn(r, _), a) => {
+                    let v = self.operand(a);
+                    dyns.push((*r, v));
+                }
+            }
+        }
+        Some(dyns)
+    }
+
+    /// `Spec::live_args` (without the unit invariants) into buffer `which` from `k` on.
+    fn live_args(&mut self, b: Block, which: usize, mut k: usize) -> Option<usize> {
+        let live = self.prog.layout(b).copy_dyn_live_in.clone();
+        for (r, ty) in live {
+            if ty.is_array() {
+                let (base, n) = self.array(r)?;
+                for j in 0..n {
+                    let v = self.get_elem(base + j);
+                    self.put(which, k, v);
+                    k += 1;
+                }
+            } else {
+                let v = self.get_d(r);
+                self.put(which, k, v);
+                k += 1;
+            }
+        }
+        Some(k)
+    }
+
+    /// `Spec::edge_block`: the copy edge `e` leads to (a tree's slot, or a root's copy
+    /// from the memo), with its arguments in buffer `which`, and their number.
+    fn edge_block(&mut self, e: &Edge, dynamic: bool, which: usize) -> Option<(Value, usize)> {
+        let i = e.block.index();
+        let none = self.iconst(u64::from(NONE));
+        if !self.plan.is_root(e.block) {
+            let slot = self.b.use_var(self.slot[i]);
+            let fresh = self.b.ins().icmp(IntCC::Equal, slot, none);
+            let dyns = self.tree_params(e, Some(fresh))?;
+            for (k, &(_, v)) in dyns.iter().enumerate() {
+                self.put(which, k, v);
+            }
+            let n = self.live_args(e.block, which, dyns.len())?;
+            let (make, after) = (self.b.create_block(), self.b.create_block());
+            self.b.append_block_param(after, types::I64);
+            self.b.ins().brif(fresh, make, &[], after, &[slot.into()]);
+            self.b.switch_to_block(make);
+            let bv = self.iconst(i as u64);
+            let copy = self.call(Shim::Create, &[bv]);
+            self.call(Shim::Count, &[]);
+            self.b.def_var(self.slot[i], copy);
+            self.b.ins().jump(after, &[copy.into()]);
+            self.b.switch_to_block(after);
+            let copy = self.b.block_params(after)[0];
+            return Some((copy, n));
+        }
+        let tb = &self.prog.blocks[e.block];
+        if !tb.promote.is_empty()
+            || tb.lazy.enters_lazily(dynamic)
+            || tb.params.len() != e.args.len()
+        {
+            self.goto_abort();
+            return Some((none, 0));
+        }
+        // `Spec::target_inputs`: the key (static parameters, then static live-ins), and
+        // the dynamic arguments.
+        let mut nkey = 0;
+        let mut n = 0;
+        for (p, &a) in tb.params.iter().zip(&e.args) {
+            match (p, a) {
+                (Param::Static(_), Operand::Static(r)) => {
+                    self.key_word(nkey, r);
+                    nkey += 1;
+                }
+                (Param::Static(_), Operand::Dyn(_)) => return None,
+                (Param::Dyn(..), a) => {
+                    let v = self.operand(a);
+                    self.put(which, n, v);
+                    n += 1;
+                }
+            }
+        }
+        for &r in &self.prog.layout(e.block).copy_static_live_in.clone() {
+            self.key_word(nkey, r);
+            nkey += 1;
+        }
+        let n = self.live_args(e.block, which, n)?;
+        let (bv, kv) = (self.iconst(i as u64), self.iconst(nkey as u64));
+        let copy = self.call(Shim::Root, &[bv, kv]);
+        Some((copy, n))
+    }
+
+    fn key_word(&mut self, k: usize, r: Reg) {
+        self.most_key = self.most_key.max(k + 1);
+        let (t, w) = (self.tag(r), self.bits(r));
+        self.b.ins().store(flags(), t, self.key, (16 * k) as i32);
+        self.b
+            .ins()
+            .store(flags(), w, self.key, (16 * k + 8) as i32);
+    }
+}
+
+/// A stitched flag (0 or 1) as a condition.
+fn done_bool(b: &mut FunctionBuilder, v: Value) -> Value {
+    b.ins().icmp_imm_s(IntCC::NotEqual, v, 0)
+}
+
+/// The tag and word of the zero of type `t` ([`crate::ge::SVal::key_bits`]).
+fn zero_bits(t: Scalar) -> (u8, u64) {
+    crate::ge::SVal::Scalar(Const::zero(t)).key_bits()
+}
