@@ -120,6 +120,13 @@ impl Emitter for Count {
     fn promote_miss(&mut self, _: u32, _: &[u32]) {
         self.insts += 1;
     }
+    fn restartable(&self) -> bool {
+        true
+    }
+    fn restart(&mut self) {
+        self.params.clear();
+        (self.values, self.insts) = (0, 0);
+    }
 }
 
 thread_local! {
@@ -141,10 +148,12 @@ fn run(cx: &Context, key: &[SVal], e: ExecutorKind) -> (Unit<u32>, usize) {
     (unit, em.insts)
 }
 
-/// Times one run of each executor: batches of the two alternate (so that a change of load
-/// hits both), 15 of each sized to take about 20 ms. Returns each executor's median and the
-/// median of the per-batch ratios planned / work list.
-fn time(cx: &Context, key: &[SVal]) -> (Duration, Duration, f64) {
+/// Times one run of each executor: batches of the three (the work list, the planned
+/// stitcher interpreting its plan, and with its plan compiled) alternate (so that a change
+/// of load hits all), 15 of each sized to take about 20 ms. Returns each executor's median
+/// (work list, interpreted, compiled) and the medians of the per-batch ratios over the
+/// work list (interpreted, compiled).
+fn time(cx: &Context, key: &[SVal]) -> ([Duration; 3], [f64; 2]) {
     let t = Instant::now();
     let mut once = 0;
     while t.elapsed() < Duration::from_millis(20) {
@@ -158,20 +167,29 @@ fn time(cx: &Context, key: &[SVal]) -> (Duration, Duration, f64) {
         }
         t.elapsed() / once
     };
-    let mut work = Vec::new();
-    let mut plan = Vec::new();
-    let mut ratios = Vec::new();
+    let kinds = [
+        ExecutorKind::WorkList,
+        ExecutorKind::Interpreted,
+        ExecutorKind::Planned,
+    ];
+    let mut times: [Vec<Duration>; 3] = Default::default();
+    let mut ratios: [Vec<f64>; 2] = Default::default();
     for _ in 0..15 {
-        let w = batch(ExecutorKind::WorkList);
-        let p = batch(ExecutorKind::Planned);
-        ratios.push(p.as_secs_f64() / w.as_secs_f64());
-        work.push(w);
-        plan.push(p);
+        let t = kinds.map(batch);
+        for k in 0..2 {
+            ratios[k].push(t[k + 1].as_secs_f64() / t[0].as_secs_f64());
+        }
+        for k in 0..3 {
+            times[k].push(t[k]);
+        }
     }
-    work.sort();
-    plan.sort();
-    ratios.sort_by(f64::total_cmp);
-    (work[7], plan[7], ratios[7])
+    for t in &mut times {
+        t.sort();
+    }
+    for r in &mut ratios {
+        r.sort_by(f64::total_cmp);
+    }
+    (times.map(|t| t[7]), ratios.map(|r| r[7]))
 }
 
 /// A region to specialize: its stitch program, the static values of its entry key and the
@@ -204,14 +222,18 @@ fn program(m: &dyc::ir::Module, name: &str) -> StitchProgram {
         .program
 }
 
-/// A context for the executors on region `r`: no hosts, promoted values dispatched
-/// inline from none known, the default budget.
+/// A context for the executors on region `r`: no hosts, promotions leaving the unit
+/// (none known for any site, every site number 0), as the runtime has them, the default
+/// budget.
 fn context(r: &Region) -> Context<'_> {
     Context {
         prog: &r.prog,
         slices: &r.slices,
         hosts: &NoHosts,
-        mode: PromotionMode::Inline(&|_| Vec::new()),
+        mode: PromotionMode::Units {
+            resolve: &|_| 0,
+            known: &|_| Vec::new(),
+        },
         budget: Budget::default(),
     }
 }
@@ -891,7 +913,7 @@ fn main() {
         return;
     }
     println!(
-        "{:<20} {:>5} {:>5} {:>5} | {:>6} {:>6} {:>6} | {:>9} {:>9} {:>6} | {:>7} {:>7} {:>5}",
+        "{:<20} {:>5} {:>5} {:>5} | {:>6} {:>6} {:>6} | {:>9} {:>9} {:>9} {:>6} {:>6} | {:>7} {:>7} {:>5}",
         "region",
         "roots",
         "steps",
@@ -900,13 +922,15 @@ fn main() {
         "work i",
         "plan i",
         "work ns/i",
-        "plan ns/i",
-        "ratio",
+        "intp ns/i",
+        "comp ns/i",
+        "intp",
+        "comp",
         "work lk",
         "plan lk",
         "tests"
     );
-    let mut ratios = Vec::new();
+    let mut ratios = [Vec::new(), Vec::new()];
     for r in regions() {
         let prog = &r.prog;
         let plan = prog.plan.as_ref().expect("the region has a plan");
@@ -914,13 +938,22 @@ fn main() {
         let key = &r.key[..];
         let (wu, wi) = run(&cx, key, ExecutorKind::WorkList);
         let (pu, pi) = run(&cx, key, ExecutorKind::Planned);
+        let (iu, ii) = run(&cx, key, ExecutorKind::Interpreted);
         assert_eq!(wu.blocks, pu.blocks, "{}: executors differ", r.name);
+        assert_eq!(
+            (iu, ii),
+            (pu.clone(), pi),
+            "{}: compiled and interpreted differ",
+            r.name
+        );
         assert!(pi <= wi, "{}: the planned stitcher emits more", r.name);
-        let (tw, tp, ratio) = time(&cx, key);
+        let (t, ratio) = time(&cx, key);
         let per = |t: Duration| t.as_nanos() as f64 / wi as f64;
-        ratios.push(ratio);
+        for k in 0..2 {
+            ratios[k].push(ratio[k]);
+        }
         println!(
-            "{:<20} {:>5} {:>5} {:>5} | {:>6} {:>6} {:>6} | {:>9.1} {:>9.1} {:>6.2} | {:>7} {:>7} {:>5}",
+            "{:<20} {:>5} {:>5} {:>5} | {:>6} {:>6} {:>6} | {:>9.1} {:>9.1} {:>9.1} {:>6.2} {:>6.2} | {:>7} {:>7} {:>5}",
             r.name,
             plan.root_blocks().count(),
             plan.steps.len(),
@@ -928,17 +961,20 @@ fn main() {
             wu.blocks,
             wi,
             pi,
-            per(tw),
-            per(tp),
-            ratio,
+            per(t[0]),
+            per(t[1]),
+            per(t[2]),
+            ratio[0],
+            ratio[1],
             wu.lookups,
             pu.lookups,
             pu.tests
         );
     }
-    let geo = ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64;
+    let geo = |r: &[f64]| (r.iter().map(|r| r.ln()).sum::<f64>() / r.len() as f64).exp();
     println!(
-        "\nplanned / work list, time per generated instruction, geometric mean: {:.2}",
-        geo.exp()
+        "\nover the work list, time per generated instruction, geometric mean: {:.2} interpreting the plan, {:.2} with the plan compiled",
+        geo(&ratios[0]),
+        geo(&ratios[1])
     );
 }

@@ -1,7 +1,8 @@
 //! The compiled generating extension against the interpreted planned stitcher: every
 //! specialization this process makes checks, call for call, that the unit the compiled
 //! code recorded is the one the interpreted stitcher records (`DYC_CHECK_COMPILED_GE=1`,
-//! set before the first specialization), on the main job's byte-code programs and on
+//! set before the first specialization, with plans compiled at their first use), on the
+//! main job's byte-code programs and on
 //! random byte-code programs; and the compiled code made most of those units (the check
 //! is not vacuous).
 
@@ -15,10 +16,14 @@ mod random_bytecode;
 use dyc::{Arg, Program, RuntimeOptions, Tier, Tiers};
 use random_bytecode::{random_bytecode, Rng};
 
-/// Turns the check on for this process (before any specialization reads it).
+/// Turns the check on for this process, and has plans compiled at their first use
+/// (before any specialization reads either).
 fn check_every_unit() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| std::env::set_var("DYC_CHECK_COMPILED_GE", "1"));
+    ONCE.call_once(|| {
+        std::env::set_var("DYC_CHECK_COMPILED_GE", "1");
+        std::env::set_var("DYC_COMPILED_GE", "now");
+    });
 }
 
 fn interpreter() -> Program {

@@ -106,6 +106,8 @@ pub(crate) struct CompiledGe {
     /// (the target's C convention): runs the tree of root block `root` for its copy `res`
     /// (`first`: the unit's first copy), 0 when it ran, 1 when it aborted.
     entry: usize,
+    /// The program's blocks (the slots of a tree's run).
+    blocks: usize,
     /// Static registers and dynamic variables.
     regs: usize,
     /// Per register, where a local array's elements lie in the array pool, how many
@@ -143,6 +145,9 @@ struct Frame {
     key: *mut u64,
     /// Operations run, tests made, the most operations the budget allows.
     counters: *mut u64,
+    /// Per block, its copy in the tree's run ([`NONE`] if none) and whether it was
+    /// stitched.
+    slots: *mut u32,
 }
 
 /// A static slice's contents as words, and the tag of its elements.
@@ -230,6 +235,7 @@ struct Mem {
     buf2: Box<[u32]>,
     key: Box<[u64]>,
     counters: [u64; 3],
+    slots: Box<[u32]>,
     words: Vec<Vec<u64>>,
     slices: Vec<SliceRef>,
 }
@@ -287,6 +293,9 @@ pub(super) fn run<E: Emitter>(
         buf2: vec![0; ge.buf].into(),
         key: vec![0; 2 * ge.key].into(),
         counters: [0, 0, cx.budget.max_ops as u64],
+        slots: (0..2 * ge.blocks)
+            .map(|k| if k % 2 == 0 { NONE } else { 0 })
+            .collect(),
         words: Vec::new(),
         slices: Vec::new(),
     };
@@ -338,6 +347,7 @@ pub(super) fn run<E: Emitter>(
             buf2: mem.buf2.as_mut_ptr(),
             key: mem.key.as_mut_ptr(),
             counters: mem.counters.as_mut_ptr(),
+            slots: mem.slots.as_mut_ptr(),
         },
         vals: Vec::new(),
         copies: Vec::new(),

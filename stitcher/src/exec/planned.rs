@@ -33,6 +33,11 @@
 //! because the plan gives each at most one copy per run of a tree, and a block reached by
 //! several trees or runs is a root), the same copies the work-list executor makes, in
 //! topological order within each run.
+//!
+//! With an emitter that can start again ([`Emitter::restartable`]: the recording tape),
+//! the plan runs compiled to machine code ([`super::compiled`]), which makes the same
+//! calls; where the compiled code gives up, the emitter restarts and this interpreter
+//! makes the unit ([`Planned::interpreted`]).
 
 use cranelift_codegen::entity::EntityRef;
 use dyc_templates::template::Emitter;

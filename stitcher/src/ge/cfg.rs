@@ -462,30 +462,51 @@ impl StitchProgram {
         &self.derived.recordings
     }
 
-    /// The program's plan compiled to machine code ([`crate::exec::compiled`]), made on
-    /// first use; `None` where it cannot be (no plan, a kind of program it does not take,
-    /// a target other than x86-64, or `DYC_COMPILED_GE=0` in the environment).
+    /// The program's plan compiled to machine code ([`crate::exec::compiled`]), if it is
+    /// ready. Compiling it costs about as much as a few hundred small specializations
+    /// (10-20 ms for the byte-code interpreter), so it is made on a thread of its own,
+    /// from a copy of the program, once the program has been asked for it
+    /// [`COMPILE_AFTER`] times; until it is ready (and where it cannot be made: no plan, a
+    /// kind of program it does not take, a target other than x86-64) the interpreted
+    /// planned stitcher runs. `DYC_COMPILED_GE=0` in the environment turns it off, and
+    /// `DYC_COMPILED_GE=now` makes it at the first ask, on the asking thread (for tests).
     pub(crate) fn compiled_ge(&self) -> Option<&crate::exec::compiled::CompiledGe> {
-        self.derived
-            .compiled
-            .get_or_init(|| {
-                static ISA: std::sync::OnceLock<
-                    Option<std::sync::Arc<dyn cranelift_codegen::isa::TargetIsa>>,
-                > = std::sync::OnceLock::new();
-                static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-                if *OFF.get_or_init(|| std::env::var("DYC_COMPILED_GE").is_ok_and(|v| v == "0")) {
-                    return None;
+        #[derive(PartialEq)]
+        enum When {
+            Never,
+            Now,
+            Later,
+        }
+        static WHEN: std::sync::OnceLock<When> = std::sync::OnceLock::new();
+        let when = WHEN.get_or_init(|| match std::env::var("DYC_COMPILED_GE").as_deref() {
+            Ok("0") => When::Never,
+            Ok("now") => When::Now,
+            _ => When::Later,
+        });
+        let cell = &self.derived.compiled;
+        if let Some(ge) = cell.get() {
+            return ge.as_ref();
+        }
+        use std::sync::atomic::Ordering::Relaxed;
+        match when {
+            When::Never => None,
+            When::Now => cell.get_or_init(|| compile_ge(self)).as_ref(),
+            When::Later => {
+                if self.derived.asked.fetch_add(1, Relaxed) + 1 == COMPILE_AFTER {
+                    let (prog, shared) = (self.clone(), cell.clone());
+                    let made = std::thread::Builder::new()
+                        .name("dyc-ge".into())
+                        .spawn(move || {
+                            shared.get_or_init(|| compile_ge(&prog));
+                        });
+                    if made.is_err() {
+                        // (No thread: never compiled, rather than a stall here.)
+                        let _ = cell.set(None);
+                    }
                 }
-                let isa = ISA.get_or_init(|| {
-                    crate::jit::host_isa(crate::jit::JitOptions {
-                        optimize: true,
-                        verify: false,
-                    })
-                    .ok()
-                });
-                crate::exec::compiled::compile(self, &**isa.as_ref()?)
-            })
-            .as_ref()
+                None
+            }
+        }
     }
 
     /// The types of the values a copy of block `b` receives ([`BlockData::input_types`]).
@@ -928,7 +949,27 @@ struct Derived {
     fixed: std::sync::OnceLock<Vec<bool>>,
     homes: std::sync::OnceLock<Homes>,
     recordings: Recordings,
-    compiled: std::sync::OnceLock<Option<crate::exec::compiled::CompiledGe>>,
+    /// The compiled plan (shared with the thread that makes it), and how many times it
+    /// was asked for ([`StitchProgram::compiled_ge`]).
+    compiled: std::sync::Arc<std::sync::OnceLock<Option<crate::exec::compiled::CompiledGe>>>,
+    asked: std::sync::atomic::AtomicU32,
+}
+
+/// How many times a program's compiled plan is asked for before it is made.
+pub const COMPILE_AFTER: u32 = 16;
+
+/// `prog`'s plan compiled for the host, if it can be.
+fn compile_ge(prog: &StitchProgram) -> Option<crate::exec::compiled::CompiledGe> {
+    static ISA: std::sync::OnceLock<Option<std::sync::Arc<dyn cranelift_codegen::isa::TargetIsa>>> =
+        std::sync::OnceLock::new();
+    let isa = ISA.get_or_init(|| {
+        crate::jit::host_isa(crate::jit::JitOptions {
+            optimize: true,
+            verify: false,
+        })
+        .ok()
+    });
+    crate::exec::compiled::compile(prog, &**isa.as_ref()?)
 }
 
 /// What recording this program's units found, for the runtime's choice of recording the

@@ -57,11 +57,18 @@ mod frame {
     pub const BUF2: i32 = 72;
     pub const KEY: i32 = 80;
     pub const COUNTERS: i32 = 88;
+    pub const SLOTS: i32 = 96;
 }
 
 /// Programs with more registers or array elements than this are not compiled (their
 /// frame offsets must fit the code's 32-bit displacements).
 const MAX_REGS: usize = 1 << 20;
+
+/// Programs whose plan has more steps, or more operations in all, than these are not
+/// compiled: the function's size is about proportional to both, and compiling it is
+/// paid by the program's first specialization in the stitch tier.
+const MAX_STEPS: usize = 512;
+const MAX_OPS: usize = 4096;
 
 /// Compiles `prog`'s plan for `isa` (x86-64 only), or `None` when the program has no plan
 /// or is of a kind the compiled stitcher does not take (local arrays in memory).
@@ -70,7 +77,8 @@ pub(crate) fn compile(prog: &StitchProgram, isa: &dyn TargetIsa) -> Option<Compi
         return None;
     }
     let plan = prog.plan.as_ref()?;
-    if !prog.all_homes().is_empty() {
+    let ops: usize = prog.blocks.values().map(|d| d.ops.len()).sum();
+    if !prog.all_homes().is_empty() || plan.steps.len() > MAX_STEPS || ops > MAX_OPS {
         return None;
     }
     let regs = prog.header.num_regs as usize;
@@ -134,6 +142,7 @@ pub(crate) fn compile(prog: &StitchProgram, isa: &dyn TargetIsa) -> Option<Compi
     Some(CompiledGe {
         _code: extent,
         entry,
+        blocks: prog.blocks.len(),
         regs,
         arrays,
         pool,
@@ -213,12 +222,13 @@ struct Gen<'a, 'f> {
     buf: [Value; 2],
     key: Value,
     counters: Value,
+    /// Per block, two words: its copy in this run of the tree ([`NONE`] if none) and
+    /// whether it was stitched (in memory, not variables: a variable per block would flow
+    /// through every block of the function).
+    slots: Value,
     first: Value,
-    /// Per block, its copy in this run of the tree ([`NONE`] if none) and whether it was
-    /// stitched; the arm the last static branch took; the block fused into the current
-    /// copy; the copy being filled.
-    slot: Vec<Variable>,
-    stitched: Vec<Variable>,
+    /// The arm the last static branch took; the block fused into the current copy; the
+    /// copy being filled.
     taken: Variable,
     fused: Variable,
     cur: Variable,
@@ -268,24 +278,21 @@ impl<'a, 'f> Gen<'a, 'f> {
             ld(frame::D),
             ld(frame::A),
         );
-        let (slices, nslices, buf, buf2, key, counters) = (
+        let (slices, nslices, buf, buf2, key, counters, slots) = (
             ld(frame::SLICES),
             ld(frame::NSLICES),
             ld(frame::BUF),
             ld(frame::BUF2),
             ld(frame::KEY),
             ld(frame::COUNTERS),
+            ld(frame::SLOTS),
         );
-        let n = prog.blocks.len();
         let none = b.ins().iconst(types::I64, i64::from(NONE));
-        let zero = b.ins().iconst(types::I64, 0);
         let mut var = |init: Value| {
             let v = b.declare_var(types::I64);
             b.def_var(v, init);
             v
         };
-        let slot: Vec<Variable> = (0..n).map(|_| var(none)).collect();
-        let stitched: Vec<Variable> = (0..n).map(|_| var(zero)).collect();
         let (taken, fused, cur) = (var(none), var(none), var(none));
         let steps = plan.steps.iter().map(|_| b.create_block()).collect();
         let abort = b.create_block();
@@ -306,9 +313,8 @@ impl<'a, 'f> Gen<'a, 'f> {
             buf: [buf, buf2],
             key,
             counters,
+            slots,
             first: p[3],
-            slot,
-            stitched,
             taken,
             fused,
             cur,
@@ -334,7 +340,7 @@ impl<'a, 'f> Gen<'a, 'f> {
             let blk = self.b.create_block();
             sw.set_entry(i as u128, blk);
             self.b.switch_to_block(blk);
-            self.b.def_var(self.slot[i], res);
+            self.set_slot(i, res);
             self.b.ins().jump(step, &[]);
         }
         // (Back in the entry block: the switch goes last in it.)
@@ -345,6 +351,33 @@ impl<'a, 'f> Gen<'a, 'f> {
         let one = self.b.ins().iconst(types::I32, 1);
         self.b.ins().return_(&[one]);
         self
+    }
+
+    /// Block `b`'s copy in this run of the tree, and whether it was stitched (0 or 1).
+    fn slot(&mut self, b: usize) -> Value {
+        self.bad |= b >= self.prog.blocks.len();
+        self.b.ins().uload32(flags(), self.slots, (8 * b) as i32)
+    }
+
+    fn set_slot(&mut self, b: usize, v: Value) {
+        self.bad |= b >= self.prog.blocks.len();
+        self.b
+            .ins()
+            .istore32(flags(), v, self.slots, (8 * b) as i32);
+    }
+
+    fn stitched(&mut self, b: usize) -> Value {
+        self.bad |= b >= self.prog.blocks.len();
+        self.b
+            .ins()
+            .uload32(flags(), self.slots, (8 * b + 4) as i32)
+    }
+
+    fn set_stitched(&mut self, b: usize, v: Value) {
+        self.bad |= b >= self.prog.blocks.len();
+        self.b
+            .ins()
+            .istore32(flags(), v, self.slots, (8 * b + 4) as i32);
     }
 
     fn iconst(&mut self, x: u64) -> Value {
@@ -481,16 +514,22 @@ impl<'a, 'f> Gen<'a, 'f> {
                     let none = self.iconst(u64::from(NONE));
                     let ok = self.b.ins().icmp(IntCC::Equal, fz, none);
                     self.check(ok, self.abort);
-                    // Every copy an edge asked for in this run was stitched.
+                    // Every copy an edge asked for in this run was stitched; the slots
+                    // are left empty for the next run.
                     let blocks: Vec<usize> =
                         trees.get(&pc).into_iter().flatten().copied().collect();
-                    for b in blocks {
-                        let slot = self.b.use_var(self.slot[b]);
-                        let done = self.b.use_var(self.stitched[b]);
+                    for &b in &blocks {
+                        let slot = self.slot(b);
+                        let done = self.stitched(b);
                         let empty = self.b.ins().icmp(IntCC::Equal, slot, none);
                         let done = done_bool(&mut self.b, done);
                         let ok = self.b.ins().bor(empty, done);
                         self.check(ok, self.abort);
+                    }
+                    let zero = self.iconst(0);
+                    for &b in &blocks {
+                        self.set_slot(b, none);
+                        self.set_stitched(b, zero);
                     }
                     let zero = self.b.ins().iconst(types::I32, 0);
                     self.b.ins().return_(&[zero]);
@@ -500,7 +539,7 @@ impl<'a, 'f> Gen<'a, 'f> {
         Some(())
     }
 
-    /// Per `End` step, the blocks (not roots) of the trees that reach it.
+    /// Per `End` step, the blocks of the trees that reach it.
     fn trees(&self) -> std::collections::HashMap<usize, Vec<usize>> {
         let mut out: std::collections::HashMap<usize, HashSet<usize>> = Default::default();
         for r in self.plan.roots.iter().flatten() {
@@ -516,9 +555,7 @@ impl<'a, 'f> Gen<'a, 'f> {
                 }
                 match self.plan.steps.get(pc) {
                     Some(Step::Stitch { block, .. }) => {
-                        if !self.plan.is_root(*block) {
-                            blocks.insert(block.index());
-                        }
+                        blocks.insert(block.index());
                         work.push(pc + 1);
                     }
                     Some(Step::Fork { arms, .. }) => work.extend(arms.iter().map(|&a| a as usize)),
@@ -554,8 +591,8 @@ impl<'a, 'f> Gen<'a, 'f> {
         }
         let none = self.iconst(u64::from(NONE));
         self.b.def_var(self.taken, none);
-        let slot = self.b.use_var(self.slot[i]);
-        let done = self.b.use_var(self.stitched[i]);
+        let slot = self.slot(i);
+        let done = self.stitched(i);
         let empty = self.b.ins().icmp(IntCC::Equal, slot, none);
         let done = done_bool(&mut self.b, done);
         let skip = self.b.ins().bor(empty, done);
@@ -563,7 +600,7 @@ impl<'a, 'f> Gen<'a, 'f> {
         self.b.ins().brif(skip, next, &[], body, &[]);
         self.b.switch_to_block(body);
         let one = self.iconst(1);
-        self.b.def_var(self.stitched[i], one);
+        self.set_stitched(i, one);
         let lay = prog.layout(bl);
         let root = self.plan.is_root(bl);
         // The fused copy goes on in the current block; any other starts its own and
@@ -992,7 +1029,7 @@ impl<'a, 'f> Gen<'a, 'f> {
         let after = self.b.create_block();
         if self.fuses(pc, e, taken) {
             let i = e.block.index();
-            let slot = self.b.use_var(self.slot[i]);
+            let slot = self.slot(i);
             let none = self.iconst(u64::from(NONE));
             let empty = self.b.ins().icmp(IntCC::Equal, slot, none);
             let (fuse, plain) = (self.b.create_block(), self.b.create_block());
@@ -1005,7 +1042,7 @@ impl<'a, 'f> Gen<'a, 'f> {
             }
             self.call(Shim::Count, &[]);
             let cur = self.b.use_var(self.cur);
-            self.b.def_var(self.slot[i], cur);
+            self.set_slot(i, cur);
             let fv = self.iconst(i as u64);
             self.b.def_var(self.fused, fv);
             self.goto(after);
@@ -1076,7 +1113,7 @@ impl<'a, 'f> Gen<'a, 'f> {
         let i = e.block.index();
         let none = self.iconst(u64::from(NONE));
         if !self.plan.is_root(e.block) {
-            let slot = self.b.use_var(self.slot[i]);
+            let slot = self.slot(i);
             let fresh = self.b.ins().icmp(IntCC::Equal, slot, none);
             let dyns = self.tree_params(e, Some(fresh))?;
             for (k, &(_, v)) in dyns.iter().enumerate() {
@@ -1090,7 +1127,7 @@ impl<'a, 'f> Gen<'a, 'f> {
             let bv = self.iconst(i as u64);
             let copy = self.call(Shim::Create, &[bv]);
             self.call(Shim::Count, &[]);
-            self.b.def_var(self.slot[i], copy);
+            self.set_slot(i, copy);
             self.b.ins().jump(after, &[copy.into()]);
             self.b.switch_to_block(after);
             let copy = self.b.block_params(after)[0];
