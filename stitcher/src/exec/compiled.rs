@@ -226,18 +226,67 @@ impl Shims {
 
 /// The frame's memory, owned here and reached only through raw pointers (the compiled
 /// code and the shims write it).
+#[derive(Default)]
 struct Mem {
-    s: Box<[u64]>,
-    st: Box<[u8]>,
-    d: Box<[u32]>,
-    a: Box<[u32]>,
-    buf: Box<[u32]>,
-    buf2: Box<[u32]>,
-    key: Box<[u64]>,
+    s: Vec<u64>,
+    st: Vec<u8>,
+    d: Vec<u32>,
+    a: Vec<u32>,
+    buf: Vec<u32>,
+    buf2: Vec<u32>,
+    key: Vec<u64>,
     counters: [u64; 3],
-    slots: Box<[u32]>,
+    slots: Vec<u32>,
     words: Vec<Vec<u64>>,
     slices: Vec<SliceRef>,
+}
+
+thread_local! {
+    /// The frame's memory a finished run leaves to the next on its thread (emptied and
+    /// refilled, not allocated again), when it holds little.
+    static MEM: std::cell::Cell<Option<Box<Mem>>> = const { std::cell::Cell::new(None) };
+}
+
+/// A frame's memory of more words than this is not kept for the next run.
+const KEEP_WORDS: usize = 1 << 14;
+
+impl Mem {
+    /// The thread's kept memory, or new, made the frame of a run of `ge`.
+    fn take(ge: &CompiledGe, max_ops: usize) -> Box<Mem> {
+        let mut m = MEM.take().unwrap_or_default();
+        let fill = |v: &mut Vec<u32>, n: usize, x: u32| {
+            v.clear();
+            v.resize(n, x);
+        };
+        m.s.clear();
+        m.s.resize(ge.regs, 0);
+        m.st.clear();
+        m.st.resize(ge.regs, UNSET);
+        fill(&mut m.d, ge.regs, NONE);
+        fill(&mut m.a, ge.pool, NONE);
+        fill(&mut m.buf, ge.buf, 0);
+        fill(&mut m.buf2, ge.buf, 0);
+        m.key.clear();
+        m.key.resize(2 * ge.key, 0);
+        m.counters = [0, 0, max_ops as u64];
+        m.slots.clear();
+        m.slots
+            .extend((0..2 * ge.blocks).map(|k| if k % 2 == 0 { NONE } else { 0 }));
+        m.slices.clear();
+        m
+    }
+
+    /// Leaves the memory to the next run on this thread, if it is small.
+    fn give_back(self: Box<Mem>) {
+        let words = self.s.capacity()
+            + self.d.capacity()
+            + self.a.capacity()
+            + self.slots.capacity()
+            + self.words.iter().map(Vec::capacity).sum::<usize>();
+        if words <= KEEP_WORDS {
+            MEM.set(Some(self));
+        }
+    }
 }
 
 /// The state of one unit's compiled specialization (the shims' context).
@@ -284,39 +333,24 @@ pub(super) fn run<E: Emitter>(
     em: &mut E,
 ) -> Result<Unit<E::Block>, Failed> {
     let prog = cx.prog;
-    let mut mem = Mem {
-        s: vec![0; ge.regs].into(),
-        st: vec![UNSET; ge.regs].into(),
-        d: vec![NONE; ge.regs].into(),
-        a: vec![NONE; ge.pool].into(),
-        buf: vec![0; ge.buf].into(),
-        buf2: vec![0; ge.buf].into(),
-        key: vec![0; 2 * ge.key].into(),
-        counters: [0, 0, cx.budget.max_ops as u64],
-        slots: (0..2 * ge.blocks)
-            .map(|k| if k % 2 == 0 { NONE } else { 0 })
-            .collect(),
-        words: Vec::new(),
-        slices: Vec::new(),
-    };
+    let mut mem = Mem::take(ge, cx.budget.max_ops);
     for &(r, c) in prog.constants() {
         if r.index() < ge.regs {
             let (t, b) = SVal::Scalar(c).key_bits();
             (mem.st[r.index()], mem.s[r.index()]) = (t, b);
         }
     }
-    for s in cx.slices {
-        let (words, tag) = match s {
-            Some(d) => (
-                d.data
-                    .iter()
-                    .map(|&c| SVal::Scalar(c).key_bits().1)
-                    .collect(),
-                SVal::Scalar(Const::zero(d.elem)).key_bits().0,
-            ),
-            None => (Vec::new(), UNSET),
+    mem.words
+        .resize_with(mem.words.len().max(cx.slices.len()), Vec::new);
+    for (s, words) in cx.slices.iter().zip(&mut mem.words) {
+        words.clear();
+        let tag = match s {
+            Some(d) => {
+                words.extend(d.data.iter().map(|&c| SVal::Scalar(c).key_bits().1));
+                SVal::Scalar(Const::zero(d.elem)).key_bits().0
+            }
+            None => UNSET,
         };
-        mem.words.push(words);
         mem.slices.push(SliceRef {
             ptr: std::ptr::null(),
             len: 0,
@@ -365,7 +399,8 @@ pub(super) fn run<E: Emitter>(
         scratch2: Vec::new(),
     };
     let result = rt.drive(start, key);
-    drop(mem);
+    drop(rt);
+    mem.give_back();
     let counter = if result.is_ok() { &RUNS } else { &ABORTS };
     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     result

@@ -171,7 +171,9 @@ impl Executor for Planned {
                 && matches!(cx.mode, super::PromotionMode::Units { .. })
             {
                 if let Some(ge) = cx.prog.compiled_ge() {
-                    match super::compiled::run(ge, cx, plan, start, key, emitter) {
+                    let made = super::compiled::run(ge, cx, plan, start, key, emitter);
+                    cx.prog.note_compiled_run(made.is_ok());
+                    match made {
                         Ok(unit) => return Ok(unit),
                         Err(super::compiled::Failed::Panic(p)) => std::panic::resume_unwind(p),
                         Err(super::compiled::Failed::Abort) => emitter.restart(),

@@ -469,7 +469,8 @@ impl StitchProgram {
     /// [`COMPILE_AFTER`] times; until it is ready (and where it cannot be made: no plan, a
     /// kind of program it does not take, a target other than x86-64) the interpreted
     /// planned stitcher runs. `DYC_COMPILED_GE=0` in the environment turns it off, and
-    /// `DYC_COMPILED_GE=now` makes it at the first ask, on the asking thread (for tests).
+    /// `DYC_COMPILED_GE=now` makes it at the first ask, on the asking thread, and runs it
+    /// for every unit (for tests).
     pub(crate) fn compiled_ge(&self) -> Option<&crate::exec::compiled::CompiledGe> {
         #[derive(PartialEq)]
         enum When {
@@ -483,11 +484,18 @@ impl StitchProgram {
             Ok("now") => When::Now,
             _ => When::Later,
         });
+        use std::sync::atomic::Ordering::Relaxed;
         let cell = &self.derived.compiled;
         if let Some(ge) = cell.get() {
+            // (Skipped for a while after runs that gave up: see `note_compiled_run`; never
+            // with `now`, for tests.)
+            let skip = &self.derived.skip;
+            if *when == When::Later && skip.load(Relaxed) > 0 {
+                skip.fetch_sub(1, Relaxed);
+                return None;
+            }
             return ge.as_ref();
         }
-        use std::sync::atomic::Ordering::Relaxed;
         match when {
             When::Never => None,
             When::Now => cell.get_or_init(|| compile_ge(self)).as_ref(),
@@ -506,6 +514,22 @@ impl StitchProgram {
                 }
                 None
             }
+        }
+    }
+
+    /// Notes whether a run of the compiled plan made its unit (`false`: it gave up, and
+    /// the interpreted stitcher made it again). After [`GIVE_UP_RUNS`] runs in a row that
+    /// gave up (a program whose units reach what the compiled code does not take, a
+    /// promotion at every unit), the next [`SKIPPED_RUNS`] units go to the interpreted
+    /// stitcher directly.
+    pub(crate) fn note_compiled_run(&self, made: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let d = &self.derived;
+        if made {
+            d.gave_up.store(0, Relaxed);
+        } else if d.gave_up.fetch_add(1, Relaxed) + 1 >= GIVE_UP_RUNS {
+            d.gave_up.store(0, Relaxed);
+            d.skip.store(SKIPPED_RUNS, Relaxed);
         }
     }
 
@@ -953,7 +977,16 @@ struct Derived {
     /// was asked for ([`StitchProgram::compiled_ge`]).
     compiled: std::sync::Arc<std::sync::OnceLock<Option<crate::exec::compiled::CompiledGe>>>,
     asked: std::sync::atomic::AtomicU32,
+    /// Runs of the compiled plan in a row that gave up, and units left to skip it
+    /// ([`StitchProgram::note_compiled_run`]).
+    gave_up: std::sync::atomic::AtomicU32,
+    skip: std::sync::atomic::AtomicU32,
 }
+
+/// Runs of a compiled plan in a row that gave up, after which it is skipped for
+/// [`SKIPPED_RUNS`] units.
+pub const GIVE_UP_RUNS: u32 = 4;
+pub const SKIPPED_RUNS: u32 = 64;
 
 /// How many times a program's compiled plan is asked for before it is made.
 pub const COMPILE_AFTER: u32 = 16;
