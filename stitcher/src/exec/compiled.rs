@@ -74,27 +74,12 @@ const UNSET: u8 = 255;
 
 /// The tag of an `i64` ([`SVal::key_bits`]).
 const TAG_I64: u8 = Scalar::I64 as u8;
-const TAG_F64: u8 = 100;
 const TAG_BOOL: u8 = 101;
 const TAG_SLICE: u8 = 102;
 
-/// The static value that tag `tag` and word `bits` encode ([`SVal::key_bits`]).
+/// The static value that tag `tag` and word `bits` encode.
 fn sval(tag: u8, bits: u64) -> Option<SVal> {
-    let int = |t| Some(SVal::Scalar(Const::Int(t, bits)));
-    match tag {
-        0 => int(Scalar::I8),
-        1 => int(Scalar::I16),
-        2 => int(Scalar::I32),
-        3 => int(Scalar::I64),
-        4 => int(Scalar::U8),
-        5 => int(Scalar::U16),
-        6 => int(Scalar::U32),
-        7 => int(Scalar::U64),
-        TAG_F64 => Some(SVal::Scalar(Const::F64(f64::from_bits(bits)))),
-        TAG_BOOL => Some(SVal::Scalar(Const::Bool(bits != 0))),
-        TAG_SLICE => u32::try_from(bits).ok().map(SVal::Slice),
-        _ => None,
-    }
+    SVal::from_key_bits(tag, bits)
 }
 
 /// A program's compiled generating extension: its code and the sizes of the frame it

@@ -27,6 +27,25 @@ impl SVal {
             SVal::Slice(k) => (102, k as u64),
         }
     }
+
+    /// The value [`SVal::key_bits`] encodes as `(tag, bits)`, if any.
+    pub fn from_key_bits(tag: u8, bits: u64) -> Option<SVal> {
+        let int = |t| Some(SVal::Scalar(Const::Int(t, bits)));
+        match tag {
+            0 => int(Scalar::I8),
+            1 => int(Scalar::I16),
+            2 => int(Scalar::I32),
+            3 => int(Scalar::I64),
+            4 => int(Scalar::U8),
+            5 => int(Scalar::U16),
+            6 => int(Scalar::U32),
+            7 => int(Scalar::U64),
+            100 => Some(SVal::Scalar(Const::F64(f64::from_bits(bits)))),
+            101 => Some(SVal::Scalar(Const::Bool(bits != 0))),
+            102 => u32::try_from(bits).ok().map(SVal::Slice),
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Display for SVal {
@@ -183,5 +202,32 @@ impl Site {
                 .map(SVal::key_bits)
                 .collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every static value comes back from its key encoding, and unknown tags give none.
+    #[test]
+    fn key_bits_round_trip() {
+        let mut vals: Vec<SVal> = Scalar::ALL
+            .iter()
+            .filter(|t| t.int_bits().is_some())
+            .map(|&t| SVal::Scalar(Const::Int(t, 0x8000_0000_0000_0001)))
+            .collect();
+        vals.extend([
+            SVal::Scalar(Const::F64(-2.5)),
+            SVal::Scalar(Const::Bool(true)),
+            SVal::Scalar(Const::Bool(false)),
+            SVal::Slice(7),
+        ]);
+        for v in vals {
+            let (t, b) = v.key_bits();
+            assert_eq!(SVal::from_key_bits(t, b), Some(v));
+        }
+        assert_eq!(SVal::from_key_bits(8, 0), None);
+        assert_eq!(SVal::from_key_bits(255, 0), None);
     }
 }

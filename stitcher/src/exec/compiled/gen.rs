@@ -123,7 +123,7 @@ pub(crate) fn compile(prog: &StitchProgram, isa: &dyn TargetIsa) -> Option<Compi
     {
         let b = FunctionBuilder::new(&mut func, &mut fctx);
         let mut g = Gen::new(prog, plan, &arrays, b, isa);
-        g.all()?;
+        g.every_step()?;
         if g.bad || g.most_buf > buf.max(1) || g.most_key > key.max(1) {
             return None;
         }
@@ -575,10 +575,6 @@ impl<'a, 'f> Gen<'a, 'f> {
                 (k, v)
             })
             .collect()
-    }
-
-    fn all(&mut self) -> Option<()> {
-        self.every_step()
     }
 
     fn stitch_step(&mut self, pc: usize, bl: Block, test: bool, next: ir::Block) -> Option<()> {
