@@ -623,15 +623,16 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
             .map(|(_, _, e)| e)
     }
 
-    /// Values `ids` (read from `src`, `n` of them) into `out`.
-    fn load_vals(&mut self, src: *const u32, n: u64, out: &mut Vec<E::Value>) -> bool {
+    /// The values of the `n` numbers at `src`, which holds `room` words, into `out`.
+    fn load_vals(&mut self, src: *const u32, room: usize, n: u64, out: &mut Vec<E::Value>) -> bool {
         out.clear();
-        if n as usize > self.ge.buf.max(self.ge.pool) {
+        if n as usize > room {
             self.fail("too many values");
             return false;
         }
         for k in 0..n as usize {
-            // SAFETY: callers pass a buffer or a run of the pool of at least `n` words.
+            // SAFETY: callers pass a buffer or a run of the pool of `room` words, and
+            // `k < n <= room`.
             let id = unsafe { *src.add(k) };
             match self.val(u64::from(id)) {
                 Some(v) => out.push(v),
@@ -711,7 +712,7 @@ extern "C" fn shim_op<E: Emitter>(rt: *mut c_void, b: u64, i: u64, n: u64) -> u6
             return u64::from(NONE);
         };
         let mut args = std::mem::take(&mut rt.scratch);
-        let ok = rt.load_vals(rt.frame.buf, n, &mut args);
+        let ok = rt.load_vals(rt.frame.buf, rt.ge.buf, n, &mut args);
         let r = match ok {
             true => rt.em.op(op, &args, *loc),
             false => None,
@@ -808,7 +809,7 @@ extern "C" fn shim_jump<E: Emitter>(rt: *mut c_void, copy: u64, n: u64, which: u
             rt.frame.buf2
         };
         let mut args = std::mem::take(&mut rt.scratch);
-        if n as usize <= rt.ge.buf && rt.load_vals(src, n, &mut args) {
+        if rt.load_vals(src, rt.ge.buf, n, &mut args) {
             rt.em.jump(t, &args);
         } else {
             rt.fail("bad jump");
@@ -834,10 +835,8 @@ extern "C" fn shim_brif<E: Emitter>(
             std::mem::take(&mut rt.scratch),
             std::mem::take(&mut rt.scratch2),
         );
-        let ok = n as usize <= rt.ge.buf
-            && m as usize <= rt.ge.buf
-            && rt.load_vals(rt.frame.buf, n, &mut a1)
-            && rt.load_vals(rt.frame.buf2, m, &mut a2);
+        let ok = rt.load_vals(rt.frame.buf, rt.ge.buf, n, &mut a1)
+            && rt.load_vals(rt.frame.buf2, rt.ge.buf, m, &mut a2);
         if ok {
             rt.em.brif(c, (t, &a1), (e, &a2));
         } else {
@@ -895,7 +894,7 @@ extern "C" fn shim_array_load<E: Emitter>(rt: *mut c_void, b: u64, i: u64, index
         };
         let mut elems = std::mem::take(&mut rt.scratch);
         // SAFETY: `at..at + n` lies in the pool ([`CompiledGe::arrays`]).
-        let ok = rt.load_vals(unsafe { rt.frame.a.add(at) }, n as u64, &mut elems);
+        let ok = rt.load_vals(unsafe { rt.frame.a.add(at) }, n, n as u64, &mut elems);
         let v = ok.then(|| rt.em.array_load(elem, &elems, k, *loc));
         rt.scratch = elems;
         v.map_or(0, |v| u64::from(rt.value(v)))
@@ -921,7 +920,7 @@ extern "C" fn shim_array_store<E: Emitter>(
         };
         let mut elems = std::mem::take(&mut rt.scratch);
         // SAFETY: `at..at + n` lies in the pool ([`CompiledGe::arrays`]).
-        if rt.load_vals(unsafe { rt.frame.a.add(at) }, n as u64, &mut elems) {
+        if rt.load_vals(unsafe { rt.frame.a.add(at) }, n, n as u64, &mut elems) {
             rt.em.array_store(elem, &mut elems, k, v, *loc);
             for (j, &e) in elems.iter().enumerate() {
                 let id = rt.value(e);
