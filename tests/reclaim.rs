@@ -33,8 +33,14 @@ fn dropping_specializations_and_programs_frees_their_code_and_metadata() {
         let compiled = live();
         assert!(compiled.regions > start.regions && compiled.code_bytes > start.code_bytes);
         // The first specialization also makes the runtime's entry wrapper for the region's
-        // dynamic inputs, which stays with the program (one per list of input types).
+        // dynamic inputs, which stays with the program (one per list of input types); and
+        // where plans are compiled at their first use (`DYC_COMPILED_GE=now`), the first
+        // in the stitch tier the program's compiled plan, which stays with it too.
         drop(f.specialize(&[Arg::from(0i64)]).expect("specializes"));
+        drop(
+            f.specialize_in(&[Arg::from(0i64)], Tier::Stitch)
+                .expect("specializes"),
+        );
         let with_program = live();
         assert_eq!(with_program.regions, compiled.regions);
         for k in 0..10_000i64 {

@@ -332,6 +332,7 @@ impl<'a, 'f> Gen<'a, 'f> {
     fn dispatch(mut self, root: Value, res: Value) -> Self {
         let res = self.b.ins().uextend(types::I64, res);
         let mut sw = Switch::new();
+        let mut inits = Vec::new();
         for (i, r) in self.plan.roots.iter().enumerate() {
             let Some((pc, _)) = *r else { continue };
             let Some(&step) = self.steps.get(pc as usize) else {
@@ -339,14 +340,14 @@ impl<'a, 'f> Gen<'a, 'f> {
             };
             let blk = self.b.create_block();
             sw.set_entry(i as u128, blk);
+            inits.push((blk, i, step));
+        }
+        sw.emit(&mut self.b, root, self.abort);
+        for (blk, i, step) in inits {
             self.b.switch_to_block(blk);
             self.set_slot(i, res);
             self.b.ins().jump(step, &[]);
         }
-        // (Back in the entry block: the switch goes last in it.)
-        let entry = self.b.func.layout.entry_block().expect("the entry");
-        self.b.switch_to_block(entry);
-        sw.emit(&mut self.b, root, self.abort);
         self.b.switch_to_block(self.abort);
         let one = self.b.ins().iconst(types::I32, 1);
         self.b.ins().return_(&[one]);
