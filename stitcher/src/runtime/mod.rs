@@ -863,11 +863,13 @@ impl Shared {
                 let (mut tape, mut shape) = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
                 tape.clear();
                 let unit = self.run_executor(input, &mut tape)?;
-                check_compiled(
-                    |t| self.run_executor_with(input, t, ExecutorKind::Interpreted),
-                    &tape,
-                    &unit,
-                );
+                if input.spec.map_or(self.opts.executor, |s| s.executor) == ExecutorKind::Planned {
+                    check_compiled(
+                        |t| self.run_executor_with(input, t, ExecutorKind::Interpreted),
+                        &tape,
+                        &unit,
+                    );
+                }
                 if unit.entry != 0 {
                     let m = "the tape's entry is not its first block";
                     return Err(RuntimeError::Spec(SpecError::Internal(m.into())));
