@@ -48,7 +48,7 @@ use dyc_templates::types::Scalar;
 
 use super::memo::Memo;
 use super::planned::Queue;
-use super::worklist::{eval_setup, Key};
+use super::worklist::{eval_setup, narrow_key, Key};
 use super::{Context, Unit};
 use crate::ge::{Block, Op, Plan, Reg, SVal, SpecError, StitchProgram, Term};
 use crate::runtime::heap::Extent;
@@ -76,11 +76,6 @@ const UNSET: u8 = 255;
 const TAG_I64: u8 = Scalar::I64 as u8;
 const TAG_BOOL: u8 = 101;
 const TAG_SLICE: u8 = 102;
-
-/// The static value that tag `tag` and word `bits` encode.
-fn sval(tag: u8, bits: u64) -> Option<SVal> {
-    SVal::from_key_bits(tag, bits)
-}
 
 /// A program's compiled generating extension: its code and the sizes of the frame it
 /// reads.
@@ -402,14 +397,7 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
         let prog = self.prog;
         // The unit's first copy, as `Spec::entry_copy` makes it.
         self.entry_key = Key::from_slice(key);
-        let narrow: Key = {
-            let drop = &prog.layout(start).invariant_keys;
-            (0u32..)
-                .zip(key)
-                .filter(|(k, _)| drop.binary_search(k).is_err())
-                .map(|(_, &v)| v)
-                .collect()
-        };
+        let narrow = narrow_key(prog, start, key);
         let entry = self.copy_of(start, &narrow);
         let Some(entry) = entry else {
             return Err(Failed::Abort);
@@ -492,28 +480,15 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     // (The type tests are decided when the shims are compiled.)
 
     fn copy_block(&mut self, b: E::Block) -> u32 {
-        if let Some(&n) = (&b as &dyn Any).downcast_ref::<u32>() {
-            return n;
-        }
-        self.copies.push(b);
-        (self.copies.len() - 1) as u32
+        number(&mut self.copies, b)
     }
 
     fn value(&mut self, v: E::Value) -> u32 {
-        if let Some(&n) = (&v as &dyn Any).downcast_ref::<u32>() {
-            return n;
-        }
-        self.vals.push(v);
-        (self.vals.len() - 1) as u32
+        number(&mut self.vals, v)
     }
 
     fn val(&mut self, id: u64) -> Option<E::Value> {
-        let n = id as u32;
-        let v = match (&n as &dyn Any).downcast_ref::<E::Value>() {
-            Some(&v) if u64::from(n) == id => Some(v),
-            Some(_) => None,
-            None => self.vals.get(id as usize).copied(),
-        };
+        let v = numbered(&self.vals, id);
         if v.is_none() {
             self.fail(format!("no value {id}"));
         }
@@ -521,12 +496,7 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     }
 
     fn copy(&mut self, id: u64) -> Option<E::Block> {
-        let n = id as u32;
-        let b = match (&n as &dyn Any).downcast_ref::<E::Block>() {
-            Some(&b) if u64::from(n) == id => Some(b),
-            Some(_) => None,
-            None => self.copies.get(id as usize).copied(),
-        };
+        let b = numbered(&self.copies, id);
         if b.is_none() {
             self.fail(format!("no copy {id}"));
         }
@@ -597,7 +567,8 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
         }
         // SAFETY: `r` is below the frame's number of registers.
         let (t, b) = unsafe { (*self.frame.st.add(r.index()), *self.frame.s.add(r.index())) };
-        sval(t, b).ok_or_else(|| SpecError::Internal(format!("static register {r} unset")))
+        SVal::from_key_bits(t, b)
+            .ok_or_else(|| SpecError::Internal(format!("static register {r} unset")))
     }
 
     /// The elements of local array `r` in the pool: where they start, and how many.
@@ -643,6 +614,26 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     }
 }
 
+/// The number the code holds for `x`, a value or a block of the emitter: `x` itself if
+/// it is a number already (the tape's), else its place in `table`. (The type test is
+/// decided when the function is compiled.)
+fn number<T: Copy + 'static>(table: &mut Vec<T>, x: T) -> u32 {
+    if let Some(&n) = (&x as &dyn Any).downcast_ref::<u32>() {
+        return n;
+    }
+    table.push(x);
+    (table.len() - 1) as u32
+}
+
+/// The value or block [`number`] gave number `id`.
+fn numbered<T: Copy + 'static>(table: &[T], id: u64) -> Option<T> {
+    let n = u32::try_from(id).ok()?;
+    match (&n as &dyn Any).downcast_ref::<T>() {
+        Some(&x) => Some(x),
+        None => table.get(n as usize).copied(),
+    }
+}
+
 /// Runs `f` on the context behind `rt`, catching a panic (kept for the driver to raise
 /// again) so that none unwinds into compiled code.
 fn with_rt<'x, E: Emitter + 'x>(rt: *mut c_void, f: impl FnOnce(&mut Rt<'x, 'x, E>) -> u64) -> u64 {
@@ -664,7 +655,7 @@ fn with_rt<'x, E: Emitter + 'x>(rt: *mut c_void, f: impl FnOnce(&mut Rt<'x, 'x, 
 
 extern "C" fn shim_stat<E: Emitter>(rt: *mut c_void, tag: u64, bits: u64) -> u64 {
     with_rt::<E>(rt, |rt| {
-        let v = match sval(tag as u8, bits) {
+        let v = match SVal::from_key_bits(tag as u8, bits) {
             Some(SVal::Scalar(c)) => rt.em.constant(c),
             Some(SVal::Slice(k)) => match rt.prog.header.param_types.get(k as usize) {
                 Some(&ty) => rt.em.static_slice(k, ty),
@@ -781,7 +772,7 @@ extern "C" fn shim_root<E: Emitter>(rt: *mut c_void, b: u64, n: u64) -> u64 {
         for k in 0..n as usize {
             // SAFETY: the key buffer holds `2 * ge.key` words, and `k < n <= ge.key`.
             let (t, w) = unsafe { (*rt.frame.key.add(2 * k), *rt.frame.key.add(2 * k + 1)) };
-            match sval(t as u8, w) {
+            match SVal::from_key_bits(t as u8, w) {
                 Some(v) => key.push(v),
                 None => {
                     rt.fail("a key value unset");

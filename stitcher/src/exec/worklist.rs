@@ -330,15 +330,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
 
     /// `key`, all of `b`'s key, without the unit invariants.
     fn narrow_key(&self, b: Block, key: &[SVal]) -> Key {
-        let drop = &self.prog.layout(b).invariant_keys;
-        if drop.is_empty() {
-            return Key::from_slice(key);
-        }
-        (0u32..)
-            .zip(key)
-            .filter(|(k, _)| drop.binary_search(k).is_err())
-            .map(|(_, &v)| v)
-            .collect()
+        narrow_key(self.prog, b, key)
     }
 
     /// `args`, `b`'s inputs in a dispatch block ([`crate::ge::Layout::dispatch_types`]),
@@ -1436,6 +1428,20 @@ impl<'a, E: Emitter> Spec<'a, E> {
         }
         Ok(())
     }
+}
+
+/// `key`, all of block `b`'s key in `prog`, without the unit invariants (the memo key of a
+/// copy of `b`).
+pub(super) fn narrow_key(prog: &StitchProgram, b: Block, key: &[SVal]) -> Key {
+    let drop = &prog.layout(b).invariant_keys;
+    if drop.is_empty() {
+        return Key::from_slice(key);
+    }
+    (0u32..)
+        .zip(key)
+        .filter(|(k, _)| drop.binary_search(k).is_err())
+        .map(|(_, &v)| v)
+        .collect()
 }
 
 /// The static value of setup operation `op`, reading registers through `get` (static
