@@ -3,8 +3,9 @@
 //! code recorded is the one the interpreted stitcher records (`DYC_CHECK_COMPILED_GE=1`,
 //! set before the first specialization, with plans compiled at their first use), on the
 //! main job's byte-code programs and on
-//! random byte-code programs; and the compiled code made most of those units (the check
-//! is not vacuous).
+//! random byte-code programs, and on a region whose setup code takes every operation the
+//! compiled code runs natively to its edge cases; and the compiled code made most of
+//! those units (the check is not vacuous).
 
 #[path = "../benches/bytecode.rs"]
 #[allow(dead_code)]
@@ -13,8 +14,13 @@ mod common;
 #[path = "common/random_bytecode.rs"]
 mod random_bytecode;
 
+use dyc::interp::{parse_args, Interpreter, Memory, Val};
+use dyc::ir::Const;
 use dyc::{Arg, Program, RuntimeOptions, Tier, Tiers};
 use random_bytecode::{random_bytecode, Rng};
+
+/// Held by each test, so that the units each counts are its own.
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Turns the check on for this process, and has plans compiled at their first use
 /// (before any specialization reads either).
@@ -27,7 +33,11 @@ fn check_every_unit() {
 }
 
 fn interpreter() -> Program {
-    let src = include_str!("../examples/bytecode.dyc");
+    stitch_tier("bytecode.dyc", include_str!("../examples/bytecode.dyc"))
+}
+
+/// `src` compiled to specialize in the stitch tier only.
+fn stitch_tier(name: &str, src: &str) -> Program {
     let opts = RuntimeOptions {
         tiers: Tiers {
             first: Tier::Stitch,
@@ -36,7 +46,7 @@ fn interpreter() -> Program {
         },
         ..RuntimeOptions::default()
     };
-    Program::compile_with("bytecode.dyc", src, opts).expect("compiles")
+    Program::compile_with(name, src, opts).expect("compiles")
 }
 
 /// Specializes the interpreter on `code` in the stitch tier and checks its results.
@@ -61,6 +71,7 @@ fn run(program: &Program, code: &[i64], mem: usize, what: &str) {
 
 #[test]
 fn compiled_and_interpreted_stitchers_record_the_same_units() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     check_every_unit();
     let program = interpreter();
     let (runs, _) = dyc_stitcher::exec::compiled_counts();
@@ -80,6 +91,93 @@ fn compiled_and_interpreted_stitchers_record_the_same_units() {
     assert!(
         (made - runs) * 2 >= units,
         "{} units of {units} programs made by compiled code",
+        made - runs
+    );
+}
+
+/// Static `i64` arithmetic, comparisons, shifts, `min`/`max`, negation and not (of an
+/// integer and of a `bool`), `len` and loads, on the values where each is easy to get
+/// wrong natively: zero and minus one divisors of the least `i64`, shift amounts past the
+/// width and negative, equal operands.
+const SETUP_OPS: &str = "
+fn mix(ks: [i64], x: i64) -> i64 {
+    make_static(ks);
+    var acc = x;
+    var i = 0;
+    while i < len(ks) {
+        let k = ks@[i];
+        let j = ks@[(i + 1) % len(ks)];
+        var s = (k << j) ^ (k >> j) ^ min(k, j) ^ max(k, j) ^ -k ^ !j;
+        s = s + (k - j) * (k + j) + (k & j) - (k | j);
+        if k < j { s = s + 1; }
+        if k <= j { s = s + 2; }
+        if k > j { s = s + 4; }
+        if k >= j { s = s + 8; }
+        if k == j { s = s + 16; }
+        if k != j { s = s + 32; }
+        let neg = !(k < 0);
+        if neg { s = s * 3; }
+        if j != 0 { s = s + k / j + k % j; }
+        acc = acc * 31 + s;
+        i += 1;
+    }
+    return acc;
+}
+";
+
+#[test]
+fn setup_operations_agree_at_their_edge_cases() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    check_every_unit();
+    let program = stitch_tier("mix.dyc", SETUP_OPS);
+    let m = dyc::lang::compile("mix.dyc", SETUP_OPS).expect("compiles");
+    let id = m.func_by_name("mix").expect("mix");
+    let (runs, _) = dyc_stitcher::exec::compiled_counts();
+    let edges = [
+        i64::MIN,
+        -1,
+        0,
+        1,
+        2,
+        63,
+        64,
+        65,
+        -65,
+        -64,
+        7,
+        i64::MAX,
+        -7,
+        1 << 40,
+    ];
+    let mut units = 0;
+    for (n, w) in edges.windows(3).enumerate() {
+        let mut ks = w.to_vec();
+        ks.extend(&edges[..n % 4]);
+        let spec = program
+            .region("mix")
+            .expect("region")
+            .specialize_in(&[Arg::from(&ks[..])], Tier::Stitch)
+            .unwrap_or_else(|e| panic!("{ks:?}: {e}"));
+        units += 1;
+        for x in [0i64, -3, 1 << 33] {
+            let mut mem = Memory::default();
+            let args = parse_args(&m.funcs[id].sig.params, &format!("{ks:?}, {x}"), &mut mem)
+                .expect("arguments");
+            let want = match Interpreter::new(&m).call(id, &args, &mut mem) {
+                Ok(Some(Val::Scalar(Const::Int(_, v)))) => v as i64,
+                r => panic!("{ks:?}, {x}: the interpreter gave {r:?}"),
+            };
+            let got = spec
+                .call(&mut [Arg::from(x)])
+                .unwrap_or_else(|e| panic!("{ks:?}, {x}: {e}"))
+                .and_then(|c| c.as_i64());
+            assert_eq!(got, Some(want), "{ks:?}, {x}");
+        }
+    }
+    let (made, _) = dyc_stitcher::exec::compiled_counts();
+    assert!(
+        (made - runs) * 2 >= units,
+        "{} of {units} units made by compiled code",
         made - runs
     );
 }

@@ -10,7 +10,7 @@
 //! interpreted stitcher takes per copy from the plan (which edges fuse, which target a
 //! root, which arm a fork follows for a static branch's edge) are taken once, when the
 //! function is made. What stays dynamic is what the static values decide: the outcome of
-//! static branches, the slots of one run of a tree (Cranelift variables), and everything
+//! static branches, the slots of one run of a tree (words of the frame), and everything
 //! the emitter and the memo do.
 //!
 //! **The frame.** Static registers are words in memory with a tag each (an
@@ -26,9 +26,11 @@
 //! emitter, caught) marks the run failed and returns a harmless value; the driver checks
 //! after each tree.
 //!
-//! **What falls back.** The code handles the common cases natively (integer `I64`
-//! arithmetic and static loads, accesses to local arrays at static indices in bounds) and
-//! the rest through shims; it gives up (the run *aborts*) on what it does not handle at
+//! **What falls back.** The code handles the common cases natively (the setup code's
+//! constants, copies, `i64` arithmetic, shifts, `min`/`max` and comparisons, `bool` and
+//! `i64` not, `select`, `len` and static loads; accesses to local arrays at static indices
+//! in bounds) and the rest through shims (a division by zero or of the least `i64` by
+//! minus one, other types, casts, pure host calls); it gives up (the run *aborts*) on what it does not handle at
 //! all: promotions, lazy edges, local arrays in memory, dynamic `switch`es, a static
 //! fault, an edge back into the unit's first copy, a budget exceeded. An aborted run
 //! leaves the emitter to be restarted ([`Emitter::restart`]) and the interpreted planned
@@ -46,8 +48,7 @@ use dyc_templates::ops::Const;
 use dyc_templates::template::Emitter;
 use dyc_templates::types::Scalar;
 
-use super::memo::Memo;
-use super::planned::Queue;
+use super::scratch::Scratch;
 use super::worklist::{eval_setup, narrow_key, Key};
 use super::{Context, Unit};
 use crate::ge::{Block, Op, Plan, Reg, SVal, SpecError, StitchProgram, Term};
@@ -280,11 +281,9 @@ struct Rt<'a, 'c, E: Emitter> {
     /// The emitter's values and blocks, by the numbers the code holds.
     vals: Vec<E::Value>,
     copies: Vec<E::Block>,
-    memo: Memo<u32>,
-    work: Vec<u32>,
-    queue: Queue,
-    /// Per block, its last copy (for [`Emitter::create_block_like`]).
-    like: Vec<Option<u32>>,
+    /// The memo of copies, the work list, the queue of roots, the last copy of each block
+    /// (for [`Emitter::create_block_like`]): kept per thread for the next run.
+    sc: Scratch<E::Value, u32>,
     entry: Option<u32>,
     entry_key: Key,
     blocks: usize,
@@ -342,6 +341,7 @@ pub(super) fn run<E: Emitter>(
         r.len = w.len() as u64;
     }
     let shims = Shims::of::<E>();
+    let mut sc = Scratch::take(0, prog.blocks.len(), false);
     let mut rt = Rt {
         prog,
         plan,
@@ -365,21 +365,21 @@ pub(super) fn run<E: Emitter>(
         },
         vals: Vec::new(),
         copies: Vec::new(),
-        memo: Memo::new(),
-        work: Vec::new(),
-        queue: Queue::default(),
-        like: vec![None; prog.blocks.len()],
+        scratch: std::mem::take(&mut sc.params),
+        scratch2: sc.buffers.pop().unwrap_or_default(),
+        sc,
         entry: None,
         entry_key: Key::new(),
         blocks: 0,
         lookups: 0,
         failed: None,
         panic: None,
-        scratch: Vec::new(),
-        scratch2: Vec::new(),
     };
     let result = rt.drive(start, key);
-    drop(rt);
+    let mut sc = rt.sc;
+    sc.params = rt.scratch;
+    sc.buffers.push(rt.scratch2);
+    sc.give_back();
     mem.give_back();
     let counter = if result.is_ok() { &RUNS } else { &ABORTS };
     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -403,24 +403,22 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
             return Err(Failed::Abort);
         };
         let ranks = self.plan.rank.len();
-        self.queue.reset(ranks);
+        self.sc.queue.reset(ranks);
         let mut next = self
+            .sc
             .queue
-            .add_but_next(self.plan, &self.memo, &mut self.work);
+            .add_but_next(self.plan, &self.sc.memo, &mut self.sc.work);
         let f: extern "C" fn(*const Frame, u32, u32, u32) -> u32 =
             // SAFETY: `entry` is the address of a function of this signature in the
             // target's C convention, made by `gen::compile` and kept alive by `self.ge`.
             unsafe { std::mem::transmute::<usize, _>(self.ge.entry) };
-        let mut root_key: Vec<SVal> = Vec::new();
-        while let Some(k) = next.take().or_else(|| self.queue.pop()) {
-            let (root, key, res) = self.memo.copy(k);
-            root_key.clear();
-            root_key.extend_from_slice(key);
+        while let Some(k) = next.take().or_else(|| self.sc.queue.pop()) {
+            let (root, key, res) = self.sc.memo.copy(k);
             let first = Some(res) == self.entry;
             let lay = prog.layout(root);
             let (regs, key) = match first {
                 true => (&lay.key_regs, &self.entry_key[..]),
-                false => (&lay.copy_key_regs, &root_key[..]),
+                false => (&lay.copy_key_regs, key),
             };
             if regs.len() != key.len() {
                 return Err(Failed::Abort);
@@ -448,8 +446,9 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
                 return Err(Failed::Abort);
             }
             next = self
+                .sc
                 .queue
-                .add_but_next(self.plan, &self.memo, &mut self.work);
+                .add_but_next(self.plan, &self.sc.memo, &mut self.sc.work);
         }
         // SAFETY: the counters are three words of the frame.
         let (ops, tests) = unsafe { (*self.frame.counters, *self.frame.counters.add(1)) };
@@ -508,7 +507,7 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
         let lay = self.prog.layout(b);
         match self.entry {
             Some(_) => {
-                let made = match self.like.get(b.index()).copied().flatten() {
+                let made = match self.sc.like.get(b.index()).copied().flatten() {
                     Some(l) => match self.copy(u64::from(l)) {
                         Some(l) => self.em.create_block_like(l, &lay.copy_types),
                         None => self.em.create_block(&lay.copy_types),
@@ -516,7 +515,7 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
                     None => self.em.create_block(&lay.copy_types),
                 };
                 let id = self.copy_block(made);
-                if let Some(l) = self.like.get_mut(b.index()) {
+                if let Some(l) = self.sc.like.get_mut(b.index()) {
                     *l = Some(id);
                 }
                 id
@@ -533,7 +532,7 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     /// `Spec::copy_of`: `None` over the budget.
     fn copy_of(&mut self, b: Block, key: &[SVal]) -> Option<u32> {
         self.lookups += 1;
-        let at = match self.memo.get(b, key) {
+        let at = match self.sc.memo.get(b, key) {
             Ok(res) => return Some(res),
             Err(at) => at,
         };
@@ -541,8 +540,8 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
             return None;
         }
         let res = self.create_copy(b);
-        let k = self.memo.insert(at, b, key, res);
-        self.work.push(k);
+        let k = self.sc.memo.insert(at, b, key, res);
+        self.sc.work.push(k);
         Some(res)
     }
 

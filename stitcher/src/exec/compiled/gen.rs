@@ -17,11 +17,13 @@ use cranelift_codegen::ir::{
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Switch, Variable};
 
-use dyc_templates::ops::{BinaryOp, Const};
+use dyc_templates::ops::{BinaryOp, CmpOp, Const, UnaryOp};
 use dyc_templates::types::{Scalar, Type};
 
-use super::{CompiledGe, NONE, TAG_BOOL, TAG_I64, TAG_SLICE};
-use crate::ge::{Block, Edge, Fast, Op, Operand, Param, Plan, Reg, Step, StitchProgram, Term};
+use super::{CompiledGe, NONE, TAG_BOOL, TAG_I64, TAG_SLICE, UNSET};
+use crate::ge::{
+    Block, Edge, Fast, Op, Operand, Param, Plan, Reg, SetupOp, Step, StitchProgram, Term,
+};
 
 /// The shims, by their place in [`super::Shims`].
 #[derive(Clone, Copy)]
@@ -704,19 +706,14 @@ impl<'a, 'f> Gen<'a, 'f> {
         let general = self.b.create_block();
         let after = self.b.create_block();
         match fast {
-            Fast::None => self.goto(general),
+            Fast::None | Fast::Binary { .. } => match self.setup(op, general) {
+                true => self.goto(after),
+                false => self.goto(general),
+            },
             Fast::Load {
                 dst, slice, index, ..
             } => {
-                let ts = self.tag(slice);
-                let ok = self
-                    .b
-                    .ins()
-                    .icmp_imm_s(IntCC::Equal, ts, i64::from(TAG_SLICE));
-                self.check(ok, general);
-                let k = self.bits(slice);
-                let ok = self.b.ins().icmp(IntCC::UnsignedLessThan, k, self.nslices);
-                self.check(ok, general);
+                let r = self.slice_ref(slice, general);
                 let ti = self.tag(index);
                 let ok = self
                     .b
@@ -724,8 +721,6 @@ impl<'a, 'f> Gen<'a, 'f> {
                     .icmp_imm_s(IntCC::UnsignedLessThanOrEqual, ti, 7);
                 self.check(ok, general);
                 let i = self.bits(index);
-                let r = self.b.ins().imul_imm_u(k, 24);
-                let r = self.b.ins().iadd(self.slices, r);
                 let len = self.b.ins().load(types::I64, flags(), r, 8);
                 let ok = self.b.ins().icmp(IntCC::UnsignedLessThan, i, len);
                 self.check(ok, general);
@@ -737,42 +732,6 @@ impl<'a, 'f> Gen<'a, 'f> {
                 self.set_s(dst, t, v);
                 self.goto(after);
             }
-            Fast::Binary {
-                op: o, dst, a, b, ..
-            } if matches!(
-                o,
-                BinaryOp::Add
-                    | BinaryOp::Sub
-                    | BinaryOp::Mul
-                    | BinaryOp::And
-                    | BinaryOp::Or
-                    | BinaryOp::Xor
-            ) =>
-            {
-                let (ta, tb) = (self.tag(a), self.tag(b));
-                let ok = self
-                    .b
-                    .ins()
-                    .icmp_imm_s(IntCC::Equal, ta, i64::from(TAG_I64));
-                self.check(ok, general);
-                let ok = self
-                    .b
-                    .ins()
-                    .icmp_imm_s(IntCC::Equal, tb, i64::from(TAG_I64));
-                self.check(ok, general);
-                let (x, y) = (self.bits(a), self.bits(b));
-                let v = match o {
-                    BinaryOp::Add => self.b.ins().iadd(x, y),
-                    BinaryOp::Sub => self.b.ins().isub(x, y),
-                    BinaryOp::Mul => self.b.ins().imul(x, y),
-                    BinaryOp::And => self.b.ins().band(x, y),
-                    BinaryOp::Or => self.b.ins().bor(x, y),
-                    _ => self.b.ins().bxor(x, y),
-                };
-                self.set_s(dst, ta, v);
-                self.goto(after);
-            }
-            Fast::Binary { .. } => self.goto(general),
             Fast::Element { dst, arr, index } => {
                 let (base, len) = self.array(arr)?;
                 let i = self.static_index(index, len, general);
@@ -837,6 +796,169 @@ impl<'a, 'f> Gen<'a, 'f> {
         self.goto(after);
         self.b.switch_to_block(after);
         Some(())
+    }
+
+    /// The setup operations other than [`Fast`]'s, natively where their operands have the
+    /// types the code expects (`i64` for arithmetic and comparisons, `bool` for
+    /// conditions), else by going to `general`. Emits nothing and returns `false` for an
+    /// operation it does not take.
+    fn setup(&mut self, op: &Op, general: ir::Block) -> bool {
+        let &Op::Setup { dst, ref op, .. } = op else {
+            return false;
+        };
+        match *op {
+            SetupOp::Const(c) => {
+                let (t, w) = crate::ge::SVal::Scalar(c).key_bits();
+                let (t, w) = (self.iconst(u64::from(t)), self.iconst(w));
+                self.set_s(dst, t, w);
+            }
+            SetupOp::Copy(a) => {
+                let t = self.tag(a);
+                let ok = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::NotEqual, t, i64::from(UNSET));
+                self.check(ok, general);
+                let w = self.bits(a);
+                self.set_s(dst, t, w);
+            }
+            SetupOp::Cmp(o, a, b) => {
+                let (x, y) = self.i64_operands(a, b, general);
+                let cc = match o {
+                    CmpOp::Eq => IntCC::Equal,
+                    CmpOp::Ne => IntCC::NotEqual,
+                    CmpOp::Lt => IntCC::SignedLessThan,
+                    CmpOp::Le => IntCC::SignedLessThanOrEqual,
+                    CmpOp::Gt => IntCC::SignedGreaterThan,
+                    CmpOp::Ge => IntCC::SignedGreaterThanOrEqual,
+                };
+                let c = self.b.ins().icmp(cc, x, y);
+                let c = self.b.ins().uextend(types::I64, c);
+                let t = self.iconst(u64::from(TAG_BOOL));
+                self.set_s(dst, t, c);
+            }
+            SetupOp::Binary(o, a, b) => {
+                let (x, y) = self.i64_operands(a, b, general);
+                let v = match o {
+                    BinaryOp::Div | BinaryOp::Rem => {
+                        // (A zero divisor faults and `MIN / -1` wraps: the general
+                        // operation takes both.)
+                        let z = self.b.ins().icmp_imm_s(IntCC::NotEqual, y, 0);
+                        let m = self.b.ins().icmp_imm_s(IntCC::NotEqual, y, -1);
+                        let ok = self.b.ins().band(z, m);
+                        self.check(ok, general);
+                        match o {
+                            BinaryOp::Div => self.b.ins().sdiv(x, y),
+                            _ => self.b.ins().srem(x, y),
+                        }
+                    }
+                    // (Cranelift takes the amount modulo the width, as the language does.)
+                    BinaryOp::Shl => self.b.ins().ishl(x, y),
+                    BinaryOp::Shr => self.b.ins().sshr(x, y),
+                    BinaryOp::Min => self.b.ins().smin(x, y),
+                    BinaryOp::Max => self.b.ins().smax(x, y),
+                    BinaryOp::Add => self.b.ins().iadd(x, y),
+                    BinaryOp::Sub => self.b.ins().isub(x, y),
+                    BinaryOp::Mul => self.b.ins().imul(x, y),
+                    BinaryOp::And => self.b.ins().band(x, y),
+                    BinaryOp::Or => self.b.ins().bor(x, y),
+                    BinaryOp::Xor => self.b.ins().bxor(x, y),
+                };
+                let t = self.iconst(u64::from(TAG_I64));
+                self.set_s(dst, t, v);
+            }
+            SetupOp::Unary(o, a) => {
+                // `i64` negation and not, and `bool` not.
+                let t = self.tag(a);
+                let int = self.b.ins().icmp_imm_s(IntCC::Equal, t, i64::from(TAG_I64));
+                let ok = match o {
+                    UnaryOp::Neg => int,
+                    UnaryOp::Not => {
+                        let bool = self
+                            .b
+                            .ins()
+                            .icmp_imm_s(IntCC::Equal, t, i64::from(TAG_BOOL));
+                        self.b.ins().bor(int, bool)
+                    }
+                };
+                self.check(ok, general);
+                let x = self.bits(a);
+                let v = match o {
+                    UnaryOp::Neg => self.b.ins().ineg(x),
+                    UnaryOp::Not => {
+                        let flip = self.b.ins().bxor_imm_u(x, 1);
+                        let not = self.b.ins().bnot(x);
+                        self.b.ins().select(int, not, flip)
+                    }
+                };
+                self.set_s(dst, t, v);
+            }
+            SetupOp::Select(c, a, b) => {
+                let tc = self.tag(c);
+                let ok = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::Equal, tc, i64::from(TAG_BOOL));
+                self.check(ok, general);
+                let pick = self.bits(c);
+                let (ta, tb) = (self.tag(a), self.tag(b));
+                let t = self.b.ins().select(pick, ta, tb);
+                let ok = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::NotEqual, t, i64::from(UNSET));
+                self.check(ok, general);
+                let (wa, wb) = (self.bits(a), self.bits(b));
+                let w = self.b.ins().select(pick, wa, wb);
+                self.set_s(dst, t, w);
+            }
+            SetupOp::Len(sl) => {
+                let r = self.slice_ref(sl, general);
+                let t = self.b.ins().load(types::I64, flags(), r, 16);
+                let ok = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::NotEqual, t, i64::from(UNSET));
+                self.check(ok, general);
+                let len = self.b.ins().load(types::I64, flags(), r, 8);
+                let t = self.iconst(u64::from(TAG_I64));
+                self.set_s(dst, t, len);
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// The words of `i64` registers `a` and `b`; other types go to `general`.
+    fn i64_operands(&mut self, a: Reg, b: Reg, general: ir::Block) -> (Value, Value) {
+        let (ta, tb) = (self.tag(a), self.tag(b));
+        let oka = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::Equal, ta, i64::from(TAG_I64));
+        let okb = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::Equal, tb, i64::from(TAG_I64));
+        let ok = self.b.ins().band(oka, okb);
+        self.check(ok, general);
+        (self.bits(a), self.bits(b))
+    }
+
+    /// A static slice's [`super::SliceRef`], for register `r` holding a static slice (else
+    /// `general`).
+    fn slice_ref(&mut self, r: Reg, general: ir::Block) -> Value {
+        let ts = self.tag(r);
+        let ok = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::Equal, ts, i64::from(TAG_SLICE));
+        self.check(ok, general);
+        let k = self.bits(r);
+        let ok = self.b.ins().icmp(IntCC::UnsignedLessThan, k, self.nslices);
+        self.check(ok, general);
+        let r = self.b.ins().imul_imm_u(k, 24);
+        self.b.ins().iadd(self.slices, r)
     }
 
     /// A static index of an `i64` or `u64` (the fast path of `Spec::fast`), checked below
