@@ -48,8 +48,9 @@ use dyc_templates::ops::Const;
 use dyc_templates::template::Emitter;
 use dyc_templates::types::Scalar;
 
+use super::memo::Word;
 use super::scratch::Scratch;
-use super::worklist::{eval_setup, narrow_key, Key};
+use super::worklist::{eval_setup, narrow_key};
 use super::{Context, Unit};
 use crate::ge::{Block, Op, Plan, Reg, SVal, SpecError, StitchProgram, Term};
 use crate::runtime::heap::Extent;
@@ -156,11 +157,10 @@ struct Shims {
     /// `(block, op, n) -> value`: template operation `op` of `block` on the `n` values in
     /// the buffer (its result, or [`NONE`]).
     op: Shim3,
-    /// `(copy)`: starts filling a copy.
-    switch_to: Shim1,
-    /// `(copy) -> n`: the copy's parameters, into the buffer.
-    params: Shim1,
-    /// `(block) -> copy`: a new copy of `block` (not the unit's first).
+    /// `(copy) -> n`: starts filling a copy; its parameters, into the buffer.
+    enter: Shim1,
+    /// `(block) -> copy`: a new copy of `block` (not the unit's first), counted against
+    /// the budget.
     create: Shim1,
     /// `(block, n) -> copy`: the copy of root `block` for the key of `n` tagged words in
     /// the key buffer, made and queued if new.
@@ -189,8 +189,7 @@ impl Shims {
             stat: shim_stat::<E>,
             setup: shim_setup::<E>,
             op: shim_op::<E>,
-            switch_to: shim_switch_to::<E>,
-            params: shim_params::<E>,
+            enter: shim_enter::<E>,
             create: shim_create::<E>,
             root: shim_root::<E>,
             jump: shim_jump::<E>,
@@ -285,7 +284,7 @@ struct Rt<'a, 'c, E: Emitter> {
     /// (for [`Emitter::create_block_like`]): kept per thread for the next run.
     sc: Scratch<E::Value, u32>,
     entry: Option<u32>,
-    entry_key: Key,
+    entry_key: Vec<Word>,
     blocks: usize,
     lookups: usize,
     failed: Option<String>,
@@ -369,7 +368,7 @@ pub(super) fn run<E: Emitter>(
         scratch2: sc.buffers.pop().unwrap_or_default(),
         sc,
         entry: None,
-        entry_key: Key::new(),
+        entry_key: Vec::new(),
         blocks: 0,
         lookups: 0,
         failed: None,
@@ -396,8 +395,11 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     fn drive(&mut self, start: Block, key: &[SVal]) -> Result<Unit<E::Block>, Failed> {
         let prog = self.prog;
         // The unit's first copy, as `Spec::entry_copy` makes it.
-        self.entry_key = Key::from_slice(key);
-        let narrow = narrow_key(prog, start, key);
+        self.entry_key = key.iter().map(|&v| Word::of(v)).collect();
+        let narrow: Vec<Word> = narrow_key(prog, start, key)
+            .iter()
+            .map(|&v| Word::of(v))
+            .collect();
         let entry = self.copy_of(start, &narrow);
         let Some(entry) = entry else {
             return Err(Failed::Abort);
@@ -407,13 +409,13 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
         let mut next = self
             .sc
             .queue
-            .add_but_next(self.plan, &self.sc.memo, &mut self.sc.work);
+            .add_but_next(self.plan, &self.sc.words, &mut self.sc.work);
         let f: extern "C" fn(*const Frame, u32, u32, u32) -> u32 =
             // SAFETY: `entry` is the address of a function of this signature in the
             // target's C convention, made by `gen::compile` and kept alive by `self.ge`.
             unsafe { std::mem::transmute::<usize, _>(self.ge.entry) };
         while let Some(k) = next.take().or_else(|| self.sc.queue.pop()) {
-            let (root, key, res) = self.sc.memo.copy(k);
+            let (root, key, res) = self.sc.words.copy(k);
             let first = Some(res) == self.entry;
             let lay = prog.layout(root);
             let (regs, key) = match first {
@@ -427,11 +429,10 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
                 if r.index() >= self.ge.regs {
                     return Err(Failed::Abort);
                 }
-                let (t, b) = v.key_bits();
                 // SAFETY: `r` is below the frame's number of registers, checked above.
                 unsafe {
-                    *self.frame.st.add(r.index()) = t;
-                    *self.frame.s.add(r.index()) = b;
+                    *self.frame.st.add(r.index()) = v.tag as u8;
+                    *self.frame.s.add(r.index()) = v.bits;
                 }
             }
             self.frame.rt = self as *mut Self as *mut c_void;
@@ -448,7 +449,7 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
             next = self
                 .sc
                 .queue
-                .add_but_next(self.plan, &self.sc.memo, &mut self.sc.work);
+                .add_but_next(self.plan, &self.sc.words, &mut self.sc.work);
         }
         // SAFETY: the counters are three words of the frame.
         let (ops, tests) = unsafe { (*self.frame.counters, *self.frame.counters.add(1)) };
@@ -530,9 +531,9 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     }
 
     /// `Spec::copy_of`: `None` over the budget.
-    fn copy_of(&mut self, b: Block, key: &[SVal]) -> Option<u32> {
+    fn copy_of(&mut self, b: Block, key: &[Word]) -> Option<u32> {
         self.lookups += 1;
-        let at = match self.sc.memo.get(b, key) {
+        let at = match self.sc.words.get(b, key) {
             Ok(res) => return Some(res),
             Err(at) => at,
         };
@@ -540,7 +541,7 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
             return None;
         }
         let res = self.create_copy(b);
-        let k = self.sc.memo.insert(at, b, key, res);
+        let k = self.sc.words.insert(at, b, key, res);
         self.sc.work.push(k);
         Some(res)
     }
@@ -640,7 +641,8 @@ fn with_rt<'x, E: Emitter + 'x>(rt: *mut c_void, f: impl FnOnce(&mut Rt<'x, 'x, 
     // which lives for the whole call and is not otherwise used while the code runs (the
     // lifetimes, erased in the pointer, are those of that call).
     let rt = unsafe { &mut *(rt as *mut Rt<'x, 'x, E>) };
-    if rt.panic.is_some() {
+    // (After a failure the run's work is thrown away: the emitter sees no more calls.)
+    if rt.panic.is_some() || rt.failed.is_some() {
         return 0;
     }
     match catch_unwind(AssertUnwindSafe(|| f(&mut *rt))) {
@@ -712,18 +714,10 @@ extern "C" fn shim_op<E: Emitter>(rt: *mut c_void, b: u64, i: u64, n: u64) -> u6
     })
 }
 
-extern "C" fn shim_switch_to<E: Emitter>(rt: *mut c_void, copy: u64) -> u64 {
-    with_rt::<E>(rt, |rt| {
-        if let Some(b) = rt.copy(copy) {
-            rt.em.switch_to_block(b);
-        }
-        0
-    })
-}
-
-extern "C" fn shim_params<E: Emitter>(rt: *mut c_void, copy: u64) -> u64 {
+extern "C" fn shim_enter<E: Emitter>(rt: *mut c_void, copy: u64) -> u64 {
     with_rt::<E>(rt, |rt| {
         let Some(b) = rt.copy(copy) else { return 0 };
+        rt.em.switch_to_block(b);
         let mut params = std::mem::take(&mut rt.scratch);
         params.clear();
         rt.em.block_params(b, &mut params);
@@ -744,9 +738,10 @@ extern "C" fn shim_params<E: Emitter>(rt: *mut c_void, copy: u64) -> u64 {
 
 extern "C" fn shim_create<E: Emitter>(rt: *mut c_void, b: u64) -> u64 {
     with_rt::<E>(rt, |rt| match u32::try_from(b) {
-        Ok(b) if (b as usize) < rt.prog.blocks.len() => {
-            u64::from(rt.create_copy(Block::from_u32(b)))
-        }
+        Ok(b) if (b as usize) < rt.prog.blocks.len() => match rt.count_block() {
+            true => u64::from(rt.create_copy(Block::from_u32(b))),
+            false => 0,
+        },
         _ => {
             rt.fail("no such block");
             0
@@ -767,19 +762,14 @@ extern "C" fn shim_root<E: Emitter>(rt: *mut c_void, b: u64, n: u64) -> u64 {
             rt.fail("key too long");
             return 0;
         }
-        let mut key = Key::new();
-        for k in 0..n as usize {
-            // SAFETY: the key buffer holds `2 * ge.key` words, and `k < n <= ge.key`.
-            let (t, w) = unsafe { (*rt.frame.key.add(2 * k), *rt.frame.key.add(2 * k + 1)) };
-            match SVal::from_key_bits(t as u8, w) {
-                Some(v) => key.push(v),
-                None => {
-                    rt.fail("a key value unset");
-                    return 0;
-                }
-            }
+        // SAFETY: the key buffer holds `ge.key` pairs of words, the layout of `Word`,
+        // and `n <= ge.key`; nothing writes it while the slice is read.
+        let key = unsafe { std::slice::from_raw_parts(rt.frame.key as *const Word, n as usize) };
+        if key.iter().any(|w| w.tag == u64::from(UNSET)) {
+            rt.fail("a key value unset");
+            return 0;
         }
-        match rt.copy_of(b, &key) {
+        match rt.copy_of(b, key) {
             // (An edge back into the unit's first copy passes its invariants: not here.)
             Some(c) if Some(c) != rt.entry => u64::from(c),
             _ => {

@@ -15,6 +15,45 @@ use crate::ge::{Block, SVal};
 /// No copy (the end of a chain).
 const NONE: u32 = u32::MAX;
 
+/// A part of a memo key: a static value, or the tagged word compiled code holds for one
+/// (both hash and compare by [`SVal::key_bits`]).
+pub(super) trait KeyPart: Copy {
+    fn bits(&self) -> (u8, u64);
+}
+
+impl KeyPart for SVal {
+    #[inline]
+    fn bits(&self) -> (u8, u64) {
+        self.key_bits()
+    }
+}
+
+/// A static value as compiled code holds it in a key: its tag and its word
+/// ([`SVal::key_bits`]), two words each.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Word {
+    pub(super) tag: u64,
+    pub(super) bits: u64,
+}
+
+impl Word {
+    pub(super) fn of(v: SVal) -> Word {
+        let (tag, bits) = v.key_bits();
+        Word {
+            tag: u64::from(tag),
+            bits,
+        }
+    }
+}
+
+impl KeyPart for Word {
+    #[inline]
+    fn bits(&self) -> (u8, u64) {
+        (self.tag as u8, self.bits)
+    }
+}
+
 /// One copy: its template block, its key (`at..at + len` in the arena), the emitter's
 /// block, and the previous copy with the same hash.
 struct Entry<B> {
@@ -29,14 +68,14 @@ struct Entry<B> {
 pub(super) struct Vacant(u64);
 
 /// Copies by (block, static values), numbered in the order they were made.
-pub(super) struct Memo<B> {
+pub(super) struct Memo<B, K = SVal> {
     heads: FxHashMap<u64, u32>,
     entries: Vec<Entry<B>>,
-    vals: Vec<SVal>,
+    vals: Vec<K>,
 }
 
-impl<B: Copy> Memo<B> {
-    pub(super) fn new() -> Memo<B> {
+impl<B: Copy, K: KeyPart> Memo<B, K> {
+    pub(super) fn new() -> Memo<B, K> {
         // Room for a typical unit's copies, so that the memo does not grow step by step.
         Memo {
             heads: FxHashMap::with_capacity_and_hasher(64, Default::default()),
@@ -46,7 +85,7 @@ impl<B: Copy> Memo<B> {
     }
 
     /// A memo that holds no memory yet.
-    pub(super) fn empty() -> Memo<B> {
+    pub(super) fn empty() -> Memo<B, K> {
         Memo {
             heads: FxHashMap::default(),
             entries: Vec::new(),
@@ -66,11 +105,11 @@ impl<B: Copy> Memo<B> {
         self.heads.capacity() + self.entries.capacity() + self.vals.capacity()
     }
 
-    fn hash(b: Block, key: &[SVal]) -> u64 {
+    fn hash(b: Block, key: &[K]) -> u64 {
         let mut h = FxHasher::default();
         h.write_u32(b.as_u32());
         for v in key {
-            let (tag, bits) = v.key_bits();
+            let (tag, bits) = v.bits();
             h.write_u8(tag);
             h.write_u64(bits);
         }
@@ -78,17 +117,14 @@ impl<B: Copy> Memo<B> {
     }
 
     /// The copy of `b` for `key`, or, if none was made, where to insert it.
-    pub(super) fn get(&self, b: Block, key: &[SVal]) -> Result<B, Vacant> {
+    pub(super) fn get(&self, b: Block, key: &[K]) -> Result<B, Vacant> {
         let h = Self::hash(b, key);
         let mut k = self.heads.get(&h).copied().unwrap_or(NONE);
         while let Some(e) = self.entries.get(k as usize) {
             let stored = &self.vals[e.at as usize..(e.at + e.len) as usize];
             let same = e.block == b
                 && stored.len() == key.len()
-                && stored
-                    .iter()
-                    .zip(key)
-                    .all(|(x, y)| x.key_bits() == y.key_bits());
+                && stored.iter().zip(key).all(|(x, y)| x.bits() == y.bits());
             if same {
                 return Ok(e.res);
             }
@@ -99,7 +135,7 @@ impl<B: Copy> Memo<B> {
 
     /// Stores `res` as the copy of `b` for `key`, which [`Memo::get`] did not find (and
     /// gave `at`); returns the copy's number.
-    pub(super) fn insert(&mut self, at: Vacant, b: Block, key: &[SVal], res: B) -> u32 {
+    pub(super) fn insert(&mut self, at: Vacant, b: Block, key: &[K], res: B) -> u32 {
         let k = self.entries.len() as u32;
         let next = self.heads.insert(at.0, k).unwrap_or(NONE);
         self.entries.push(Entry {
@@ -114,7 +150,7 @@ impl<B: Copy> Memo<B> {
     }
 
     /// Copy number `k`: its template block, static values and the emitter's block.
-    pub(super) fn copy(&self, k: u32) -> (Block, &[SVal], B) {
+    pub(super) fn copy(&self, k: u32) -> (Block, &[K], B) {
         let e = &self.entries[k as usize];
         (
             e.block,

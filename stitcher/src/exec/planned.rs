@@ -42,7 +42,7 @@
 use cranelift_codegen::entity::EntityRef;
 use dyc_templates::template::Emitter;
 
-use super::memo::Memo;
+use super::memo::{KeyPart, Memo};
 use super::worklist::Spec;
 use super::{Context, Executor, Unit, WorkList};
 use crate::ge::{Block, Plan, SVal, SpecError, Step};
@@ -91,7 +91,7 @@ impl Queue {
     }
 
     /// The rank copy `k` waits at.
-    fn rank_of<B: Copy>(&self, plan: &Plan, memo: &Memo<B>, k: u32) -> usize {
+    fn rank_of<B: Copy, K: KeyPart>(&self, plan: &Plan, memo: &Memo<B, K>, k: u32) -> usize {
         let b = memo.copy(k).0;
         plan.rank
             .get(b.index())
@@ -105,7 +105,7 @@ impl Queue {
     }
 
     /// Moves the copies `made` of roots into the queue.
-    fn add<B: Copy>(&mut self, plan: &Plan, memo: &Memo<B>, made: &mut Vec<u32>) {
+    fn add<B: Copy, K: KeyPart>(&mut self, plan: &Plan, memo: &Memo<B, K>, made: &mut Vec<u32>) {
         for &k in made.iter() {
             let r = self.rank_of(plan, memo, k);
             self.push(r, k);
@@ -116,10 +116,10 @@ impl Queue {
     /// Moves the copies `made` of roots into the queue, but for the one it would pop
     /// next if that is the last made, which is returned instead (the common case: the
     /// jump that ended the last stitched block made the copy that runs next).
-    pub(super) fn add_but_next<B: Copy>(
+    pub(super) fn add_but_next<B: Copy, K: KeyPart>(
         &mut self,
         plan: &Plan,
-        memo: &Memo<B>,
+        memo: &Memo<B, K>,
         made: &mut Vec<u32>,
     ) -> Option<u32> {
         let k = made.pop()?;

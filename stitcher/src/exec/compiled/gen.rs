@@ -31,8 +31,7 @@ enum Shim {
     Stat = 0,
     Setup,
     Op,
-    SwitchTo,
-    Params,
+    Enter,
     Create,
     Root,
     Jump,
@@ -620,9 +619,8 @@ impl<'a, 'f> Gen<'a, 'f> {
         let fz = self.b.use_var(self.fused);
         let ok = self.b.ins().icmp(IntCC::Equal, fz, none);
         self.check(ok, self.abort);
-        self.call(Shim::SwitchTo, &[slot]);
+        self.call(Shim::Enter, &[slot]);
         self.b.def_var(self.cur, slot);
-        self.call(Shim::Params, &[slot]);
         if root && lay.dyn_inputs != lay.copy_inputs {
             let (f, c) = (self.b.create_block(), self.b.create_block());
             self.b.ins().brif(self.first, f, &[], c, &[]);
@@ -1245,7 +1243,6 @@ impl<'a, 'f> Gen<'a, 'f> {
             self.b.switch_to_block(make);
             let bv = self.iconst(i as u64);
             let copy = self.call(Shim::Create, &[bv]);
-            self.call(Shim::Count, &[]);
             self.set_slot(i, copy);
             self.b.ins().jump(after, &[copy.into()]);
             self.b.switch_to_block(after);
