@@ -30,9 +30,11 @@
 //! constants, copies, `i64` arithmetic, shifts, `min`/`max` and comparisons, `bool` and
 //! `i64` not, `select`, `len` and static loads; accesses to local arrays at static indices
 //! in bounds) and the rest through shims (a division by zero or of the least `i64` by
-//! minus one, other types, casts, pure host calls); it gives up (the run *aborts*) on what it does not handle at
-//! all: promotions, lazy edges, local arrays in memory, dynamic `switch`es, a static
-//! fault, an edge back into the unit's first copy, a budget exceeded. An aborted run
+//! minus one, other types, casts, pure host calls; a jump into a promotion, whose
+//! dispatch over the values known and exit out of the unit one shim emits); it gives up
+//! (the run *aborts*) on what it does not handle at all: a dynamic branch into a
+//! promotion, lazy edges, local arrays in memory, dynamic `switch`es, a static fault, an
+//! edge back into the unit's first copy, a budget exceeded. An aborted run
 //! leaves the emitter to be restarted ([`Emitter::restart`]) and the interpreted planned
 //! stitcher runs the unit instead, with the same result: so the compiled stitcher is
 //! used only with emitters that can restart (the recording tape).
@@ -44,15 +46,15 @@ use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use cranelift_codegen::entity::EntityRef;
-use dyc_templates::ops::Const;
-use dyc_templates::template::Emitter;
-use dyc_templates::types::Scalar;
+use dyc_templates::ops::{BinaryOp, CmpOp, Const};
+use dyc_templates::template::{Case, Emitter, TOp};
+use dyc_templates::types::{Scalar, SrcLoc};
 
 use super::memo::Word;
 use super::scratch::Scratch;
 use super::worklist::{eval_setup, narrow_key};
-use super::{Context, Unit};
-use crate::ge::{Block, Op, Plan, Reg, SVal, SpecError, StitchProgram, Term};
+use super::{Context, PromotionMode, Unit};
+use crate::ge::{Block, Op, Plan, Reg, SVal, Site, SpecError, StitchProgram, Term};
 use crate::runtime::heap::Extent;
 
 pub(crate) use gen::compile;
@@ -181,6 +183,11 @@ struct Shims {
     keep: Shim1,
     /// `() -> ok`: one more copy, against the budget.
     count: extern "C" fn(*mut c_void) -> u64,
+    /// `(block, params, statics, n)`: the jump into promotion block `block`, whose
+    /// static inputs are the first `statics` key words (its static parameters, the first
+    /// `params`, then its static live-ins) and its dynamic inputs the `n` values in the
+    /// buffer: the dispatch over the values known, then the exit out of the unit.
+    promote: Shim4,
 }
 
 impl Shims {
@@ -200,6 +207,7 @@ impl Shims {
             array_store: shim_array_store::<E>,
             keep: shim_keep::<E>,
             count: shim_count::<E>,
+            promote: shim_promote::<E>,
         }
     }
 }
@@ -285,6 +293,8 @@ struct Rt<'a, 'c, E: Emitter> {
     sc: Scratch<E::Value, u32>,
     entry: Option<u32>,
     entry_key: Vec<Word>,
+    /// Promotion sites met, in the order of the unit's local numbering.
+    sites: Vec<Site>,
     blocks: usize,
     lookups: usize,
     failed: Option<String>,
@@ -369,6 +379,7 @@ pub(super) fn run<E: Emitter>(
         sc,
         entry: None,
         entry_key: Vec::new(),
+        sites: Vec::new(),
         blocks: 0,
         lookups: 0,
         failed: None,
@@ -458,7 +469,7 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
         };
         Ok(Unit {
             entry,
-            sites: Vec::new(),
+            sites: std::mem::take(&mut self.sites),
             blocks: self.blocks,
             ops: ops as usize,
             lookups: self.lookups,
@@ -544,6 +555,132 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
         let k = self.sc.words.insert(at, b, key, res);
         self.sc.work.push(k);
         Some(res)
+    }
+
+    /// `Spec::promotion` (no local arrays in memory): the dispatch of block `b`'s
+    /// promoted values over the values known for its site, then the exit out of the
+    /// unit, in the current block; `inputs` are `b`'s dynamic inputs. `None` when
+    /// something is wrong (marked failed).
+    fn promotion(
+        &mut self,
+        b: Block,
+        params: Vec<SVal>,
+        live: Vec<SVal>,
+        inputs: &[E::Value],
+    ) -> Option<()> {
+        let prog = self.prog;
+        let tb = &prog.blocks[b];
+        // The register of each input value (arrays give one value per element).
+        let order: Vec<Option<Reg>> = tb
+            .dyn_inputs()
+            .flat_map(|(r, t)| std::iter::repeat_n((!t.is_array()).then_some(r), t.flat_len()))
+            .collect();
+        let mut promoted = Vec::with_capacity(tb.promote.len());
+        for &(src, _) in &tb.promote {
+            match order.iter().position(|&r| r == Some(src)) {
+                Some(k) if k < inputs.len() => promoted.push(inputs[k]),
+                _ => {
+                    self.fail(format!("promoted variable {src} is not an input"));
+                    return None;
+                }
+            }
+        }
+        let site = Site {
+            block: b,
+            params,
+            live,
+        };
+        let ident = site.ident();
+        if !self.sites.iter().any(|s| s.ident() == ident) {
+            self.sites.push(site.clone());
+        }
+        let PromotionMode::Units { resolve, known } = &self.cx.mode else {
+            self.fail("promotions inline");
+            return None;
+        };
+        let global = resolve(&site);
+        let known = known(global);
+        if !promoted.is_empty() {
+            self.inline_dispatch(b, &site, &promoted, inputs, known)?;
+        }
+        self.em.promote(global, &promoted, inputs);
+        Some(())
+    }
+
+    /// `Spec::inline_dispatch`: `promoted` dispatched over the tuples in `known`, each to
+    /// the copy of `b` with those values static; goes on in a fresh block for others.
+    fn inline_dispatch(
+        &mut self,
+        b: Block,
+        site: &Site,
+        promoted: &[E::Value],
+        inputs: &[E::Value],
+        known: Vec<Vec<Const>>,
+    ) -> Option<()> {
+        if known.is_empty() {
+            return Some(());
+        }
+        if known.iter().any(|values| values.len() != promoted.len()) {
+            self.fail("known promoted values of the wrong arity");
+            return None;
+        }
+        let word = |c: &Const| match *c {
+            Const::Int(_, x) => Some(x),
+            Const::Bool(_) | Const::F64(_) => None,
+        };
+        // `b`'s copy for promoted values `values` (made if new), and its arguments: all
+        // of `b`'s inputs for the unit's first copy, else without the unit invariants.
+        let copy = |rt: &mut Self, values: &[Const]| {
+            let key: Vec<Word> = narrow_key(rt.prog, b, &site.key(values))
+                .iter()
+                .map(|&v| Word::of(v))
+                .collect();
+            let target = rt.copy_of(b, &key)?;
+            let mut args = inputs.to_vec();
+            if rt.entry != Some(target) {
+                for &at in rt.prog.layout(b).invariant_dispatch.iter().rev() {
+                    if at as usize >= args.len() {
+                        rt.fail("too few arguments");
+                        return None;
+                    }
+                    args.remove(at as usize);
+                }
+            }
+            Some((rt.copy(u64::from(target))?, args))
+        };
+        if let ([v], true) = (promoted, known.iter().all(|vs| word(&vs[0]).is_some())) {
+            let mut cases: Vec<Case<E>> = Vec::with_capacity(known.len());
+            for values in &known {
+                let (target, args) = copy(self, values)?;
+                cases.push((word(&values[0])?, target, args));
+            }
+            let miss = self.em.create_block(&[]);
+            self.em.switch(*v, &cases, (miss, &[]));
+            self.em.switch_to_block(miss);
+            return Some(());
+        }
+        // A chain of tests, one per known tuple of promoted values.
+        for values in known {
+            let (target, args) = copy(self, &values)?;
+            let mut cond = None;
+            for (&v, &k) in promoted.iter().zip(&values) {
+                let kv = self.em.constant(k);
+                let eq = self
+                    .em
+                    .op(&TOp::Cmp(CmpOp::Eq), &[v, kv], SrcLoc::default())?;
+                cond = Some(match cond {
+                    None => eq,
+                    Some(c) => {
+                        self.em
+                            .op(&TOp::Binary(BinaryOp::And), &[c, eq], SrcLoc::default())?
+                    }
+                });
+            }
+            let next = self.em.create_block(&[]);
+            self.em.brif(cond?, (target, &args), (next, &[]));
+            self.em.switch_to_block(next);
+        }
+        Some(())
     }
 
     fn op_at(&mut self, b: u64, i: u64) -> Option<&'a Op> {
@@ -924,4 +1061,45 @@ extern "C" fn shim_keep<E: Emitter>(rt: *mut c_void, v: u64) -> u64 {
 
 extern "C" fn shim_count<E: Emitter>(rt: *mut c_void) -> u64 {
     with_rt::<E>(rt, |rt| u64::from(rt.count_block()))
+}
+
+extern "C" fn shim_promote<E: Emitter>(
+    rt: *mut c_void,
+    b: u64,
+    params: u64,
+    statics: u64,
+    n: u64,
+) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let b = match u32::try_from(b) {
+            Ok(b) if (b as usize) < rt.prog.blocks.len() => Block::from_u32(b),
+            _ => {
+                rt.fail("no such block");
+                return 0;
+            }
+        };
+        if statics as usize > rt.ge.key || params > statics {
+            rt.fail("key too long");
+            return 0;
+        }
+        let mut key = Vec::with_capacity(statics as usize);
+        for k in 0..statics as usize {
+            // SAFETY: the key buffer holds `2 * ge.key` words, and `k < statics <= ge.key`.
+            let (t, w) = unsafe { (*rt.frame.key.add(2 * k), *rt.frame.key.add(2 * k + 1)) };
+            match SVal::from_key_bits(t as u8, w) {
+                Some(v) => key.push(v),
+                None => {
+                    rt.fail("a key value unset");
+                    return 0;
+                }
+            }
+        }
+        let live = key.split_off(params as usize);
+        let mut inputs = std::mem::take(&mut rt.scratch2);
+        if rt.load_vals(rt.frame.buf, rt.ge.buf, n, &mut inputs) {
+            rt.promotion(b, key, live, &inputs);
+        }
+        rt.scratch2 = inputs;
+        0
+    })
 }

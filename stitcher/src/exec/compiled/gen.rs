@@ -42,6 +42,7 @@ enum Shim {
     ArrayStore,
     Keep,
     Count,
+    Promote,
 }
 
 /// Offsets of [`super::Frame`]'s fields.
@@ -103,12 +104,9 @@ pub(crate) fn compile(prog: &StitchProgram, isa: &dyn TargetIsa) -> Option<Compi
         }
         for e in prog.blocks[b].term.edges() {
             let t = &prog.blocks[e.block];
-            let live: usize = prog
-                .layout(e.block)
-                .copy_dyn_live_in
-                .iter()
-                .map(|(_, t)| t.flat_len())
-                .sum();
+            let tl = prog.layout(e.block);
+            let live = |l: &[(Reg, Type)]| l.iter().map(|(_, t)| t.flat_len()).sum::<usize>();
+            let live = live(&tl.copy_dyn_live_in).max(live(&tl.dispatch_live_in));
             buf = buf.max(e.args.len() + live);
             key = key.max(e.args.len() + t.static_live_in.len());
         }
@@ -1138,8 +1136,10 @@ impl<'a, 'f> Gen<'a, 'f> {
     /// `Spec::edge` and the jump: a fused copy, or a jump to the copy the edge asks for.
     fn jump_edge(&mut self, pc: usize, e: &Edge, taken: Option<usize>) -> Option<()> {
         let tb = &self.prog.blocks[e.block];
-        let lazy = tb.lazy.enters_lazily(false) && tb.promote.is_empty();
-        if (lazy && self.plan.is_root(e.block)) || !tb.promote.is_empty() {
+        if !tb.promote.is_empty() {
+            return self.promote_edge(e);
+        }
+        if tb.lazy.enters_lazily(false) && self.plan.is_root(e.block) {
             self.goto_abort();
             return Some(());
         }
@@ -1204,10 +1204,52 @@ impl<'a, 'f> Gen<'a, 'f> {
         Some(dyns)
     }
 
+    /// `Spec::edge` into a promotion block: the block's static inputs (its static
+    /// parameters, then its static live-ins) into the key buffer and all its dynamic
+    /// inputs into the buffer, and the shim that emits the dispatch and leaves the unit.
+    fn promote_edge(&mut self, e: &Edge) -> Option<()> {
+        let tb = &self.prog.blocks[e.block];
+        if tb.params.len() != e.args.len() {
+            return None;
+        }
+        let (mut nkey, mut n) = (0, 0);
+        for (p, &a) in tb.params.iter().zip(&e.args) {
+            match (p, a) {
+                (Param::Static(_), Operand::Static(r)) => {
+                    self.key_word(nkey, r);
+                    nkey += 1;
+                }
+                (Param::Static(_), Operand::Dyn(_)) => return None,
+                (Param::Dyn(..), a) => {
+                    let v = self.operand(a);
+                    self.put(0, n, v);
+                    n += 1;
+                }
+            }
+        }
+        let params = nkey;
+        for &r in &tb.static_live_in.clone() {
+            self.key_word(nkey, r);
+            nkey += 1;
+        }
+        let live = self.prog.layout(e.block).dispatch_live_in.clone();
+        let n = self.put_live(&live, 0, n)?;
+        let args = [e.block.index() as u64, params as u64, nkey as u64, n as u64];
+        let args = args.map(|x| self.iconst(x));
+        self.call(Shim::Promote, &args);
+        Some(())
+    }
+
     /// `Spec::live_args` (without the unit invariants) into buffer `which` from `k` on.
-    fn live_args(&mut self, b: Block, which: usize, mut k: usize) -> Option<usize> {
+    fn live_args(&mut self, b: Block, which: usize, k: usize) -> Option<usize> {
         let live = self.prog.layout(b).copy_dyn_live_in.clone();
-        for (r, ty) in live {
+        self.put_live(&live, which, k)
+    }
+
+    /// The values of dynamic registers `live` (arrays element by element) into buffer
+    /// `which` from `k` on.
+    fn put_live(&mut self, live: &[(Reg, Type)], which: usize, mut k: usize) -> Option<usize> {
+        for &(r, ty) in live {
             if ty.is_array() {
                 let (base, n) = self.array(r)?;
                 for j in 0..n {
