@@ -78,6 +78,7 @@ const UNSET: u8 = 255;
 
 /// The tag of an `i64` ([`SVal::key_bits`]).
 const TAG_I64: u8 = Scalar::I64 as u8;
+const TAG_U64: u8 = Scalar::U64 as u8;
 const TAG_BOOL: u8 = 101;
 const TAG_SLICE: u8 = 102;
 
@@ -97,6 +98,10 @@ pub(crate) struct CompiledGe {
     /// Per register, where a local array's elements lie in the array pool, how many
     /// there are and their type.
     arrays: Vec<Option<(u32, u32, Scalar)>>,
+    /// Per static register, the tag its values have where the program's types decide it
+    /// ([`UNSET`] elsewhere): the code does not check those, so the driver checks every
+    /// key it starts a tree with.
+    tags: Vec<u8>,
     pool: usize,
     /// The longest list of values an edge passes or a block receives, and the longest
     /// key of a root (the buffers' sizes).
@@ -439,6 +444,10 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
             for (&r, v) in regs.iter().zip(key) {
                 if r.index() >= self.ge.regs {
                     return Err(Failed::Abort);
+                }
+                match self.ge.tags.get(r.index()) {
+                    Some(&t) if t == UNSET || u64::from(t) == v.tag => {}
+                    _ => return Err(Failed::Abort),
                 }
                 // SAFETY: `r` is below the frame's number of registers, checked above.
                 unsafe {

@@ -20,7 +20,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Switch, Variab
 use dyc_templates::ops::{BinaryOp, CmpOp, Const, UnaryOp};
 use dyc_templates::types::{Scalar, Type};
 
-use super::{CompiledGe, NONE, TAG_BOOL, TAG_I64, TAG_SLICE, UNSET};
+use super::{CompiledGe, NONE, TAG_BOOL, TAG_I64, TAG_SLICE, TAG_U64, UNSET};
 use crate::ge::{
     Block, Edge, Fast, Op, Operand, Param, Plan, Reg, SetupOp, Step, StitchProgram, Term,
 };
@@ -118,10 +118,11 @@ pub(crate) fn compile(prog: &StitchProgram, isa: &dyn TargetIsa) -> Option<Compi
         sig.returns.push(AbiParam::new(types::I32));
         sig
     });
+    let tags = known_tags(prog);
     let mut fctx = FunctionBuilderContext::new();
     {
         let b = FunctionBuilder::new(&mut func, &mut fctx);
-        let mut g = Gen::new(prog, plan, &arrays, b, isa);
+        let mut g = Gen::new(prog, plan, &arrays, &tags, b, isa);
         g.every_step()?;
         if g.bad || g.most_buf > buf.max(1) || g.most_key > key.max(1) {
             return None;
@@ -144,10 +145,135 @@ pub(crate) fn compile(prog: &StitchProgram, isa: &dyn TargetIsa) -> Option<Compi
         blocks: prog.blocks.len(),
         regs,
         arrays,
+        tags,
         pool,
         buf: buf.max(1),
         key: key.max(1),
     })
+}
+
+/// The tag ([`crate::ge::SVal::key_bits`]) of a static value of type `t`.
+fn tag_of(t: Type) -> u8 {
+    match t {
+        Type::Scalar(s) => zero_bits(s).0,
+        Type::Slice { .. } | Type::Array { .. } => TAG_SLICE,
+    }
+}
+
+/// Per static register, the tag every value it can hold has, where the program's types
+/// decide it ([`UNSET`] where they do not: a register of two types, or of a value the
+/// program does not type, such as a pure host's result). A forward analysis to a fixed
+/// point: the entry's static parameters take their parameters' types, a promoted
+/// register its dynamic variable's, a block's static parameter the tags of the arguments
+/// of every edge into it, and each setup operation the tag its operation gives its
+/// operands' tags (a comparison a `bool`; arithmetic the tag of its operands when they
+/// agree; a load from a static slice the element type shared by every static slice
+/// parameter). The compiled code checks no tag it knows: it writes only well-typed
+/// values into registers, and the driver checks the tags of every key it runs a tree
+/// from, so a register only ever holds a value of its known tag.
+fn known_tags(prog: &StitchProgram) -> Vec<u8> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum T {
+        None,
+        One(u8),
+        Many,
+    }
+    fn join(a: T, b: T) -> T {
+        match (a, b) {
+            (T::None, x) | (x, T::None) => x,
+            (T::One(x), T::One(y)) if x == y => a,
+            _ => T::Many,
+        }
+    }
+    let n = prog.header.num_regs as usize;
+    let mut tags = vec![T::None; n];
+    let of = |t: Type| T::One(tag_of(t));
+    let slices = prog
+        .header
+        .key_params
+        .iter()
+        .filter_map(|&k| match prog.header.param_types.get(k) {
+            Some(&Type::Slice { elem, .. }) => Some(T::One(zero_bits(elem).0)),
+            _ => None,
+        })
+        .fold(T::None, join);
+    let slices = if slices == T::None { T::Many } else { slices };
+    for &(r, c) in prog.constants() {
+        if let Some(t) = tags.get_mut(r.index()) {
+            *t = join(*t, T::One(crate::ge::SVal::Scalar(c).key_bits().0));
+        }
+    }
+    let entry = &prog.blocks[prog.entry];
+    let types = &prog.header.param_types;
+    for (k, p) in entry.params.iter().enumerate() {
+        if let Param::Static(r) = *p {
+            let x = match entry.params.len() == types.len() {
+                true => types.get(k).map_or(T::Many, |&ty| of(ty)),
+                false => T::Many,
+            };
+            if let Some(t) = tags.get_mut(r.index()) {
+                *t = join(*t, x);
+            }
+        }
+    }
+    let get = |tags: &[T], r: Reg| tags.get(r.index()).copied().unwrap_or(T::Many);
+    loop {
+        let mut changed = false;
+        let mut set = |tags: &mut Vec<T>, r: Reg, x: T| {
+            if let Some(t) = tags.get_mut(r.index()) {
+                let j = join(*t, x);
+                if j != *t {
+                    *t = j;
+                    changed = true;
+                }
+            }
+        };
+        for data in prog.blocks.values() {
+            for &(src, dst) in &data.promote {
+                let ty = data.dyn_inputs().find(|&(r, _)| r == src).map(|(_, t)| t);
+                set(&mut tags, dst, ty.map_or(T::Many, of));
+            }
+            for op in &data.ops {
+                let Op::Setup { dst, op, .. } = op else {
+                    continue;
+                };
+                let same = |a: Reg, b: Reg| match (get(&tags, a), get(&tags, b)) {
+                    (T::One(x), T::One(y)) if x == y => T::One(x),
+                    (T::None, _) | (_, T::None) => T::None,
+                    _ => T::Many,
+                };
+                let x = match *op {
+                    SetupOp::Const(c) => T::One(crate::ge::SVal::Scalar(c).key_bits().0),
+                    SetupOp::Copy(a) | SetupOp::Unary(_, a) => get(&tags, a),
+                    SetupOp::Binary(_, a, b) | SetupOp::Select(_, a, b) => same(a, b),
+                    SetupOp::Cmp(..) => T::One(TAG_BOOL),
+                    SetupOp::Cast(t, _) => T::One(zero_bits(t).0),
+                    SetupOp::Len(_) => T::One(TAG_I64),
+                    SetupOp::StaticLoad(..) => slices,
+                    SetupOp::CallPure { .. } => T::Many,
+                };
+                set(&mut tags, *dst, x);
+            }
+            for e in data.term.edges() {
+                let tb = &prog.blocks[e.block];
+                for (p, a) in tb.params.iter().zip(&e.args) {
+                    if let (Param::Static(r), Operand::Static(src)) = (p, a) {
+                        let x = get(&tags, *src);
+                        set(&mut tags, *r, x);
+                    }
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    tags.into_iter()
+        .map(|t| match t {
+            T::One(x) => x,
+            T::None | T::Many => UNSET,
+        })
+        .collect()
 }
 
 /// Per register, where its local array's elements lie in the pool, how many there are
@@ -240,6 +366,8 @@ struct Gen<'a, 'f> {
     most_key: usize,
     /// A register past the program's count was met: the program is refused.
     bad: bool,
+    /// Per static register, its tag where the program's types decide it ([`known_tags`]).
+    tags: &'a [u8],
 }
 
 fn flags() -> MemFlagsData {
@@ -251,6 +379,7 @@ impl<'a, 'f> Gen<'a, 'f> {
         prog: &'a StitchProgram,
         plan: &'a Plan,
         arrays: &'a [Option<(u32, u32, Scalar)>],
+        tags: &'a [u8],
         mut b: FunctionBuilder<'f>,
         isa: &dyn TargetIsa,
     ) -> Gen<'a, 'f> {
@@ -299,6 +428,7 @@ impl<'a, 'f> Gen<'a, 'f> {
             prog,
             plan,
             arrays,
+            tags,
             b,
             sigs,
             rt,
@@ -416,9 +546,43 @@ impl<'a, 'f> Gen<'a, 'f> {
         (r.index() * size) as i32
     }
 
+    /// Register `r`'s tag: a constant where it is known.
     fn tag(&mut self, r: Reg) -> Value {
+        if let Some(t) = self.known(r) {
+            return self.iconst(u64::from(t));
+        }
         let off = self.reg_off(r, 1);
         self.b.ins().uload8(types::I64, flags(), self.st, off)
+    }
+
+    fn known(&self, r: Reg) -> Option<u8> {
+        self.tags.get(r.index()).copied().filter(|&t| t != UNSET)
+    }
+
+    /// Goes on when register `r`'s tag passes `test`, to `to` otherwise (decided here,
+    /// with no code, where the tag is known).
+    fn check_tag(&mut self, r: Reg, test: TagTest, to: ir::Block) {
+        if let Some(t) = self.known(r) {
+            if !test.holds(t) {
+                self.goto(to);
+                let dead = self.b.create_block();
+                self.b.switch_to_block(dead);
+            }
+            return;
+        }
+        let t = self.tag(r);
+        let ok = match test {
+            TagTest::Is(x) => self.b.ins().icmp_imm_s(IntCC::Equal, t, i64::from(x)),
+            TagTest::Int => self
+                .b
+                .ins()
+                .icmp_imm_s(IntCC::UnsignedLessThanOrEqual, t, 7),
+            TagTest::Set => self
+                .b
+                .ins()
+                .icmp_imm_s(IntCC::NotEqual, t, i64::from(UNSET)),
+        };
+        self.check(ok, to);
     }
 
     fn bits(&mut self, r: Reg) -> Value {
@@ -710,12 +874,7 @@ impl<'a, 'f> Gen<'a, 'f> {
                 dst, slice, index, ..
             } => {
                 let r = self.slice_ref(slice, general);
-                let ti = self.tag(index);
-                let ok = self
-                    .b
-                    .ins()
-                    .icmp_imm_s(IntCC::UnsignedLessThanOrEqual, ti, 7);
-                self.check(ok, general);
+                self.check_tag(index, TagTest::Int, general);
                 let i = self.bits(index);
                 let len = self.b.ins().load(types::I64, flags(), r, 8);
                 let ok = self.b.ins().icmp(IntCC::UnsignedLessThan, i, len);
@@ -724,7 +883,10 @@ impl<'a, 'f> Gen<'a, 'f> {
                 let off = self.b.ins().ishl_imm_u(i, 3);
                 let p = self.b.ins().iadd(p, off);
                 let v = self.b.ins().load(types::I64, flags(), p, 0);
-                let t = self.b.ins().load(types::I64, flags(), r, 16);
+                let t = match self.known(dst) {
+                    Some(t) => self.iconst(u64::from(t)),
+                    None => self.b.ins().load(types::I64, flags(), r, 16),
+                };
                 self.set_s(dst, t, v);
                 self.goto(after);
             }
@@ -809,12 +971,8 @@ impl<'a, 'f> Gen<'a, 'f> {
                 self.set_s(dst, t, w);
             }
             SetupOp::Copy(a) => {
+                self.check_tag(a, TagTest::Set, general);
                 let t = self.tag(a);
-                let ok = self
-                    .b
-                    .ins()
-                    .icmp_imm_s(IntCC::NotEqual, t, i64::from(UNSET));
-                self.check(ok, general);
                 let w = self.bits(a);
                 self.set_s(dst, t, w);
             }
@@ -863,6 +1021,18 @@ impl<'a, 'f> Gen<'a, 'f> {
                 let t = self.iconst(u64::from(TAG_I64));
                 self.set_s(dst, t, v);
             }
+            SetupOp::Unary(o, a) if self.known(a).is_some() => {
+                let t = self.known(a).unwrap_or(UNSET);
+                let x = self.bits(a);
+                let v = match (o, t) {
+                    (UnaryOp::Neg, TAG_I64) => self.b.ins().ineg(x),
+                    (UnaryOp::Not, TAG_I64) => self.b.ins().bnot(x),
+                    (UnaryOp::Not, TAG_BOOL) => self.b.ins().bxor_imm_u(x, 1),
+                    _ => return false,
+                };
+                let t = self.iconst(u64::from(t));
+                self.set_s(dst, t, v);
+            }
             SetupOp::Unary(o, a) => {
                 // `i64` negation and not, and `bool` not.
                 let t = self.tag(a);
@@ -890,20 +1060,21 @@ impl<'a, 'f> Gen<'a, 'f> {
                 self.set_s(dst, t, v);
             }
             SetupOp::Select(c, a, b) => {
-                let tc = self.tag(c);
-                let ok = self
-                    .b
-                    .ins()
-                    .icmp_imm_s(IntCC::Equal, tc, i64::from(TAG_BOOL));
-                self.check(ok, general);
+                self.check_tag(c, TagTest::Is(TAG_BOOL), general);
                 let pick = self.bits(c);
-                let (ta, tb) = (self.tag(a), self.tag(b));
-                let t = self.b.ins().select(pick, ta, tb);
-                let ok = self
-                    .b
-                    .ins()
-                    .icmp_imm_s(IntCC::NotEqual, t, i64::from(UNSET));
-                self.check(ok, general);
+                let t = match (self.known(a), self.known(b)) {
+                    (Some(x), Some(y)) if x == y => self.iconst(u64::from(x)),
+                    _ => {
+                        let (ta, tb) = (self.tag(a), self.tag(b));
+                        let t = self.b.ins().select(pick, ta, tb);
+                        let ok = self
+                            .b
+                            .ins()
+                            .icmp_imm_s(IntCC::NotEqual, t, i64::from(UNSET));
+                        self.check(ok, general);
+                        t
+                    }
+                };
                 let (wa, wb) = (self.bits(a), self.bits(b));
                 let w = self.b.ins().select(pick, wa, wb);
                 self.set_s(dst, t, w);
@@ -927,29 +1098,15 @@ impl<'a, 'f> Gen<'a, 'f> {
 
     /// The words of `i64` registers `a` and `b`; other types go to `general`.
     fn i64_operands(&mut self, a: Reg, b: Reg, general: ir::Block) -> (Value, Value) {
-        let (ta, tb) = (self.tag(a), self.tag(b));
-        let oka = self
-            .b
-            .ins()
-            .icmp_imm_s(IntCC::Equal, ta, i64::from(TAG_I64));
-        let okb = self
-            .b
-            .ins()
-            .icmp_imm_s(IntCC::Equal, tb, i64::from(TAG_I64));
-        let ok = self.b.ins().band(oka, okb);
-        self.check(ok, general);
+        self.check_tag(a, TagTest::Is(TAG_I64), general);
+        self.check_tag(b, TagTest::Is(TAG_I64), general);
         (self.bits(a), self.bits(b))
     }
 
     /// A static slice's [`super::SliceRef`], for register `r` holding a static slice (else
     /// `general`).
     fn slice_ref(&mut self, r: Reg, general: ir::Block) -> Value {
-        let ts = self.tag(r);
-        let ok = self
-            .b
-            .ins()
-            .icmp_imm_s(IntCC::Equal, ts, i64::from(TAG_SLICE));
-        self.check(ok, general);
+        self.check_tag(r, TagTest::Is(TAG_SLICE), general);
         let k = self.bits(r);
         let ok = self.b.ins().icmp(IntCC::UnsignedLessThan, k, self.nslices);
         self.check(ok, general);
@@ -961,12 +1118,30 @@ impl<'a, 'f> Gen<'a, 'f> {
     /// `len`; other index types abort (the interpreted stitcher reads them), an index out
     /// of bounds goes to `general`.
     fn static_index(&mut self, index: Reg, len: u32, general: ir::Block) -> Value {
-        let t = self.tag(index);
-        let i64t = self.b.ins().icmp_imm_s(IntCC::Equal, t, i64::from(TAG_I64));
-        let u64t = self
+        match self.known(index) {
+            Some(TAG_I64 | TAG_U64) => {}
+            Some(t) => {
+                self.goto(if t <= 7 { self.abort } else { general });
+                let dead = self.b.create_block();
+                self.b.switch_to_block(dead);
+            }
+            None => self.index_tag(index, general),
+        }
+        let i = self.bits(index);
+        let inb = self
             .b
             .ins()
-            .icmp_imm_s(IntCC::Equal, t, i64::from(Scalar::U64 as u8));
+            .icmp_imm_s(IntCC::UnsignedLessThan, i, i64::from(len));
+        self.check(inb, general);
+        i
+    }
+
+    /// An index of an unknown tag: on when an `i64` or `u64`, else abort (a narrower
+    /// integer) or go to `general` (not an integer).
+    fn index_tag(&mut self, index: Reg, general: ir::Block) {
+        let t = self.tag(index);
+        let i64t = self.b.ins().icmp_imm_s(IntCC::Equal, t, i64::from(TAG_I64));
+        let u64t = self.b.ins().icmp_imm_s(IntCC::Equal, t, i64::from(TAG_U64));
         let int = self.b.ins().bor(i64t, u64t);
         let other_int = self
             .b
@@ -978,13 +1153,6 @@ impl<'a, 'f> Gen<'a, 'f> {
         // (A narrower integer index: abort; not an integer: the general operation.)
         self.b.ins().brif(other_int, self.abort, &[], general, &[]);
         self.b.switch_to_block(ok);
-        let i = self.bits(index);
-        let inb = self
-            .b
-            .ins()
-            .icmp_imm_s(IntCC::UnsignedLessThan, i, i64::from(len));
-        self.check(inb, general);
-        i
     }
 
     fn elem_addr(&mut self, base: u32, i: Value) -> Value {
@@ -1012,12 +1180,7 @@ impl<'a, 'f> Gen<'a, 'f> {
                 then_edge,
                 else_edge,
             } => {
-                let t = self.tag(*r);
-                let ok = self
-                    .b
-                    .ins()
-                    .icmp_imm_s(IntCC::Equal, t, i64::from(TAG_BOOL));
-                self.check(ok, self.abort);
+                self.check_tag(*r, TagTest::Is(TAG_BOOL), self.abort);
                 let w = self.bits(*r);
                 let (y, n, after) = (
                     self.b.create_block(),
@@ -1050,12 +1213,7 @@ impl<'a, 'f> Gen<'a, 'f> {
                 cases,
                 default,
             } => {
-                let t = self.tag(*r);
-                let ok = self
-                    .b
-                    .ins()
-                    .icmp_imm_s(IntCC::UnsignedLessThanOrEqual, t, 7);
-                self.check(ok, self.abort);
+                self.check_tag(*r, TagTest::Int, self.abort);
                 let w = self.bits(*r);
                 let after = self.b.create_block();
                 let mut sw = Switch::new();
@@ -1334,6 +1492,26 @@ impl<'a, 'f> Gen<'a, 'f> {
         self.b
             .ins()
             .store(flags(), w, self.key, (16 * k + 8) as i32);
+    }
+}
+
+/// What a tag is checked for.
+#[derive(Clone, Copy)]
+enum TagTest {
+    Is(u8),
+    /// An integer of any width.
+    Int,
+    /// Any value.
+    Set,
+}
+
+impl TagTest {
+    fn holds(self, t: u8) -> bool {
+        match self {
+            TagTest::Is(x) => t == x,
+            TagTest::Int => t <= 7,
+            TagTest::Set => t != UNSET,
+        }
     }
 }
 
