@@ -202,13 +202,12 @@ struct Region {
 }
 
 fn ints(xs: impl IntoIterator<Item = i64>) -> SliceData {
-    SliceData {
-        elem: Scalar::I64,
-        data: xs
-            .into_iter()
+    SliceData::new(
+        Scalar::I64,
+        xs.into_iter()
             .map(|x| Const::Int(Scalar::I64, x as u64))
             .collect(),
-    }
+    )
 }
 
 fn int(x: i64) -> SVal {
@@ -278,12 +277,12 @@ fn regions() -> Vec<Region> {
         ),
         (
             "chebyshev",
-            vec![slice(SliceData {
-                elem: Scalar::F64,
-                data: (0..16)
+            vec![slice(SliceData::new(
+                Scalar::F64,
+                (0..16)
                     .map(|i| Const::F64(1.0 / (1.0 + i as f64)))
                     .collect(),
-            })],
+            ))],
         ),
         ("query", vec![slice(ints([0, 2, 300, 2, 0, 700, 1, 1, 5]))]),
         ("romberg", vec![(int(8), None)]),

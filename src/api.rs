@@ -978,10 +978,7 @@ impl Region {
                     if slices.len() <= k {
                         slices.resize(k + 1, None);
                     }
-                    slices[k] = Some(SliceData {
-                        elem: s.elem,
-                        data: s.contents(),
-                    });
+                    slices[k] = Some(SliceData::new(s.elem, s.contents()));
                     key.push(SVal::Slice(k as u32));
                 }
             }

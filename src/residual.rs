@@ -391,10 +391,7 @@ pub fn run_with(
             Some(Val::Scalar(c)) => key.push(SVal::Scalar(*c)),
             Some(Val::Slice(s)) => {
                 let b = &mem.bufs[s.buf];
-                slices[k] = Some(SliceData {
-                    elem: b.elem,
-                    data: b.data.clone(),
-                });
+                slices[k] = Some(SliceData::new(b.elem, b.data.clone()));
                 key.push(SVal::Slice(k as u32));
             }
             Some(Val::Array(_)) => {

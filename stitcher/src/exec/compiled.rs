@@ -230,7 +230,8 @@ struct Mem {
     key: Vec<u64>,
     counters: [u64; 3],
     slots: Vec<u32>,
-    words: Vec<Vec<u64>>,
+    /// Per static slice, where its words lie (in `Context::slices`, which outlives the
+    /// run).
     slices: Vec<SliceRef>,
 }
 
@@ -275,7 +276,7 @@ impl Mem {
             + self.d.capacity()
             + self.a.capacity()
             + self.slots.capacity()
-            + self.words.iter().map(Vec::capacity).sum::<usize>();
+            + self.slices.capacity();
         if words <= KEEP_WORDS {
             MEM.set(Some(self));
         }
@@ -333,26 +334,22 @@ pub(super) fn run<E: Emitter>(
             (mem.st[r.index()], mem.s[r.index()]) = (t, b);
         }
     }
-    mem.words
-        .resize_with(mem.words.len().max(cx.slices.len()), Vec::new);
-    for (s, words) in cx.slices.iter().zip(&mut mem.words) {
-        words.clear();
-        let tag = match s {
+    for s in cx.slices {
+        mem.slices.push(match s {
             Some(d) => {
-                words.extend(d.data.iter().map(|&c| SVal::Scalar(c).key_bits().1));
-                SVal::Scalar(Const::zero(d.elem)).key_bits().0
+                let words = d.words();
+                SliceRef {
+                    ptr: words.as_ptr(),
+                    len: words.len() as u64,
+                    tag: u64::from(SVal::Scalar(Const::zero(d.elem)).key_bits().0),
+                }
             }
-            None => UNSET,
-        };
-        mem.slices.push(SliceRef {
-            ptr: std::ptr::null(),
-            len: 0,
-            tag: u64::from(tag),
+            None => SliceRef {
+                ptr: std::ptr::null(),
+                len: 0,
+                tag: u64::from(UNSET),
+            },
         });
-    }
-    for (r, w) in mem.slices.iter_mut().zip(&mem.words) {
-        r.ptr = w.as_ptr();
-        r.len = w.len() as u64;
     }
     let shims = Shims::of::<E>();
     let mut sc = Scratch::take(0, prog.blocks.len(), false);

@@ -58,10 +58,39 @@ impl std::fmt::Display for SVal {
 }
 
 /// The contents of a static slice, read by static loads.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct SliceData {
     pub elem: Scalar,
     pub data: Vec<Const>,
+    /// The elements' words ([`SVal::key_bits`]), made the first time compiled code reads
+    /// the slice (once for all the units of a specialization).
+    words: std::sync::OnceLock<Vec<u64>>,
+}
+
+impl SliceData {
+    pub fn new(elem: Scalar, data: Vec<Const>) -> SliceData {
+        SliceData {
+            elem,
+            data,
+            words: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The elements as the words of their [`SVal::key_bits`] encoding.
+    pub(crate) fn words(&self) -> &[u64] {
+        self.words.get_or_init(|| {
+            self.data
+                .iter()
+                .map(|&c| SVal::Scalar(c).key_bits().1)
+                .collect()
+        })
+    }
+}
+
+impl PartialEq for SliceData {
+    fn eq(&self, other: &SliceData) -> bool {
+        (self.elem, &self.data) == (other.elem, &other.data)
+    }
 }
 
 /// Pure host functions, callable at specialization time (`@f(args)`). Implementations
