@@ -87,10 +87,13 @@ const TAG_SLICE: u8 = 102;
 pub(crate) struct CompiledGe {
     /// Keeps the code.
     _code: Extent,
-    /// The address of `fn(frame: *const Frame, root: u32, res: u32, first: u32) -> u32`
-    /// (the target's C convention): runs the tree of root block `root` for its copy `res`
-    /// (`first`: the unit's first copy), 0 when it ran, 1 when it aborted.
+    /// The address of `fn(frame: *mut u8, root: u32, res: u32, first: u32) -> u32` (the
+    /// target's C convention): runs the tree of root block `root` for its copy `res`
+    /// (`first`: the unit's first copy) on the frame ([`Layout`]), 0 when it ran, 1 when
+    /// it aborted.
     entry: usize,
+    /// Where the parts of the frame lie.
+    layout: Layout,
     /// The program's blocks (the slots of a tree's run).
     blocks: usize,
     /// Static registers and dynamic variables.
@@ -118,24 +121,81 @@ impl std::fmt::Debug for CompiledGe {
     }
 }
 
-/// What the compiled code reads its state through (offsets known to [`gen`]).
+/// The start of a run's frame: what the code reaches through the frame's address, at
+/// fixed offsets (known to [`gen`]), before the parts [`Layout`] places.
 #[repr(C)]
-struct Frame {
+struct Head {
     rt: *mut c_void,
-    shims: *const Shims,
+    slices: *const SliceRef,
+    nslices: u64,
+    shims: Shims,
+}
+
+/// Where each part of a run's frame lies, in bytes from its start: everything the code
+/// reads and writes is at a constant offset from the one address it is given (so that
+/// the code keeps one pointer, not one per part, across the calls it makes). The
+/// offsets are the compiled code's own, fixed when it is made.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout {
+    /// Static registers' words (8 bytes each) and tags (1 byte each).
+    s: i32,
+    st: i32,
+    /// Operations run, tests made, the most operations the budget allows (8 bytes each).
+    counters: i32,
+    /// Key words: a tag and a word per value (16 bytes each).
+    key: i32,
+    /// Dynamic variables and the local arrays' elements: value numbers (4 bytes each).
+    d: i32,
+    a: i32,
+    /// The two buffers of value numbers (4 bytes each).
+    buf: i32,
+    buf2: i32,
+    /// Per block, its copy in this run of the tree ([`NONE`] if none) and whether it was
+    /// stitched (4 bytes each).
+    slots: i32,
+    /// The frame's size, in 8-byte words.
+    words: usize,
+}
+
+impl Layout {
+    /// The layout of a frame of `regs` registers, a pool of `pool` array elements,
+    /// buffers of `buf` values, keys of `key` values and `blocks` blocks; `None` if it
+    /// would not fit the code's 32-bit offsets.
+    fn new(regs: usize, pool: usize, buf: usize, key: usize, blocks: usize) -> Option<Layout> {
+        let mut at = std::mem::size_of::<Head>().next_multiple_of(8);
+        let mut put = |bytes: usize| {
+            let o = at;
+            at = at.checked_add(bytes.checked_next_multiple_of(8)?)?;
+            i32::try_from(o).ok()
+        };
+        let l = Layout {
+            s: put(regs.checked_mul(8)?)?,
+            counters: put(24)?,
+            key: put(key.checked_mul(16)?)?,
+            d: put(regs.checked_mul(4)?)?,
+            a: put(pool.checked_mul(4)?)?,
+            buf: put(buf.checked_mul(4)?)?,
+            buf2: put(buf.checked_mul(4)?)?,
+            slots: put(blocks.checked_mul(8)?)?,
+            st: put(regs)?,
+            words: 0,
+        };
+        i32::try_from(at).ok()?;
+        Some(Layout { words: at / 8, ..l })
+    }
+}
+
+/// The Rust side's pointers into a run's frame (see [`Layout`]).
+struct Frame {
+    head: *mut Head,
     s: *mut u64,
     st: *mut u8,
     d: *mut u32,
     a: *mut u32,
-    slices: *const SliceRef,
-    nslices: u64,
     buf: *mut u32,
     buf2: *mut u32,
     key: *mut u64,
-    /// Operations run, tests made, the most operations the budget allows.
     counters: *mut u64,
-    /// Per block, its copy in the tree's run ([`NONE`] if none) and whether it was
-    /// stitched.
     slots: *mut u32,
 }
 
@@ -221,15 +281,8 @@ impl Shims {
 /// code and the shims write it).
 #[derive(Default)]
 struct Mem {
-    s: Vec<u64>,
-    st: Vec<u8>,
-    d: Vec<u32>,
-    a: Vec<u32>,
-    buf: Vec<u32>,
-    buf2: Vec<u32>,
-    key: Vec<u64>,
-    counters: [u64; 3],
-    slots: Vec<u32>,
+    /// The frame, in words (so aligned for the words it holds).
+    frame: Vec<u64>,
     /// Per static slice, where its words lie (in `Context::slices`, which outlives the
     /// run).
     slices: Vec<SliceRef>,
@@ -245,39 +298,49 @@ thread_local! {
 const KEEP_WORDS: usize = 1 << 14;
 
 impl Mem {
-    /// The thread's kept memory, or new, made the frame of a run of `ge`.
-    fn take(ge: &CompiledGe, max_ops: usize) -> Box<Mem> {
+    /// The thread's kept memory, or new, made the frame of a run of `ge` (every register
+    /// unset, every slot empty), and the pointers to its parts.
+    fn take(ge: &CompiledGe, max_ops: usize) -> (Box<Mem>, Frame) {
         let mut m = MEM.take().unwrap_or_default();
-        let fill = |v: &mut Vec<u32>, n: usize, x: u32| {
-            v.clear();
-            v.resize(n, x);
-        };
-        m.s.clear();
-        m.s.resize(ge.regs, 0);
-        m.st.clear();
-        m.st.resize(ge.regs, UNSET);
-        fill(&mut m.d, ge.regs, NONE);
-        fill(&mut m.a, ge.pool, NONE);
-        fill(&mut m.buf, ge.buf, 0);
-        fill(&mut m.buf2, ge.buf, 0);
-        m.key.clear();
-        m.key.resize(2 * ge.key, 0);
-        m.counters = [0, 0, max_ops as u64];
-        m.slots.clear();
-        m.slots
-            .extend((0..2 * ge.blocks).map(|k| if k % 2 == 0 { NONE } else { 0 }));
+        let l = &ge.layout;
+        m.frame.clear();
+        m.frame.resize(l.words, 0);
         m.slices.clear();
-        m
+        let base = m.frame.as_mut_ptr() as *mut u8;
+        // SAFETY: `Layout::new` placed each part inside the frame's `words` words, at an
+        // offset aligned for its elements, with room for the counts given here (the
+        // sizes `ge` was made with).
+        let f = unsafe {
+            let at = |o: i32| base.add(o as usize);
+            Frame {
+                head: base as *mut Head,
+                s: at(l.s) as *mut u64,
+                st: at(l.st),
+                d: at(l.d) as *mut u32,
+                a: at(l.a) as *mut u32,
+                buf: at(l.buf) as *mut u32,
+                buf2: at(l.buf2) as *mut u32,
+                key: at(l.key) as *mut u64,
+                counters: at(l.counters) as *mut u64,
+                slots: at(l.slots) as *mut u32,
+            }
+        };
+        // SAFETY: as above; each run written lies in its part.
+        unsafe {
+            f.st.write_bytes(UNSET, ge.regs);
+            std::slice::from_raw_parts_mut(f.d, ge.regs).fill(NONE);
+            std::slice::from_raw_parts_mut(f.a, ge.pool).fill(NONE);
+            for b in 0..ge.blocks {
+                *f.slots.add(2 * b) = NONE;
+            }
+            *f.counters.add(2) = max_ops as u64;
+        }
+        (m, f)
     }
 
     /// Leaves the memory to the next run on this thread, if it is small.
     fn give_back(self: Box<Mem>) {
-        let words = self.s.capacity()
-            + self.d.capacity()
-            + self.a.capacity()
-            + self.slots.capacity()
-            + self.slices.capacity();
-        if words <= KEEP_WORDS {
+        if self.frame.capacity() + self.slices.capacity() <= KEEP_WORDS {
             MEM.set(Some(self));
         }
     }
@@ -327,11 +390,15 @@ pub(super) fn run<E: Emitter>(
     em: &mut E,
 ) -> Result<Unit<E::Block>, Failed> {
     let prog = cx.prog;
-    let mut mem = Mem::take(ge, cx.budget.max_ops);
+    let (mut mem, frame) = Mem::take(ge, cx.budget.max_ops);
     for &(r, c) in prog.constants() {
         if r.index() < ge.regs {
             let (t, b) = SVal::Scalar(c).key_bits();
-            (mem.st[r.index()], mem.s[r.index()]) = (t, b);
+            // SAFETY: `r` is below the frame's number of registers.
+            unsafe {
+                *frame.st.add(r.index()) = t;
+                *frame.s.add(r.index()) = b;
+            }
         }
     }
     for s in cx.slices {
@@ -351,7 +418,15 @@ pub(super) fn run<E: Emitter>(
             },
         });
     }
-    let shims = Shims::of::<E>();
+    // SAFETY: the head lies at the frame's start, aligned and sized for it.
+    unsafe {
+        frame.head.write(Head {
+            rt: std::ptr::null_mut(),
+            slices: mem.slices.as_ptr(),
+            nslices: mem.slices.len() as u64,
+            shims: Shims::of::<E>(),
+        });
+    }
     let mut sc = Scratch::take(0, prog.blocks.len(), false);
     let mut rt = Rt {
         prog,
@@ -359,21 +434,7 @@ pub(super) fn run<E: Emitter>(
         cx,
         ge,
         em,
-        frame: Frame {
-            rt: std::ptr::null_mut(),
-            shims: &shims,
-            s: mem.s.as_mut_ptr(),
-            st: mem.st.as_mut_ptr(),
-            d: mem.d.as_mut_ptr(),
-            a: mem.a.as_mut_ptr(),
-            slices: mem.slices.as_ptr(),
-            nslices: mem.slices.len() as u64,
-            buf: mem.buf.as_mut_ptr(),
-            buf2: mem.buf2.as_mut_ptr(),
-            key: mem.key.as_mut_ptr(),
-            counters: mem.counters.as_mut_ptr(),
-            slots: mem.slots.as_mut_ptr(),
-        },
+        frame,
         vals: Vec::new(),
         copies: Vec::new(),
         scratch: std::mem::take(&mut sc.params),
@@ -423,7 +484,7 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
             .sc
             .queue
             .add_but_next(self.plan, &self.sc.words, &mut self.sc.work);
-        let f: extern "C" fn(*const Frame, u32, u32, u32) -> u32 =
+        let f: extern "C" fn(*mut u8, u32, u32, u32) -> u32 =
             // SAFETY: `entry` is the address of a function of this signature in the
             // target's C convention, made by `gen::compile` and kept alive by `self.ge`.
             unsafe { std::mem::transmute::<usize, _>(self.ge.entry) };
@@ -452,11 +513,17 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
                     *self.frame.s.add(r.index()) = v.bits;
                 }
             }
-            self.frame.rt = self as *mut Self as *mut c_void;
-            // SAFETY: the frame's pointers are to memory of the sizes `self.ge` was
-            // compiled for, owned by the caller for the whole run; `self` outlives the
-            // call and is reached only through `frame.rt` while it runs.
-            let status = f(&self.frame, root.as_u32(), res, u32::from(first));
+            // SAFETY: the head is the frame's start.
+            unsafe { (*self.frame.head).rt = self as *mut Self as *mut c_void };
+            // SAFETY: the frame is memory of the layout `self.ge` was compiled for, owned
+            // by the caller for the whole run; `self` outlives the call and is reached
+            // only through the head's `rt` while it runs.
+            let status = f(
+                self.frame.head as *mut u8,
+                root.as_u32(),
+                res,
+                u32::from(first),
+            );
             if let Some(p) = self.panic.take() {
                 return Err(Failed::Panic(p));
             }

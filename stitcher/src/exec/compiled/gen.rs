@@ -20,7 +20,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Switch, Variab
 use dyc_templates::ops::{BinaryOp, CmpOp, Const, UnaryOp};
 use dyc_templates::types::{Scalar, Type};
 
-use super::{CompiledGe, NONE, TAG_BOOL, TAG_I64, TAG_SLICE, TAG_U64, UNSET};
+use super::{CompiledGe, Layout, NONE, TAG_BOOL, TAG_I64, TAG_SLICE, TAG_U64, UNSET};
 use crate::ge::{
     Block, Edge, Fast, Op, Operand, Param, Plan, Reg, SetupOp, Step, StitchProgram, Term,
 };
@@ -45,21 +45,13 @@ enum Shim {
     Promote,
 }
 
-/// Offsets of [`super::Frame`]'s fields.
-mod frame {
-    pub const RT: i32 = 0;
-    pub const SHIMS: i32 = 8;
-    pub const S: i32 = 16;
-    pub const ST: i32 = 24;
-    pub const D: i32 = 32;
-    pub const A: i32 = 40;
-    pub const SLICES: i32 = 48;
-    pub const NSLICES: i32 = 56;
-    pub const BUF: i32 = 64;
-    pub const BUF2: i32 = 72;
-    pub const KEY: i32 = 80;
-    pub const COUNTERS: i32 = 88;
-    pub const SLOTS: i32 = 96;
+/// Offsets of [`Head`]'s fields.
+mod head {
+    use super::super::Head;
+    pub const RT: i32 = std::mem::offset_of!(Head, rt) as i32;
+    pub const SLICES: i32 = std::mem::offset_of!(Head, slices) as i32;
+    pub const NSLICES: i32 = std::mem::offset_of!(Head, nslices) as i32;
+    pub const SHIMS: i32 = std::mem::offset_of!(Head, shims) as i32;
 }
 
 /// Programs with more registers or array elements than this are not compiled (their
@@ -119,12 +111,14 @@ pub(crate) fn compile(prog: &StitchProgram, isa: &dyn TargetIsa) -> Option<Compi
         sig
     });
     let tags = known_tags(prog);
+    let (buf, key) = (buf.max(1), key.max(1));
+    let layout = Layout::new(regs, pool, buf, key, prog.blocks.len())?;
     let mut fctx = FunctionBuilderContext::new();
     {
         let b = FunctionBuilder::new(&mut func, &mut fctx);
-        let mut g = Gen::new(prog, plan, &arrays, &tags, b, isa);
+        let mut g = Gen::new(prog, plan, &arrays, &tags, layout, b, isa);
         g.every_step()?;
-        if g.bad || g.most_buf > buf.max(1) || g.most_key > key.max(1) {
+        if g.bad || g.most_buf > buf || g.most_key > key {
             return None;
         }
         g.b.seal_all_blocks();
@@ -142,13 +136,14 @@ pub(crate) fn compile(prog: &StitchProgram, isa: &dyn TargetIsa) -> Option<Compi
     Some(CompiledGe {
         _code: extent,
         entry,
+        layout,
         blocks: prog.blocks.len(),
         regs,
         arrays,
         tags,
         pool,
-        buf: buf.max(1),
-        key: key.max(1),
+        buf,
+        key,
     })
 }
 
@@ -335,22 +330,9 @@ struct Gen<'a, 'f> {
     b: FunctionBuilder<'f>,
     /// Signatures of shims taking `k` words besides the context.
     sigs: Vec<ir::SigRef>,
-    /// The frame's pointers and the parameters.
-    rt: Value,
-    shims: Value,
-    s: Value,
-    st: Value,
-    d: Value,
-    a: Value,
-    slices: Value,
-    nslices: Value,
-    buf: [Value; 2],
-    key: Value,
-    counters: Value,
-    /// Per block, two words: its copy in this run of the tree ([`NONE`] if none) and
-    /// whether it was stitched (in memory, not variables: a variable per block would flow
-    /// through every block of the function).
-    slots: Value,
+    /// The frame's address (the function's first parameter) and where its parts lie.
+    fr: Value,
+    o: Layout,
     first: Value,
     /// The arm the last static branch took; the block fused into the current copy; the
     /// copy being filled.
@@ -380,6 +362,7 @@ impl<'a, 'f> Gen<'a, 'f> {
         plan: &'a Plan,
         arrays: &'a [Option<(u32, u32, Scalar)>],
         tags: &'a [u8],
+        o: Layout,
         mut b: FunctionBuilder<'f>,
         isa: &dyn TargetIsa,
     ) -> Gen<'a, 'f> {
@@ -397,24 +380,6 @@ impl<'a, 'f> Gen<'a, 'f> {
         b.switch_to_block(entry);
         let p = b.block_params(entry).to_vec();
         let fr = p[0];
-        let mut ld = |off| b.ins().load(types::I64, flags(), fr, off);
-        let (rt, shims, s, st, d, a) = (
-            ld(frame::RT),
-            ld(frame::SHIMS),
-            ld(frame::S),
-            ld(frame::ST),
-            ld(frame::D),
-            ld(frame::A),
-        );
-        let (slices, nslices, buf, buf2, key, counters, slots) = (
-            ld(frame::SLICES),
-            ld(frame::NSLICES),
-            ld(frame::BUF),
-            ld(frame::BUF2),
-            ld(frame::KEY),
-            ld(frame::COUNTERS),
-            ld(frame::SLOTS),
-        );
         let none = b.ins().iconst(types::I64, i64::from(NONE));
         let mut var = |init: Value| {
             let v = b.declare_var(types::I64);
@@ -431,18 +396,8 @@ impl<'a, 'f> Gen<'a, 'f> {
             tags,
             b,
             sigs,
-            rt,
-            shims,
-            s,
-            st,
-            d,
-            a,
-            slices,
-            nslices,
-            buf: [buf, buf2],
-            key,
-            counters,
-            slots,
+            fr,
+            o,
             first: p[3],
             taken,
             fused,
@@ -486,28 +441,30 @@ impl<'a, 'f> Gen<'a, 'f> {
     /// Block `b`'s copy in this run of the tree, and whether it was stitched (0 or 1).
     fn slot(&mut self, b: usize) -> Value {
         self.bad |= b >= self.prog.blocks.len();
-        self.b.ins().uload32(flags(), self.slots, (8 * b) as i32)
+        self.b
+            .ins()
+            .uload32(flags(), self.fr, self.o.slots + (8 * b) as i32)
     }
 
     fn set_slot(&mut self, b: usize, v: Value) {
         self.bad |= b >= self.prog.blocks.len();
         self.b
             .ins()
-            .istore32(flags(), v, self.slots, (8 * b) as i32);
+            .istore32(flags(), v, self.fr, self.o.slots + (8 * b) as i32);
     }
 
     fn stitched(&mut self, b: usize) -> Value {
         self.bad |= b >= self.prog.blocks.len();
         self.b
             .ins()
-            .uload32(flags(), self.slots, (8 * b + 4) as i32)
+            .uload32(flags(), self.fr, self.o.slots + (8 * b + 4) as i32)
     }
 
     fn set_stitched(&mut self, b: usize, v: Value) {
         self.bad |= b >= self.prog.blocks.len();
         self.b
             .ins()
-            .istore32(flags(), v, self.slots, (8 * b + 4) as i32);
+            .istore32(flags(), v, self.fr, self.o.slots + (8 * b + 4) as i32);
     }
 
     fn iconst(&mut self, x: u64) -> Value {
@@ -518,8 +475,9 @@ impl<'a, 'f> Gen<'a, 'f> {
         let f = self
             .b
             .ins()
-            .load(types::I64, flags(), self.shims, 8 * shim as i32);
-        let mut all = vec![self.rt];
+            .load(types::I64, flags(), self.fr, head::SHIMS + 8 * shim as i32);
+        let rt = self.b.ins().load(types::I64, flags(), self.fr, head::RT);
+        let mut all = vec![rt];
         all.extend_from_slice(args);
         let call = self.b.ins().call_indirect(self.sigs[args.len()], f, &all);
         self.b.inst_results(call)[0]
@@ -551,8 +509,8 @@ impl<'a, 'f> Gen<'a, 'f> {
         if let Some(t) = self.known(r) {
             return self.iconst(u64::from(t));
         }
-        let off = self.reg_off(r, 1);
-        self.b.ins().uload8(types::I64, flags(), self.st, off)
+        let off = self.o.st + self.reg_off(r, 1);
+        self.b.ins().uload8(types::I64, flags(), self.fr, off)
     }
 
     fn known(&self, r: Reg) -> Option<u8> {
@@ -586,14 +544,17 @@ impl<'a, 'f> Gen<'a, 'f> {
     }
 
     fn bits(&mut self, r: Reg) -> Value {
-        let off = self.reg_off(r, 8);
-        self.b.ins().load(types::I64, flags(), self.s, off)
+        let off = self.o.s + self.reg_off(r, 8);
+        self.b.ins().load(types::I64, flags(), self.fr, off)
     }
 
     fn set_s(&mut self, r: Reg, tag: Value, bits: Value) {
-        let (o1, o8) = (self.reg_off(r, 1), self.reg_off(r, 8));
-        self.b.ins().istore8(flags(), tag, self.st, o1);
-        self.b.ins().store(flags(), bits, self.s, o8);
+        let (o1, o8) = (
+            self.o.st + self.reg_off(r, 1),
+            self.o.s + self.reg_off(r, 8),
+        );
+        self.b.ins().istore8(flags(), tag, self.fr, o1);
+        self.b.ins().store(flags(), bits, self.fr, o8);
     }
 
     fn copy_s(&mut self, dst: Reg, src: Reg) {
@@ -602,13 +563,13 @@ impl<'a, 'f> Gen<'a, 'f> {
     }
 
     fn get_d(&mut self, r: Reg) -> Value {
-        let off = self.reg_off(r, 4);
-        self.b.ins().uload32(flags(), self.d, off)
+        let off = self.o.d + self.reg_off(r, 4);
+        self.b.ins().uload32(flags(), self.fr, off)
     }
 
     fn set_d(&mut self, r: Reg, v: Value) {
-        let off = self.reg_off(r, 4);
-        self.b.ins().istore32(flags(), v, self.d, off);
+        let off = self.o.d + self.reg_off(r, 4);
+        self.b.ins().istore32(flags(), v, self.fr, off);
     }
 
     fn array(&self, r: Reg) -> Option<(u32, u32)> {
@@ -622,13 +583,13 @@ impl<'a, 'f> Gen<'a, 'f> {
     fn get_elem(&mut self, k: u32) -> Value {
         self.b
             .ins()
-            .uload32(flags(), self.a, (4 * k as usize) as i32)
+            .uload32(flags(), self.fr, self.o.a + (4 * k as usize) as i32)
     }
 
     fn set_elem(&mut self, k: u32, v: Value) {
         self.b
             .ins()
-            .istore32(flags(), v, self.a, (4 * k as usize) as i32);
+            .istore32(flags(), v, self.fr, self.o.a + (4 * k as usize) as i32);
     }
 
     /// `Spec::operand`: a dynamic variable's value, or a static one made a value.
@@ -642,11 +603,18 @@ impl<'a, 'f> Gen<'a, 'f> {
         }
     }
 
+    /// Where buffer `which` lies.
+    fn buf_at(&self, which: usize) -> i32 {
+        match which {
+            0 => self.o.buf,
+            _ => self.o.buf2,
+        }
+    }
+
     fn put(&mut self, which: usize, k: usize, v: Value) {
+        let at = self.buf_at(which) + (4 * k) as i32;
         self.most_buf = self.most_buf.max(k + 1);
-        self.b
-            .ins()
-            .istore32(flags(), v, self.buf[which], (4 * k) as i32);
+        self.b.ins().istore32(flags(), v, self.fr, at);
     }
 
     fn every_step(&mut self) -> Option<()> {
@@ -745,9 +713,12 @@ impl<'a, 'f> Gen<'a, 'f> {
         let prog = self.prog;
         let i = bl.index();
         if test {
-            let t = self.b.ins().load(types::I64, flags(), self.counters, 8);
+            let t = self
+                .b
+                .ins()
+                .load(types::I64, flags(), self.fr, self.o.counters + 8);
             let t = self.b.ins().iadd_imm_s(t, 1);
-            self.b.ins().store(flags(), t, self.counters, 8);
+            self.b.ins().store(flags(), t, self.fr, self.o.counters + 8);
         }
         let none = self.iconst(u64::from(NONE));
         self.b.def_var(self.taken, none);
@@ -796,12 +767,13 @@ impl<'a, 'f> Gen<'a, 'f> {
         self.b.switch_to_block(ops);
         // The budget of operations, checked once per block.
         let n = lay.run.len() as i64;
-        let o = self.b.ins().load(types::I64, flags(), self.counters, 0);
+        let c = self.o.counters;
+        let o = self.b.ins().load(types::I64, flags(), self.fr, c);
         let o = self.b.ins().iadd_imm_s(o, n);
-        let max = self.b.ins().load(types::I64, flags(), self.counters, 16);
+        let max = self.b.ins().load(types::I64, flags(), self.fr, c + 16);
         let ok = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, o, max);
         self.check(ok, self.abort);
-        self.b.ins().store(flags(), o, self.counters, 0);
+        self.b.ins().store(flags(), o, self.fr, c);
         for run in &lay.run {
             self.op(bl, run.at, run.fast)?;
         }
@@ -840,8 +812,8 @@ impl<'a, 'f> Gen<'a, 'f> {
                     for k in 0..len {
                         let v = self.b.ins().uload32(
                             flags(),
-                            self.buf[0],
-                            (4 * (next + k as usize)) as i32,
+                            self.fr,
+                            self.o.buf + (4 * (next + k as usize)) as i32,
                         );
                         self.set_elem(at + k, v);
                     }
@@ -852,7 +824,7 @@ impl<'a, 'f> Gen<'a, 'f> {
                     let v = self
                         .b
                         .ins()
-                        .uload32(flags(), self.buf[0], (4 * next) as i32);
+                        .uload32(flags(), self.fr, self.o.buf + (4 * next) as i32);
                     self.set_d(r, v);
                     next += 1;
                 }
@@ -1108,10 +1080,18 @@ impl<'a, 'f> Gen<'a, 'f> {
     fn slice_ref(&mut self, r: Reg, general: ir::Block) -> Value {
         self.check_tag(r, TagTest::Is(TAG_SLICE), general);
         let k = self.bits(r);
-        let ok = self.b.ins().icmp(IntCC::UnsignedLessThan, k, self.nslices);
+        let n = self
+            .b
+            .ins()
+            .load(types::I64, flags(), self.fr, head::NSLICES);
+        let ok = self.b.ins().icmp(IntCC::UnsignedLessThan, k, n);
         self.check(ok, general);
         let r = self.b.ins().imul_imm_u(k, 24);
-        self.b.ins().iadd(self.slices, r)
+        let slices = self
+            .b
+            .ins()
+            .load(types::I64, flags(), self.fr, head::SLICES);
+        self.b.ins().iadd(slices, r)
     }
 
     /// A static index of an `i64` or `u64` (the fast path of `Spec::fast`), checked below
@@ -1157,8 +1137,10 @@ impl<'a, 'f> Gen<'a, 'f> {
 
     fn elem_addr(&mut self, base: u32, i: Value) -> Value {
         let off = self.b.ins().ishl_imm_u(i, 2);
-        let p = self.b.ins().iadd(self.a, off);
-        self.b.ins().iadd_imm_s(p, i64::from(4 * base))
+        let p = self.b.ins().iadd(self.fr, off);
+        self.b
+            .ins()
+            .iadd_imm_s(p, i64::from(self.o.a) + i64::from(4 * base))
     }
 
     fn elem_at(&mut self, base: u32, i: Value) -> Value {
@@ -1488,10 +1470,9 @@ impl<'a, 'f> Gen<'a, 'f> {
     fn key_word(&mut self, k: usize, r: Reg) {
         self.most_key = self.most_key.max(k + 1);
         let (t, w) = (self.tag(r), self.bits(r));
-        self.b.ins().store(flags(), t, self.key, (16 * k) as i32);
-        self.b
-            .ins()
-            .store(flags(), w, self.key, (16 * k + 8) as i32);
+        let at = self.o.key + (16 * k) as i32;
+        self.b.ins().store(flags(), t, self.fr, at);
+        self.b.ins().store(flags(), w, self.fr, at + 8);
     }
 }
 
