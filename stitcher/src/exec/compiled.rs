@@ -16,9 +16,12 @@
 //! **The frame.** Static registers are words in memory with a tag each (an
 //! [`SVal::key_bits`] encoding; [`UNSET`] for none), dynamic variables and the elements
 //! of local arrays are numbers of the emitter's values (this module keeps the values
-//! and blocks the emitter returns in tables: [`Rt`]). The frame's sizes are the compiled
-//! function's own ([`CompiledGe`]), never read from the program again, so that a changed
-//! program cannot make the code reach outside them.
+//! and blocks the emitter returns in tables: [`Rt`]). The frame is one block of memory:
+//! its head (the context, the slices, the shims) and then each part at an offset fixed
+//! when the code is made ([`Layout`]), so that the code keeps one pointer. Its sizes are
+//! the compiled function's own ([`CompiledGe`]), never read from the program again, so
+//! that a changed program cannot make the code reach outside them. Where the program's
+//! types decide a register's tag, the code does not check it ([`gen`]'s `known_tags`).
 //!
 //! **Calls out.** Everything that touches the emitter, the memo or the budget goes
 //! through [`Shims`]: functions in Rust, generic over the emitter, that the code calls
@@ -847,9 +850,9 @@ fn numbered<T: Copy + 'static>(table: &[T], id: u64) -> Option<T> {
 /// Runs `f` on the context behind `rt`, catching a panic (kept for the driver to raise
 /// again) so that none unwinds into compiled code.
 fn with_rt<'x, E: Emitter + 'x>(rt: *mut c_void, f: impl FnOnce(&mut Rt<'x, 'x, E>) -> u64) -> u64 {
-    // SAFETY: compiled code passes back the `frame.rt` the driver set to its `Rt<E>`,
-    // which lives for the whole call and is not otherwise used while the code runs (the
-    // lifetimes, erased in the pointer, are those of that call).
+    // SAFETY: compiled code passes back the head's `rt`, which the driver set to its
+    // `Rt<E>`, which lives for the whole call and is not otherwise used while the code
+    // runs (the lifetimes, erased in the pointer, are those of that call).
     let rt = unsafe { &mut *(rt as *mut Rt<'x, 'x, E>) };
     // (After a failure the run's work is thrown away: the emitter sees no more calls.)
     if rt.panic.is_some() || rt.failed.is_some() {
