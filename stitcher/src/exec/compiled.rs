@@ -53,12 +53,13 @@ use dyc_templates::ops::{BinaryOp, CmpOp, Const};
 use dyc_templates::template::{Case, Emitter, TOp};
 use dyc_templates::types::{Scalar, SrcLoc};
 
-use super::memo::Word;
-use super::scratch::Scratch;
+use super::memo::{Memo, Word};
+use super::planned::Queue;
 use super::worklist::{eval_setup, narrow_key};
 use super::{Context, PromotionMode, Unit};
 use crate::ge::{Block, Op, Plan, Reg, SVal, Site, SpecError, StitchProgram, Term};
 use crate::runtime::heap::Extent;
+use dyc_templates::pool::{Kept, Pool, Reuse};
 
 pub(crate) use gen::compile;
 
@@ -280,36 +281,78 @@ impl Shims {
     }
 }
 
-/// The frame's memory, owned here and reached only through raw pointers (the compiled
-/// code and the shims write it).
-#[derive(Default)]
-struct Mem {
+/// What a compiled run works with besides the emitter, kept per thread for the next run
+/// ([`Kept`]): the frame's memory (owned here and reached only through raw pointers: the
+/// compiled code and the shims write it), the memo of copies, the work list, the queue
+/// of roots, the last copy of each block (for [`Emitter::create_block_like`]) and two
+/// buffers of the emitter's values.
+struct Work<V> {
     /// The frame, in words (so aligned for the words it holds).
     frame: Vec<u64>,
     /// Per static slice, where its words lie (in `Context::slices`, which outlives the
     /// run).
     slices: Vec<SliceRef>,
+    memo: Memo<u32, Word>,
+    work: Vec<u32>,
+    queue: Queue,
+    like: Vec<Option<u32>>,
+    scratch: Vec<V>,
+    scratch2: Vec<V>,
+}
+
+impl<V> Default for Work<V> {
+    fn default() -> Work<V> {
+        Work {
+            frame: Vec::new(),
+            slices: Vec::new(),
+            memo: Memo::new(),
+            work: Vec::new(),
+            queue: Queue::default(),
+            like: Vec::new(),
+            scratch: Vec::new(),
+            scratch2: Vec::new(),
+        }
+    }
+}
+
+impl<V: 'static> Reuse for Work<V> {
+    fn reset(&mut self) -> bool {
+        self.slices.clear();
+        self.memo.clear();
+        self.work.clear();
+        self.scratch.clear();
+        self.scratch2.clear();
+        let room = self.frame.capacity()
+            + self.slices.capacity()
+            + self.memo.room()
+            + self.work.capacity()
+            + self.queue.room()
+            + self.like.capacity()
+            + self.scratch.capacity()
+            + self.scratch2.capacity();
+        room <= KEEP_WORDS
+    }
 }
 
 thread_local! {
-    /// The frame's memory a finished run leaves to the next on its thread (emptied and
-    /// refilled, not allocated again), when it holds little.
-    static MEM: std::cell::Cell<Option<Box<Mem>>> = const { std::cell::Cell::new(None) };
+    /// The [`Work`] finished runs left on this thread.
+    static WORK: Pool = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// A frame's memory of more words than this is not kept for the next run.
+/// A [`Work`] of more words and entries than this is not kept for the next run.
 const KEEP_WORDS: usize = 1 << 14;
 
-impl Mem {
-    /// The thread's kept memory, or new, made the frame of a run of `ge` (every register
-    /// unset, every slot empty), and the pointers to its parts.
-    fn take(ge: &CompiledGe, max_ops: usize) -> (Box<Mem>, Frame) {
-        let mut m = MEM.take().unwrap_or_default();
+impl<V: 'static> Work<V> {
+    /// This thread's kept work, or new, with the frame of a run of `ge` made (every
+    /// register unset, every slot empty), and the pointers to its parts.
+    fn take(ge: &CompiledGe, max_ops: usize) -> (Kept<Work<V>>, Frame) {
+        let mut w: Kept<Work<V>> = Kept::take(&WORK, 4);
         let l = &ge.layout;
-        m.frame.clear();
-        m.frame.resize(l.words, 0);
-        m.slices.clear();
-        let base = m.frame.as_mut_ptr() as *mut u8;
+        w.frame.clear();
+        w.frame.resize(l.words, 0);
+        w.like.clear();
+        w.like.resize(ge.blocks, None);
+        let base = w.frame.as_mut_ptr() as *mut u8;
         // SAFETY: `Layout::new` placed each part inside the frame's `words` words, at an
         // offset aligned for its elements, with room for the counts given here (the
         // sizes `ge` was made with).
@@ -338,14 +381,7 @@ impl Mem {
             }
             *f.counters.add(2) = max_ops as u64;
         }
-        (m, f)
-    }
-
-    /// Leaves the memory to the next run on this thread, if it is small.
-    fn give_back(self: Box<Mem>) {
-        if self.frame.capacity() + self.slices.capacity() <= KEEP_WORDS {
-            MEM.set(Some(self));
-        }
+        (w, f)
     }
 }
 
@@ -360,9 +396,8 @@ struct Rt<'a, 'c, E: Emitter> {
     /// The emitter's values and blocks, by the numbers the code holds.
     vals: Vec<E::Value>,
     copies: Vec<E::Block>,
-    /// The memo of copies, the work list, the queue of roots, the last copy of each block
-    /// (for [`Emitter::create_block_like`]): kept per thread for the next run.
-    sc: Scratch<E::Value, u32>,
+    /// The frame's memory, the memo, the work list, the queue and the last copies.
+    w: Kept<Work<E::Value>>,
     entry: Option<u32>,
     entry_key: Vec<Word>,
     /// Promotion sites met, in the order of the unit's local numbering.
@@ -393,7 +428,7 @@ pub(super) fn run<E: Emitter>(
     em: &mut E,
 ) -> Result<Unit<E::Block>, Failed> {
     let prog = cx.prog;
-    let (mut mem, frame) = Mem::take(ge, cx.budget.max_ops);
+    let (mut w, frame) = Work::take(ge, cx.budget.max_ops);
     for &(r, c) in prog.constants() {
         if r.index() < ge.regs {
             let (t, b) = SVal::Scalar(c).key_bits();
@@ -405,7 +440,7 @@ pub(super) fn run<E: Emitter>(
         }
     }
     for s in cx.slices {
-        mem.slices.push(match s {
+        w.slices.push(match s {
             Some(d) => {
                 let words = d.words();
                 SliceRef {
@@ -425,12 +460,11 @@ pub(super) fn run<E: Emitter>(
     unsafe {
         frame.head.write(Head {
             rt: std::ptr::null_mut(),
-            slices: mem.slices.as_ptr(),
-            nslices: mem.slices.len() as u64,
+            slices: w.slices.as_ptr(),
+            nslices: w.slices.len() as u64,
             shims: Shims::of::<E>(),
         });
     }
-    let mut sc = Scratch::take(0, prog.blocks.len(), false);
     let mut rt = Rt {
         prog,
         plan,
@@ -440,9 +474,9 @@ pub(super) fn run<E: Emitter>(
         frame,
         vals: Vec::new(),
         copies: Vec::new(),
-        scratch: std::mem::take(&mut sc.params),
-        scratch2: sc.buffers.pop().unwrap_or_default(),
-        sc,
+        scratch: std::mem::take(&mut w.scratch),
+        scratch2: std::mem::take(&mut w.scratch2),
+        w,
         entry: None,
         entry_key: Vec::new(),
         sites: Vec::new(),
@@ -452,11 +486,7 @@ pub(super) fn run<E: Emitter>(
         panic: None,
     };
     let result = rt.drive(start, key);
-    let mut sc = rt.sc;
-    sc.params = rt.scratch;
-    sc.buffers.push(rt.scratch2);
-    sc.give_back();
-    mem.give_back();
+    (rt.w.scratch, rt.w.scratch2) = (rt.scratch, rt.scratch2);
     let counter = if result.is_ok() { &RUNS } else { &ABORTS };
     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     result
@@ -482,17 +512,15 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
             return Err(Failed::Abort);
         };
         let ranks = self.plan.rank.len();
-        self.sc.queue.reset(ranks);
-        let mut next = self
-            .sc
-            .queue
-            .add_but_next(self.plan, &self.sc.words, &mut self.sc.work);
+        self.w.queue.reset(ranks);
+        let w = &mut *self.w;
+        let mut next = w.queue.add_but_next(self.plan, &w.memo, &mut w.work);
         let f: extern "C" fn(*mut u8, u32, u32, u32) -> u32 =
             // SAFETY: `entry` is the address of a function of this signature in the
             // target's C convention, made by `gen::compile` and kept alive by `self.ge`.
             unsafe { std::mem::transmute::<usize, _>(self.ge.entry) };
-        while let Some(k) = next.take().or_else(|| self.sc.queue.pop()) {
-            let (root, key, res) = self.sc.words.copy(k);
+        while let Some(k) = next.take().or_else(|| self.w.queue.pop()) {
+            let (root, key, res) = self.w.memo.copy(k);
             let first = Some(res) == self.entry;
             let lay = prog.layout(root);
             let (regs, key) = match first {
@@ -533,10 +561,8 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
             if status != 0 || self.failed.is_some() {
                 return Err(Failed::Abort);
             }
-            next = self
-                .sc
-                .queue
-                .add_but_next(self.plan, &self.sc.words, &mut self.sc.work);
+            let w = &mut *self.w;
+            next = w.queue.add_but_next(self.plan, &w.memo, &mut w.work);
         }
         // SAFETY: the counters are three words of the frame.
         let (ops, tests) = unsafe { (*self.frame.counters, *self.frame.counters.add(1)) };
@@ -595,7 +621,7 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
         let lay = self.prog.layout(b);
         match self.entry {
             Some(_) => {
-                let made = match self.sc.like.get(b.index()).copied().flatten() {
+                let made = match self.w.like.get(b.index()).copied().flatten() {
                     Some(l) => match self.copy(u64::from(l)) {
                         Some(l) => self.em.create_block_like(l, &lay.copy_types),
                         None => self.em.create_block(&lay.copy_types),
@@ -603,7 +629,7 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
                     None => self.em.create_block(&lay.copy_types),
                 };
                 let id = self.copy_block(made);
-                if let Some(l) = self.sc.like.get_mut(b.index()) {
+                if let Some(l) = self.w.like.get_mut(b.index()) {
                     *l = Some(id);
                 }
                 id
@@ -620,7 +646,7 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     /// `Spec::copy_of`: `None` over the budget.
     fn copy_of(&mut self, b: Block, key: &[Word]) -> Option<u32> {
         self.lookups += 1;
-        let at = match self.sc.words.get(b, key) {
+        let at = match self.w.memo.get(b, key) {
             Ok(res) => return Some(res),
             Err(at) => at,
         };
@@ -628,8 +654,8 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
             return None;
         }
         let res = self.create_copy(b);
-        let k = self.sc.words.insert(at, b, key, res);
-        self.sc.work.push(k);
+        let k = self.w.memo.insert(at, b, key, res);
+        self.w.work.push(k);
         Some(res)
     }
 

@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use dyc_templates::pool::{self, Pool};
 use dyc_templates::types::Scalar;
 
-use super::memo::{Memo, Word};
+use super::memo::Memo;
 use super::planned::Queue;
 use super::worklist::Slot;
 use crate::ge::{Block, Reg, SVal};
@@ -34,8 +34,6 @@ thread_local! {
 pub(super) struct Scratch<V, B> {
     /// Copies by (block, static values), numbered in the order they were made.
     pub(super) memo: Memo<B>,
-    /// The compiled stitcher's memo, keyed by the tagged words its code holds.
-    pub(super) words: Memo<B, Word>,
     /// Copies made and not yet stitched, by number in `memo`.
     pub(super) work: Vec<u32>,
     /// Planned stitcher: per block, its copy in the current run of a tree, with its static
@@ -71,7 +69,6 @@ impl<V, B: Copy> Scratch<V, B> {
     pub(super) fn empty() -> Scratch<V, B> {
         Scratch {
             memo: Memo::empty(),
-            words: Memo::empty(),
             work: Vec::new(),
             slots: Vec::new(),
             filled: Vec::new(),
@@ -104,7 +101,6 @@ impl<V: Copy + 'static, B: Copy + 'static> Scratch<V, B> {
         // Emptied here rather than when given back, so that a set left in any state (by a
         // specialization that ended in an error or a panic) is still right.
         s.memo.clear();
-        s.words.clear();
         s.work.clear();
         s.filled.clear();
         s.params.clear();
@@ -135,7 +131,6 @@ impl<V: Copy + 'static, B: Copy + 'static> Scratch<V, B> {
     /// full.
     pub(super) fn give_back(self) {
         let size = self.memo.room()
-            + self.words.room()
             + self.work.capacity()
             + self.slots.capacity()
             + self.filled.capacity()
