@@ -3,9 +3,10 @@
 //! code recorded is the one the interpreted stitcher records (`DYC_CHECK_COMPILED_GE=1`,
 //! set before the first specialization, with plans compiled at their first use), on the
 //! main job's byte-code programs and on
-//! random byte-code programs, and on a region whose setup code takes every operation the
-//! compiled code runs natively to its edge cases; and the compiled code made most of
-//! those units (the check is not vacuous).
+//! random byte-code programs, on a region whose setup code takes every operation the
+//! compiled code runs natively to its edge cases, and on random static setup code (its
+//! results also against the reference interpreter); and the compiled code made those
+//! units (the check is not vacuous).
 
 #[path = "../benches/bytecode.rs"]
 #[allow(dead_code)]
@@ -179,6 +180,107 @@ fn setup_operations_agree_at_their_edge_cases() {
     assert!(
         (made - runs) * 2 >= units,
         "{} of {units} units made by compiled code",
+        made - runs
+    );
+}
+
+/// A static expression over `names` (integers), at most `depth` operators deep, drawn
+/// from every operation the compiled code runs natively.
+fn static_expr(rng: &mut common::Rng, names: &[&str], depth: u32) -> String {
+    if depth == 0 || rng.below(3) == 0 {
+        return match rng.below(4) {
+            0 => format!("{}", rng.below(130) as i64 - 65),
+            _ => names[rng.below(names.len() as u64) as usize].to_string(),
+        };
+    }
+    let (a, b) = (
+        static_expr(rng, names, depth - 1),
+        static_expr(rng, names, depth - 1),
+    );
+    match rng.below(14) {
+        0 => format!("min({a}, {b})"),
+        1 => format!("max({a}, {b})"),
+        2 => format!("(-{a})"),
+        3 => format!("(!{a})"),
+        k => {
+            let op = ["+", "-", "*", "/", "%", "<<", ">>", "&", "|", "^"][k as usize - 4];
+            format!("({a} {op} {b})")
+        }
+    }
+}
+
+/// A static comparison over `names`.
+fn static_cond(rng: &mut common::Rng, names: &[&str]) -> String {
+    let op = ["<", "<=", ">", ">=", "==", "!="][rng.below(6) as usize];
+    format!(
+        "{} {op} {}",
+        static_expr(rng, names, 1),
+        static_expr(rng, names, 1)
+    )
+}
+
+/// A function `f(k, j, x)` with `k` and `j` run-time constants: a static loop whose
+/// static variables change by random static expressions and conditions (values, `bool`s
+/// and their negations flow through block parameters), mixed into a dynamic result.
+fn random_setup(rng: &mut common::Rng) -> String {
+    let names = ["s", "t", "i", "k", "j"];
+    let mut src = String::from(
+        "fn f(k: i64, j: i64, x: i64) -> i64 {\n    make_static(k, j);\n    var acc = x;\n    var s = k;\n    var t = j;\n    var i = 0;\n    while i < 3 {\n",
+    );
+    src += &format!("        let e = {};\n", static_expr(rng, &names, 3));
+    src += &format!("        let b = {};\n", static_cond(rng, &names));
+    src += &format!(
+        "        if b {{ s = {}; }} else {{ t = {}; }}\n",
+        static_expr(rng, &names, 2),
+        static_expr(rng, &names, 2)
+    );
+    src += "        let c = !b;\n";
+    src += &format!(
+        "        if c || ({}) {{ acc = acc + e; }} else {{ acc = acc * 3 - e; }}\n",
+        static_cond(rng, &names)
+    );
+    src += "        i += 1;\n    }\n    return acc + s - t;\n}\n";
+    src
+}
+
+#[test]
+fn random_setup_code_agrees_with_the_interpreter() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    check_every_unit();
+    let edges = [i64::MIN, -65, -1, 0, 1, 2, 7, 63, 64, i64::MAX];
+    let (runs, _) = dyc_stitcher::exec::compiled_counts();
+    let mut programs = 0;
+    for seed in 0..common::cases(200) {
+        let mut rng = common::Rng(seed);
+        let src = random_setup(&mut rng);
+        let m = dyc::lang::compile("setup.dyc", &src).expect("a random function compiles");
+        let id = m.func_by_name("f").expect("f");
+        let program = stitch_tier("setup.dyc", &src);
+        let region = program.region("f").expect("region");
+        programs += 1;
+        for _ in 0..3 {
+            let (k, j) = (
+                edges[rng.below(edges.len() as u64) as usize],
+                edges[rng.below(edges.len() as u64) as usize],
+            );
+            for x in [0, 5] {
+                let args =
+                    [k, j, x].map(|v| Val::Scalar(Const::Int(dyc::ir::Scalar::I64, v as u64)));
+                let want = common::interpreted(Interpreter::new(&m).call(
+                    id,
+                    &args,
+                    &mut Memory::default(),
+                ));
+                let got =
+                    common::outcome(region.call(&mut [Arg::from(k), Arg::from(j), Arg::from(x)]));
+                assert_eq!(got, want, "seed {seed}, f({k}, {j}, {x}):\n{src}");
+            }
+        }
+    }
+    let (made, _) = dyc_stitcher::exec::compiled_counts();
+    assert!(
+        made - runs >= programs,
+        "{} units made by compiled code for {programs} programs",
         made - runs
     );
 }
