@@ -284,3 +284,53 @@ fn random_setup_code_agrees_with_the_interpreter() {
         made - runs
     );
 }
+
+/// A loop unrolled lazily, one iteration per unit (`loop_specialize_lazy`), and a lazy
+/// specialization point: the jumps into lazy roots are compiled (none of the units gives
+/// up), and the results are the interpreter's.
+const LAZY: &str = "
+fn g(n: i64, x: i64) -> i64 {
+    make_static(n: loop_specialize_lazy);
+    var acc = x;
+    var i = 0;
+    while i < n {
+        acc = acc * 2 + i;
+        i += 1;
+    }
+    return acc;
+}
+
+fn h(k: i64, x: i64) -> i64 {
+    make_static(k: specialize_lazy);
+    var s = k;
+    if x > 0 { s = s + 1; } else { s = s * 2; }
+    return x * s;
+}
+";
+
+#[test]
+fn lazy_jumps_agree_with_the_interpreter() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    check_every_unit();
+    let m = dyc::lang::compile("lazy.dyc", LAZY).expect("compiles");
+    let program = stitch_tier("lazy.dyc", LAZY);
+    let (runs, aborts) = dyc_stitcher::exec::compiled_counts();
+    for (name, k) in [("g", 0i64), ("g", 1), ("g", 6), ("h", 3), ("h", -2)] {
+        let id = m.func_by_name(name).expect("function");
+        let region = program.region(name).expect("region");
+        for x in [-3i64, 0, 5] {
+            let args = [k, x].map(|v| Val::Scalar(Const::Int(dyc::ir::Scalar::I64, v as u64)));
+            let want =
+                common::interpreted(Interpreter::new(&m).call(id, &args, &mut Memory::default()));
+            let got = common::outcome(region.call(&mut [Arg::from(k), Arg::from(x)]));
+            assert_eq!(got, want, "{name}({k}, {x})");
+        }
+    }
+    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
+    assert!(
+        made - runs >= 5 && gave_up == aborts,
+        "{} units made by compiled code, {} given up",
+        made - runs,
+        gave_up - aborts
+    );
+}

@@ -34,10 +34,11 @@
 //! `i64` not, `select`, `len` and static loads; accesses to local arrays at static indices
 //! in bounds) and the rest through shims (a division by zero or of the least `i64` by
 //! minus one, other types, casts, pure host calls; a jump into a promotion, whose
-//! dispatch over the values known and exit out of the unit one shim emits); it gives up
-//! (the run *aborts*) on what it does not handle at all: a dynamic branch into a
-//! promotion, lazy edges, local arrays in memory, dynamic `switch`es, a static fault, an
-//! edge back into the unit's first copy, a budget exceeded. An aborted run
+//! dispatch over the values known and exit out of the unit one shim emits, and a jump
+//! into a lazy root, to the copy the unit made or out through a promotion of no values);
+//! it gives up (the run *aborts*) on what it does not handle at all: a dynamic branch
+//! into a promotion block or a lazy block, local arrays in memory, dynamic `switch`es, a
+//! static fault, an edge back into the unit's first copy, a budget exceeded. An aborted run
 //! leaves the emitter to be restarted ([`Emitter::restart`]) and the interpreted planned
 //! stitcher runs the unit instead, with the same result: so the compiled stitcher is
 //! used only with emitters that can restart (the recording tape).
@@ -257,6 +258,10 @@ struct Shims {
     /// `params`, then its static live-ins) and its dynamic inputs the `n` values in the
     /// buffer: the dispatch over the values known, then the exit out of the unit.
     promote: Shim4,
+    /// `(block, params, statics, n)`: the jump into lazy root `block`, its inputs as for
+    /// `promote`: to the copy of `block` this unit made for those values, or else out of
+    /// the unit through a promotion of no values.
+    lazy: Shim4,
 }
 
 impl Shims {
@@ -277,6 +282,7 @@ impl Shims {
             keep: shim_keep::<E>,
             count: shim_count::<E>,
             promote: shim_promote::<E>,
+            lazy: shim_lazy::<E>,
         }
     }
 }
@@ -709,6 +715,41 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
         Some(())
     }
 
+    /// `Spec::edge` into lazy root `b` with static inputs `key` (all of `b`'s) and dynamic
+    /// inputs `inputs`: a jump to the copy this unit made for them (`Spec::made_for`), or
+    /// else a promotion of no values out of the unit.
+    fn lazy_jump(&mut self, b: Block, key: Vec<SVal>, inputs: &mut Vec<E::Value>) -> Option<()> {
+        let narrow: Vec<Word> = narrow_key(self.prog, b, &key)
+            .iter()
+            .map(|&v| Word::of(v))
+            .collect();
+        self.lookups += 1;
+        if let Ok(copy) = self.w.memo.get(b, &narrow) {
+            self.narrow_args(b, copy, inputs)?;
+            let target = self.copy(u64::from(copy))?;
+            self.em.jump(target, inputs);
+            return Some(());
+        }
+        self.promotion(b, key, Vec::new(), inputs)
+    }
+
+    /// `Spec::narrow_args` (no local arrays in memory): `b`'s dispatch inputs made the
+    /// arguments of its copy `copy`, without the unit invariants unless it is the unit's
+    /// first.
+    fn narrow_args(&mut self, b: Block, copy: u32, args: &mut Vec<E::Value>) -> Option<()> {
+        if self.entry == Some(copy) {
+            return Some(());
+        }
+        for &at in self.prog.layout(b).invariant_dispatch.iter().rev() {
+            if at as usize >= args.len() {
+                self.fail("too few arguments");
+                return None;
+            }
+            args.remove(at as usize);
+        }
+        Some(())
+    }
+
     /// `Spec::inline_dispatch`: `promoted` dispatched over the tuples in `known`, each to
     /// the copy of `b` with those values static; goes on in a fresh block for others.
     fn inline_dispatch(
@@ -739,15 +780,7 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
                 .collect();
             let target = rt.copy_of(b, &key)?;
             let mut args = inputs.to_vec();
-            if rt.entry != Some(target) {
-                for &at in rt.prog.layout(b).invariant_dispatch.iter().rev() {
-                    if at as usize >= args.len() {
-                        rt.fail("too few arguments");
-                        return None;
-                    }
-                    args.remove(at as usize);
-                }
-            }
+            rt.narrow_args(b, target, &mut args)?;
             Some((rt.copy(u64::from(target))?, args))
         };
         if let ([v], true) = (promoted, known.iter().all(|vs| word(&vs[0]).is_some())) {
@@ -1165,6 +1198,47 @@ extern "C" fn shim_count<E: Emitter>(rt: *mut c_void) -> u64 {
     with_rt::<E>(rt, |rt| u64::from(rt.count_block()))
 }
 
+/// The static inputs (`statics` key words, the first `params` of them parameters) and
+/// the `n` dynamic inputs in the buffer of block `b`, as `shim_promote` and `shim_lazy`
+/// receive them; `None` (the run marked failed) if they are not well formed.
+fn dispatch_inputs<E: Emitter>(
+    rt: &mut Rt<E>,
+    b: u64,
+    params: u64,
+    statics: u64,
+    n: u64,
+    inputs: &mut Vec<E::Value>,
+) -> Option<(Block, Vec<SVal>, Vec<SVal>)> {
+    let b = match u32::try_from(b) {
+        Ok(b) if (b as usize) < rt.prog.blocks.len() => Block::from_u32(b),
+        _ => {
+            rt.fail("no such block");
+            return None;
+        }
+    };
+    if statics as usize > rt.ge.key || params > statics {
+        rt.fail("key too long");
+        return None;
+    }
+    let mut key = Vec::with_capacity(statics as usize);
+    for k in 0..statics as usize {
+        // SAFETY: the key buffer holds `2 * ge.key` words, and `k < statics <= ge.key`.
+        let (t, w) = unsafe { (*rt.frame.key.add(2 * k), *rt.frame.key.add(2 * k + 1)) };
+        match SVal::from_key_bits(t as u8, w) {
+            Some(v) => key.push(v),
+            None => {
+                rt.fail("a key value unset");
+                return None;
+            }
+        }
+    }
+    let live = key.split_off(params as usize);
+    if !rt.load_vals(rt.frame.buf, rt.ge.buf, n, inputs) {
+        return None;
+    }
+    Some((b, key, live))
+}
+
 extern "C" fn shim_promote<E: Emitter>(
     rt: *mut c_void,
     b: u64,
@@ -1173,33 +1247,27 @@ extern "C" fn shim_promote<E: Emitter>(
     n: u64,
 ) -> u64 {
     with_rt::<E>(rt, |rt| {
-        let b = match u32::try_from(b) {
-            Ok(b) if (b as usize) < rt.prog.blocks.len() => Block::from_u32(b),
-            _ => {
-                rt.fail("no such block");
-                return 0;
-            }
-        };
-        if statics as usize > rt.ge.key || params > statics {
-            rt.fail("key too long");
-            return 0;
-        }
-        let mut key = Vec::with_capacity(statics as usize);
-        for k in 0..statics as usize {
-            // SAFETY: the key buffer holds `2 * ge.key` words, and `k < statics <= ge.key`.
-            let (t, w) = unsafe { (*rt.frame.key.add(2 * k), *rt.frame.key.add(2 * k + 1)) };
-            match SVal::from_key_bits(t as u8, w) {
-                Some(v) => key.push(v),
-                None => {
-                    rt.fail("a key value unset");
-                    return 0;
-                }
-            }
-        }
-        let live = key.split_off(params as usize);
         let mut inputs = std::mem::take(&mut rt.scratch2);
-        if rt.load_vals(rt.frame.buf, rt.ge.buf, n, &mut inputs) {
-            rt.promotion(b, key, live, &inputs);
+        if let Some((b, params, live)) = dispatch_inputs(rt, b, params, statics, n, &mut inputs) {
+            rt.promotion(b, params, live, &inputs);
+        }
+        rt.scratch2 = inputs;
+        0
+    })
+}
+
+extern "C" fn shim_lazy<E: Emitter>(
+    rt: *mut c_void,
+    b: u64,
+    params: u64,
+    statics: u64,
+    n: u64,
+) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let mut inputs = std::mem::take(&mut rt.scratch2);
+        if let Some((b, mut key, live)) = dispatch_inputs(rt, b, params, statics, n, &mut inputs) {
+            key.extend(live);
+            rt.lazy_jump(b, key, &mut inputs);
         }
         rt.scratch2 = inputs;
         0

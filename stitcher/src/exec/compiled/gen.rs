@@ -43,6 +43,7 @@ enum Shim {
     Keep,
     Count,
     Promote,
+    Lazy,
 }
 
 /// Offsets of [`Head`]'s fields.
@@ -1277,11 +1278,10 @@ impl<'a, 'f> Gen<'a, 'f> {
     fn jump_edge(&mut self, pc: usize, e: &Edge, taken: Option<usize>) -> Option<()> {
         let tb = &self.prog.blocks[e.block];
         if !tb.promote.is_empty() {
-            return self.promote_edge(e);
+            return self.dispatch_edge(e, Shim::Promote);
         }
         if tb.lazy.enters_lazily(false) && self.plan.is_root(e.block) {
-            self.goto_abort();
-            return Some(());
+            return self.dispatch_edge(e, Shim::Lazy);
         }
         let after = self.b.create_block();
         if self.fuses(pc, e, taken) {
@@ -1344,10 +1344,11 @@ impl<'a, 'f> Gen<'a, 'f> {
         Some(dyns)
     }
 
-    /// `Spec::edge` into a promotion block: the block's static inputs (its static
-    /// parameters, then its static live-ins) into the key buffer and all its dynamic
-    /// inputs into the buffer, and the shim that emits the dispatch and leaves the unit.
-    fn promote_edge(&mut self, e: &Edge) -> Option<()> {
+    /// `Spec::edge` into a promotion block, or into a lazy root: the block's static
+    /// inputs (its static parameters, then its static live-ins) into the key buffer and
+    /// all its dynamic inputs into the buffer, and `shim`, which emits the jump (to a
+    /// copy this unit made of a lazy block) or the dispatch and the exit out of the unit.
+    fn dispatch_edge(&mut self, e: &Edge, shim: Shim) -> Option<()> {
         let tb = &self.prog.blocks[e.block];
         if tb.params.len() != e.args.len() {
             return None;
@@ -1376,7 +1377,7 @@ impl<'a, 'f> Gen<'a, 'f> {
         let n = self.put_live(&live, 0, n)?;
         let args = [e.block.index() as u64, params as u64, nkey as u64, n as u64];
         let args = args.map(|x| self.iconst(x));
-        self.call(Shim::Promote, &args);
+        self.call(shim, &args);
         Some(())
     }
 
