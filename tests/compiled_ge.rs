@@ -285,9 +285,10 @@ fn random_setup_code_agrees_with_the_interpreter() {
     );
 }
 
-/// A loop unrolled lazily, one iteration per unit (`loop_specialize_lazy`), and a lazy
-/// specialization point: the jumps into lazy roots are compiled (none of the units gives
-/// up), and the results are the interpreter's.
+/// A loop unrolled lazily, one iteration per unit (`loop_specialize_lazy`), a lazy
+/// specialization point, the lazy arms of dynamic branches (`lazy`) and a promotion in
+/// a dynamic branch's arm: the jumps and branches into lazy and promotion blocks are
+/// compiled (none of the units gives up), and the results are the interpreter's.
 const LAZY: &str = "
 fn g(n: i64, x: i64) -> i64 {
     make_static(n: loop_specialize_lazy);
@@ -306,6 +307,24 @@ fn h(k: i64, x: i64) -> i64 {
     if x > 0 { s = s + 1; } else { s = s * 2; }
     return x * s;
 }
+
+fn l(k: i64, x: i64) -> i64 {
+    make_static(k: lazy);
+    var r = k;
+    if x > 0 { r = r * 2 + x; } else { r = r - x; }
+    if x > 3 { r = r + k; }
+    return r * k;
+}
+
+fn p(k: i64, x: i64) -> i64 {
+    make_static(k);
+    var y = x * 3 + k;
+    if x > 2 {
+        make_static(y);
+        return y * y + k;
+    }
+    return y - 1;
+}
 ";
 
 #[test]
@@ -315,10 +334,21 @@ fn lazy_jumps_agree_with_the_interpreter() {
     let m = dyc::lang::compile("lazy.dyc", LAZY).expect("compiles");
     let program = stitch_tier("lazy.dyc", LAZY);
     let (runs, aborts) = dyc_stitcher::exec::compiled_counts();
-    for (name, k) in [("g", 0i64), ("g", 1), ("g", 6), ("h", 3), ("h", -2)] {
+    let calls = [
+        ("g", 0i64),
+        ("g", 1),
+        ("g", 6),
+        ("h", 3),
+        ("h", -2),
+        ("l", 2),
+        ("l", -5),
+        ("p", 1),
+        ("p", 4),
+    ];
+    for (name, k) in calls {
         let id = m.func_by_name(name).expect("function");
         let region = program.region(name).expect("region");
-        for x in [-3i64, 0, 5] {
+        for x in [-3i64, 0, 5, 5, 9] {
             let args = [k, x].map(|v| Val::Scalar(Const::Int(dyc::ir::Scalar::I64, v as u64)));
             let want =
                 common::interpreted(Interpreter::new(&m).call(id, &args, &mut Memory::default()));
@@ -328,7 +358,7 @@ fn lazy_jumps_agree_with_the_interpreter() {
     }
     let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
     assert!(
-        made - runs >= 5 && gave_up == aborts,
+        made - runs >= calls.len() as u64 && gave_up == aborts,
         "{} units made by compiled code, {} given up",
         made - runs,
         gave_up - aborts

@@ -262,6 +262,13 @@ struct Shims {
     /// `promote`: to the copy of `block` this unit made for those values, or else out of
     /// the unit through a promotion of no values.
     lazy: Shim4,
+    /// `(block, params, statics, n, which) -> copy | n << 32`: the target of a dynamic
+    /// branch's edge into promotion block or lazy block `block`, its inputs as for
+    /// `promote` but in buffer `which`: the copy of a lazy block this unit made (its
+    /// arguments narrowed in the buffer), or a dispatch block filled by `stubs`.
+    stub: Shim5,
+    /// `()`: fills the dispatch blocks `stub` made, once their branch is emitted.
+    stubs: extern "C" fn(*mut c_void) -> u64,
 }
 
 impl Shims {
@@ -283,6 +290,8 @@ impl Shims {
             count: shim_count::<E>,
             promote: shim_promote::<E>,
             lazy: shim_lazy::<E>,
+            stub: shim_stub::<E>,
+            stubs: shim_stubs::<E>,
         }
     }
 }
@@ -408,6 +417,10 @@ struct Rt<'a, 'c, E: Emitter> {
     entry_key: Vec<Word>,
     /// Promotion sites met, in the order of the unit's local numbering.
     sites: Vec<Site>,
+    /// Dispatch blocks made for a branch's edges, to fill once the branch is emitted:
+    /// the block (by number), the promotion or lazy block, and the static parameters and
+    /// live-ins of the site.
+    stubs: Vec<(u32, Block, Vec<SVal>, Vec<SVal>)>,
     blocks: usize,
     lookups: usize,
     failed: Option<String>,
@@ -486,6 +499,7 @@ pub(super) fn run<E: Emitter>(
         entry: None,
         entry_key: Vec::new(),
         sites: Vec::new(),
+        stubs: Vec::new(),
         blocks: 0,
         lookups: 0,
         failed: None,
@@ -719,18 +733,34 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     /// inputs `inputs`: a jump to the copy this unit made for them (`Spec::made_for`), or
     /// else a promotion of no values out of the unit.
     fn lazy_jump(&mut self, b: Block, key: Vec<SVal>, inputs: &mut Vec<E::Value>) -> Option<()> {
-        let narrow: Vec<Word> = narrow_key(self.prog, b, &key)
-            .iter()
-            .map(|&v| Word::of(v))
-            .collect();
-        self.lookups += 1;
-        if let Ok(copy) = self.w.memo.get(b, &narrow) {
-            self.narrow_args(b, copy, inputs)?;
+        if let Some(copy) = self.made_for(b, &key, inputs)? {
             let target = self.copy(u64::from(copy))?;
             self.em.jump(target, inputs);
             return Some(());
         }
         self.promotion(b, key, Vec::new(), inputs)
+    }
+
+    /// `Spec::made_for`: the copy of `b` this unit made for static inputs `key` (all of
+    /// `b`'s), with `inputs` made its arguments, if any.
+    fn made_for(
+        &mut self,
+        b: Block,
+        key: &[SVal],
+        inputs: &mut Vec<E::Value>,
+    ) -> Option<Option<u32>> {
+        let narrow: Vec<Word> = narrow_key(self.prog, b, key)
+            .iter()
+            .map(|&v| Word::of(v))
+            .collect();
+        self.lookups += 1;
+        match self.w.memo.get(b, &narrow) {
+            Ok(copy) => {
+                self.narrow_args(b, copy, inputs)?;
+                Some(Some(copy))
+            }
+            Err(_) => Some(None),
+        }
     }
 
     /// `Spec::narrow_args` (no local arrays in memory): `b`'s dispatch inputs made the
@@ -1206,7 +1236,7 @@ fn dispatch_inputs<E: Emitter>(
     b: u64,
     params: u64,
     statics: u64,
-    n: u64,
+    (n, src): (u64, *const u32),
     inputs: &mut Vec<E::Value>,
 ) -> Option<(Block, Vec<SVal>, Vec<SVal>)> {
     let b = match u32::try_from(b) {
@@ -1233,7 +1263,7 @@ fn dispatch_inputs<E: Emitter>(
         }
     }
     let live = key.split_off(params as usize);
-    if !rt.load_vals(rt.frame.buf, rt.ge.buf, n, inputs) {
+    if !rt.load_vals(src, rt.ge.buf, n, inputs) {
         return None;
     }
     Some((b, key, live))
@@ -1248,7 +1278,8 @@ extern "C" fn shim_promote<E: Emitter>(
 ) -> u64 {
     with_rt::<E>(rt, |rt| {
         let mut inputs = std::mem::take(&mut rt.scratch2);
-        if let Some((b, params, live)) = dispatch_inputs(rt, b, params, statics, n, &mut inputs) {
+        let buf = (n, rt.frame.buf as *const u32);
+        if let Some((b, params, live)) = dispatch_inputs(rt, b, params, statics, buf, &mut inputs) {
             rt.promotion(b, params, live, &inputs);
         }
         rt.scratch2 = inputs;
@@ -1265,11 +1296,84 @@ extern "C" fn shim_lazy<E: Emitter>(
 ) -> u64 {
     with_rt::<E>(rt, |rt| {
         let mut inputs = std::mem::take(&mut rt.scratch2);
-        if let Some((b, mut key, live)) = dispatch_inputs(rt, b, params, statics, n, &mut inputs) {
+        let buf = (n, rt.frame.buf as *const u32);
+        if let Some((b, mut key, live)) = dispatch_inputs(rt, b, params, statics, buf, &mut inputs)
+        {
             key.extend(live);
             rt.lazy_jump(b, key, &mut inputs);
         }
         rt.scratch2 = inputs;
+        0
+    })
+}
+
+extern "C" fn shim_stub<E: Emitter>(
+    rt: *mut c_void,
+    b: u64,
+    params: u64,
+    statics: u64,
+    n: u64,
+    which: u64,
+) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let dst = if which == 0 {
+            rt.frame.buf
+        } else {
+            rt.frame.buf2
+        };
+        let mut inputs = std::mem::take(&mut rt.scratch2);
+        let made = (|| {
+            let (b, mut params, live) =
+                dispatch_inputs(rt, b, params, statics, (n, dst as *const u32), &mut inputs)?;
+            if rt.prog.blocks[b].promote.is_empty() {
+                // A lazy block: the copy this unit made, or a promotion of no values.
+                params.extend(live);
+                if let Some(copy) = rt.made_for(b, &params, &mut inputs)? {
+                    return Some(copy);
+                }
+                let stub = rt.em.create_block(&rt.prog.layout(b).dispatch_types);
+                let stub = rt.copy_block(stub);
+                rt.stubs.push((stub, b, params, Vec::new()));
+                return Some(stub);
+            }
+            let stub = rt.em.create_block(&rt.prog.layout(b).dispatch_types);
+            let stub = rt.copy_block(stub);
+            rt.stubs.push((stub, b, params, live));
+            Some(stub)
+        })();
+        let r = match made {
+            // The arguments (narrowed for a copy made) back into the buffer.
+            Some(copy) if inputs.len() <= rt.ge.buf => {
+                for (k, &v) in inputs.iter().enumerate() {
+                    let id = rt.value(v);
+                    // SAFETY: the buffer holds `ge.buf` words, and `k < ge.buf`.
+                    unsafe { *dst.add(k) = id };
+                }
+                u64::from(copy) | (inputs.len() as u64) << 32
+            }
+            _ => {
+                rt.fail("bad dispatch");
+                0
+            }
+        };
+        rt.scratch2 = inputs;
+        r
+    })
+}
+
+extern "C" fn shim_stubs<E: Emitter>(rt: *mut c_void) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        for (stub, b, params, live) in std::mem::take(&mut rt.stubs) {
+            let Some(block) = rt.copy(u64::from(stub)) else {
+                return 0;
+            };
+            rt.em.switch_to_block(block);
+            let mut args = Vec::new();
+            rt.em.block_params(block, &mut args);
+            if rt.promotion(b, params, live, &args).is_none() {
+                return 0;
+            }
+        }
         0
     })
 }

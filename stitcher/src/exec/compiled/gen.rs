@@ -44,6 +44,8 @@ enum Shim {
     Count,
     Promote,
     Lazy,
+    Stub,
+    Stubs,
 }
 
 /// Offsets of [`Head`]'s fields.
@@ -1186,10 +1188,13 @@ impl<'a, 'f> Gen<'a, 'f> {
                 else_edge,
             } => {
                 let cv = self.get_d(*c);
-                let (t1, n1) = self.edge_block(then_edge, true, 0)?;
-                let (t2, n2) = self.edge_block(else_edge, true, 1)?;
-                let (n1, n2) = (self.iconst(n1 as u64), self.iconst(n2 as u64));
+                let mut stubs = false;
+                let (t1, n1) = self.branch_edge(then_edge, 0, &mut stubs)?;
+                let (t2, n2) = self.branch_edge(else_edge, 1, &mut stubs)?;
                 self.call(Shim::Brif, &[cv, t1, n1, t2, n2]);
+                if stubs {
+                    self.call(Shim::Stubs, &[]);
+                }
             }
             Term::Switch {
                 arg: Operand::Static(r),
@@ -1349,6 +1354,17 @@ impl<'a, 'f> Gen<'a, 'f> {
     /// all its dynamic inputs into the buffer, and `shim`, which emits the jump (to a
     /// copy this unit made of a lazy block) or the dispatch and the exit out of the unit.
     fn dispatch_edge(&mut self, e: &Edge, shim: Shim) -> Option<()> {
+        let args = self.dispatch_inputs(e, 0)?;
+        let args = args.map(|x| self.iconst(x as u64));
+        self.call(shim, &args);
+        Some(())
+    }
+
+    /// The inputs of the dispatch into block `e.block` (a promotion block, or a lazy
+    /// root): its static parameters, then its static live-ins, into the key buffer, and
+    /// all its dynamic inputs into buffer `which`. Returns the block, the number of static
+    /// parameters, of static inputs, and of dynamic inputs.
+    fn dispatch_inputs(&mut self, e: &Edge, which: usize) -> Option<[usize; 4]> {
         let tb = &self.prog.blocks[e.block];
         if tb.params.len() != e.args.len() {
             return None;
@@ -1363,7 +1379,7 @@ impl<'a, 'f> Gen<'a, 'f> {
                 (Param::Static(_), Operand::Dyn(_)) => return None,
                 (Param::Dyn(..), a) => {
                     let v = self.operand(a);
-                    self.put(0, n, v);
+                    self.put(which, n, v);
                     n += 1;
                 }
             }
@@ -1374,11 +1390,27 @@ impl<'a, 'f> Gen<'a, 'f> {
             nkey += 1;
         }
         let live = self.prog.layout(e.block).dispatch_live_in.clone();
-        let n = self.put_live(&live, 0, n)?;
-        let args = [e.block.index() as u64, params as u64, nkey as u64, n as u64];
-        let args = args.map(|x| self.iconst(x));
-        self.call(shim, &args);
-        Some(())
+        let n = self.put_live(&live, which, n)?;
+        Some([e.block.index(), params, nkey, n])
+    }
+
+    /// The target of a dynamic branch's edge and the number of its arguments, in buffer
+    /// `which`: `edge_block`, or, for an edge into a promotion block or a lazy block, the
+    /// shim that returns the copy the unit made of the lazy block or a dispatch block to
+    /// fill once the branch is emitted (`stubs` is then set).
+    fn branch_edge(&mut self, e: &Edge, which: usize, stubs: &mut bool) -> Option<(Value, Value)> {
+        let tb = &self.prog.blocks[e.block];
+        if self.plan.is_root(e.block) && (!tb.promote.is_empty() || tb.lazy.enters_lazily(true)) {
+            *stubs = true;
+            let [b, params, nkey, n] = self.dispatch_inputs(e, which)?;
+            let args = [b, params, nkey, n, which].map(|x| self.iconst(x as u64));
+            let r = self.call(Shim::Stub, &args);
+            let copy = self.b.ins().band_imm_s(r, i64::from(u32::MAX));
+            let n = self.b.ins().ushr_imm_u(r, 32);
+            return Some((copy, n));
+        }
+        let (t, n) = self.edge_block(e, true, which)?;
+        Some((t, self.iconst(n as u64)))
     }
 
     /// `Spec::live_args` (without the unit invariants) into buffer `which` from `k` on.
