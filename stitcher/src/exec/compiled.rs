@@ -34,11 +34,12 @@
 //! `i64` not, `select`, `len` and static loads; accesses to local arrays at static indices
 //! in bounds) and the rest through shims (a division by zero or of the least `i64` by
 //! minus one, other types, casts, pure host calls; a jump into a promotion, whose
-//! dispatch over the values known and exit out of the unit one shim emits, and a jump
-//! into a lazy root, to the copy the unit made or out through a promotion of no values);
-//! it gives up (the run *aborts*) on what it does not handle at all: a dynamic branch
-//! into a promotion block or a lazy block, local arrays in memory, dynamic `switch`es, a
-//! static fault, an edge back into the unit's first copy, a budget exceeded. An aborted run
+//! dispatch over the values known and exit out of the unit one shim emits; a jump into
+//! a lazy root, to the copy the unit made or out through a promotion of no values; a
+//! dynamic branch's edge into either, whose dispatch block is filled after the branch);
+//! it gives up (the run *aborts*) on what it does not handle at all: local arrays in
+//! memory, dynamic `switch`es, a static fault, an edge back into the unit's first copy,
+//! a budget exceeded. An aborted run
 //! leaves the emitter to be restarted ([`Emitter::restart`]) and the interpreted planned
 //! stitcher runs the unit instead, with the same result: so the compiled stitcher is
 //! used only with emitters that can restart (the recording tape).
