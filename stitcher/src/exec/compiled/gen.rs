@@ -1354,17 +1354,19 @@ impl<'a, 'f> Gen<'a, 'f> {
     /// all its dynamic inputs into the buffer, and `shim`, which emits the jump (to a
     /// copy this unit made of a lazy block) or the dispatch and the exit out of the unit.
     fn dispatch_edge(&mut self, e: &Edge, shim: Shim) -> Option<()> {
-        let args = self.dispatch_inputs(e, 0)?;
+        let args = self.target_inputs(e, true, 0)?;
         let args = args.map(|x| self.iconst(x as u64));
         self.call(shim, &args);
         Some(())
     }
 
-    /// The inputs of the dispatch into block `e.block` (a promotion block, or a lazy
-    /// root): its static parameters, then its static live-ins, into the key buffer, and
-    /// all its dynamic inputs into buffer `which`. Returns the block, the number of static
-    /// parameters, of static inputs, and of dynamic inputs.
-    fn dispatch_inputs(&mut self, e: &Edge, which: usize) -> Option<[usize; 4]> {
+    /// `Spec::target_inputs`: the static inputs of `e.block` (its static parameters, then
+    /// its static live-ins) into the key buffer and its dynamic arguments into buffer
+    /// `which`; all of them when `all` (for a dispatch into a promotion block or a lazy
+    /// root), else without the unit invariants (for a copy other than the unit's first).
+    /// Returns the block, the number of static parameters, of static inputs, and of
+    /// dynamic arguments.
+    fn target_inputs(&mut self, e: &Edge, all: bool, which: usize) -> Option<[usize; 4]> {
         let tb = &self.prog.blocks[e.block];
         if tb.params.len() != e.args.len() {
             return None;
@@ -1385,11 +1387,18 @@ impl<'a, 'f> Gen<'a, 'f> {
             }
         }
         let params = nkey;
-        for &r in &tb.static_live_in.clone() {
+        let lay = self.prog.layout(e.block);
+        let (statics, live) = match all {
+            true => (tb.static_live_in.clone(), lay.dispatch_live_in.clone()),
+            false => (
+                lay.copy_static_live_in.clone(),
+                lay.copy_dyn_live_in.clone(),
+            ),
+        };
+        for r in statics {
             self.key_word(nkey, r);
             nkey += 1;
         }
-        let live = self.prog.layout(e.block).dispatch_live_in.clone();
         let n = self.put_live(&live, which, n)?;
         Some([e.block.index(), params, nkey, n])
     }
@@ -1402,7 +1411,7 @@ impl<'a, 'f> Gen<'a, 'f> {
         let tb = &self.prog.blocks[e.block];
         if self.plan.is_root(e.block) && (!tb.promote.is_empty() || tb.lazy.enters_lazily(true)) {
             *stubs = true;
-            let [b, params, nkey, n] = self.dispatch_inputs(e, which)?;
+            let [b, params, nkey, n] = self.target_inputs(e, true, which)?;
             let args = [b, params, nkey, n, which].map(|x| self.iconst(x as u64));
             let r = self.call(Shim::Stub, &args);
             let copy = self.b.ins().band_imm_s(r, i64::from(u32::MAX));
@@ -1472,29 +1481,7 @@ impl<'a, 'f> Gen<'a, 'f> {
             self.goto_abort();
             return Some((none, 0));
         }
-        // `Spec::target_inputs`: the key (static parameters, then static live-ins), and
-        // the dynamic arguments.
-        let mut nkey = 0;
-        let mut n = 0;
-        for (p, &a) in tb.params.iter().zip(&e.args) {
-            match (p, a) {
-                (Param::Static(_), Operand::Static(r)) => {
-                    self.key_word(nkey, r);
-                    nkey += 1;
-                }
-                (Param::Static(_), Operand::Dyn(_)) => return None,
-                (Param::Dyn(..), a) => {
-                    let v = self.operand(a);
-                    self.put(which, n, v);
-                    n += 1;
-                }
-            }
-        }
-        for &r in &self.prog.layout(e.block).copy_static_live_in.clone() {
-            self.key_word(nkey, r);
-            nkey += 1;
-        }
-        let n = self.live_args(e.block, which, n)?;
+        let [_, _, nkey, n] = self.target_inputs(e, false, which)?;
         let (bv, kv) = (self.iconst(i as u64), self.iconst(nkey as u64));
         let copy = self.call(Shim::Root, &[bv, kv]);
         Some((copy, n))
