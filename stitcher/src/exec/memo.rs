@@ -201,4 +201,29 @@ mod tests {
         }
         assert!(m.get(b1, &[int(2), int(1)]).is_err());
     }
+
+    /// Keys of the words compiled code writes are told apart exactly as the static values
+    /// they encode.
+    #[test]
+    fn word_keys_are_found_as_their_values_are() {
+        let mut m: Memo<usize, Word> = Memo::new();
+        let b = Block::new(0);
+        let keys: Vec<Vec<SVal>> = vec![
+            vec![int(1), int(2)],
+            vec![SVal::Scalar(Const::Int(Scalar::U64, 1)), int(2)],
+            vec![SVal::Scalar(Const::F64(f64::NAN))],
+            vec![SVal::Scalar(Const::Bool(true))],
+            vec![SVal::Slice(1)],
+            vec![],
+        ];
+        let words = |k: &[SVal]| k.iter().map(|&v| Word::of(v)).collect::<Vec<_>>();
+        for (n, k) in keys.iter().enumerate() {
+            let at = m.get(b, &words(k)).expect_err("not made yet");
+            m.insert(at, b, &words(k), n);
+        }
+        for (n, k) in keys.iter().enumerate() {
+            assert_eq!(m.get(b, &words(k)).ok(), Some(n));
+        }
+        assert!(m.get(b, &words(&[int(2), int(1)])).is_err());
+    }
 }
