@@ -51,13 +51,13 @@ use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use cranelift_codegen::entity::EntityRef;
-use dyc_templates::ops::{BinaryOp, CmpOp, Const};
-use dyc_templates::template::{Case, Emitter, TOp};
-use dyc_templates::types::{Scalar, SrcLoc};
+use dyc_templates::ops::Const;
+use dyc_templates::template::Emitter;
+use dyc_templates::types::Scalar;
 
 use super::memo::{Memo, Word};
 use super::planned::Queue;
-use super::worklist::{eval_setup, narrow_key};
+use super::worklist::{dispatch_known, eval_setup, narrow_key};
 use super::{Context, PromotionMode, Unit};
 use crate::ge::{Block, Op, Plan, Reg, SVal, Site, SpecError, StitchProgram, Term};
 use crate::runtime::heap::Extent;
@@ -254,18 +254,16 @@ struct Shims {
     keep: Shim1,
     /// `() -> ok`: one more copy, against the budget.
     count: extern "C" fn(*mut c_void) -> u64,
-    /// `(block, params, statics, n)`: the jump into promotion block `block`, whose
-    /// static inputs are the first `statics` key words (its static parameters, the first
-    /// `params`, then its static live-ins) and its dynamic inputs the `n` values in the
-    /// buffer: the dispatch over the values known, then the exit out of the unit.
-    promote: Shim4,
-    /// `(block, params, statics, n)`: the jump into lazy root `block`, its inputs as for
-    /// `promote`: to the copy of `block` this unit made for those values, or else out of
-    /// the unit through a promotion of no values.
-    lazy: Shim4,
+    /// `(block, params, statics, n)`: the jump into promotion block or lazy root `block`,
+    /// whose static inputs are the first `statics` key words (its static parameters, the
+    /// first `params`, then its static live-ins) and its dynamic inputs the `n` values in
+    /// the buffer: into a promotion block, the dispatch over the values known, then the
+    /// exit out of the unit; into a lazy root, the jump to the copy the unit made of it
+    /// for those values, or else the exit through a promotion of no values.
+    dispatch: Shim4,
     /// `(block, params, statics, n, which) -> copy | n << 32`: the target of a dynamic
     /// branch's edge into promotion block or lazy block `block`, its inputs as for
-    /// `promote` but in buffer `which`: the copy of a lazy block this unit made (its
+    /// `dispatch` but in buffer `which`: the copy of a lazy block this unit made (its
     /// arguments narrowed in the buffer), or a dispatch block filled by `stubs`.
     stub: Shim5,
     /// `()`: fills the dispatch blocks `stub` made, once their branch is emitted.
@@ -289,8 +287,7 @@ impl Shims {
             array_store: shim_array_store::<E>,
             keep: shim_keep::<E>,
             count: shim_count::<E>,
-            promote: shim_promote::<E>,
-            lazy: shim_lazy::<E>,
+            dispatch: shim_dispatch::<E>,
             stub: shim_stub::<E>,
             stubs: shim_stubs::<E>,
         }
@@ -791,17 +788,6 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
         inputs: &[E::Value],
         known: Vec<Vec<Const>>,
     ) -> Option<()> {
-        if known.is_empty() {
-            return Some(());
-        }
-        if known.iter().any(|values| values.len() != promoted.len()) {
-            self.fail("known promoted values of the wrong arity");
-            return None;
-        }
-        let word = |c: &Const| match *c {
-            Const::Int(_, x) => Some(x),
-            Const::Bool(_) | Const::F64(_) => None,
-        };
         // `b`'s copy for promoted values `values` (made if new), and its arguments: all
         // of `b`'s inputs for the unit's first copy, else without the unit invariants.
         let copy = |rt: &mut Self, values: &[Const]| {
@@ -809,44 +795,22 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
                 .iter()
                 .map(|&v| Word::of(v))
                 .collect();
-            let target = rt.copy_of(b, &key)?;
-            let mut args = inputs.to_vec();
-            rt.narrow_args(b, target, &mut args)?;
-            Some((rt.copy(u64::from(target))?, args))
+            let mut made = || {
+                let target = rt.copy_of(b, &key)?;
+                let mut args = inputs.to_vec();
+                rt.narrow_args(b, target, &mut args)?;
+                Some((rt.copy(u64::from(target))?, args))
+            };
+            made().ok_or_else(|| SpecError::Internal("no copy for known values".into()))
         };
-        if let ([v], true) = (promoted, known.iter().all(|vs| word(&vs[0]).is_some())) {
-            let mut cases: Vec<Case<E>> = Vec::with_capacity(known.len());
-            for values in &known {
-                let (target, args) = copy(self, values)?;
-                cases.push((word(&values[0])?, target, args));
+        let switch_to = |rt: &mut Self, b| rt.em.switch_to_block(b);
+        match dispatch_known(self, |rt| &mut *rt.em, switch_to, promoted, known, copy) {
+            Ok(()) => Some(()),
+            Err(e) => {
+                self.fail(e.to_string());
+                None
             }
-            let miss = self.em.create_block(&[]);
-            self.em.switch(*v, &cases, (miss, &[]));
-            self.em.switch_to_block(miss);
-            return Some(());
         }
-        // A chain of tests, one per known tuple of promoted values.
-        for values in known {
-            let (target, args) = copy(self, &values)?;
-            let mut cond = None;
-            for (&v, &k) in promoted.iter().zip(&values) {
-                let kv = self.em.constant(k);
-                let eq = self
-                    .em
-                    .op(&TOp::Cmp(CmpOp::Eq), &[v, kv], SrcLoc::default())?;
-                cond = Some(match cond {
-                    None => eq,
-                    Some(c) => {
-                        self.em
-                            .op(&TOp::Binary(BinaryOp::And), &[c, eq], SrcLoc::default())?
-                    }
-                });
-            }
-            let next = self.em.create_block(&[]);
-            self.em.brif(cond?, (target, &args), (next, &[]));
-            self.em.switch_to_block(next);
-        }
-        Some(())
     }
 
     fn op_at(&mut self, b: u64, i: u64) -> Option<&'a Op> {
@@ -1230,7 +1194,7 @@ extern "C" fn shim_count<E: Emitter>(rt: *mut c_void) -> u64 {
 }
 
 /// The static inputs (`statics` key words, the first `params` of them parameters) and
-/// the `n` dynamic inputs in the buffer of block `b`, as `shim_promote` and `shim_lazy`
+/// the `n` dynamic inputs in the buffer of block `b`, as `shim_dispatch` and `shim_stub`
 /// receive them; `None` (the run marked failed) if they are not well formed.
 fn dispatch_inputs<E: Emitter>(
     rt: &mut Rt<E>,
@@ -1270,7 +1234,7 @@ fn dispatch_inputs<E: Emitter>(
     Some((b, key, live))
 }
 
-extern "C" fn shim_promote<E: Emitter>(
+extern "C" fn shim_dispatch<E: Emitter>(
     rt: *mut c_void,
     b: u64,
     params: u64,
@@ -1280,28 +1244,15 @@ extern "C" fn shim_promote<E: Emitter>(
     with_rt::<E>(rt, |rt| {
         let mut inputs = std::mem::take(&mut rt.scratch2);
         let buf = (n, rt.frame.buf as *const u32);
-        if let Some((b, params, live)) = dispatch_inputs(rt, b, params, statics, buf, &mut inputs) {
-            rt.promotion(b, params, live, &inputs);
-        }
-        rt.scratch2 = inputs;
-        0
-    })
-}
-
-extern "C" fn shim_lazy<E: Emitter>(
-    rt: *mut c_void,
-    b: u64,
-    params: u64,
-    statics: u64,
-    n: u64,
-) -> u64 {
-    with_rt::<E>(rt, |rt| {
-        let mut inputs = std::mem::take(&mut rt.scratch2);
-        let buf = (n, rt.frame.buf as *const u32);
-        if let Some((b, mut key, live)) = dispatch_inputs(rt, b, params, statics, buf, &mut inputs)
+        if let Some((b, mut params, mut live)) =
+            dispatch_inputs(rt, b, params, statics, buf, &mut inputs)
         {
-            key.extend(live);
-            rt.lazy_jump(b, key, &mut inputs);
+            if rt.prog.blocks[b].promote.is_empty() {
+                params.append(&mut live);
+                rt.lazy_jump(b, params, &mut inputs);
+            } else {
+                rt.promotion(b, params, live, &inputs);
+            }
         }
         rt.scratch2 = inputs;
         0
@@ -1324,18 +1275,14 @@ extern "C" fn shim_stub<E: Emitter>(
         };
         let mut inputs = std::mem::take(&mut rt.scratch2);
         let made = (|| {
-            let (b, mut params, live) =
+            let (b, mut params, mut live) =
                 dispatch_inputs(rt, b, params, statics, (n, dst as *const u32), &mut inputs)?;
             if rt.prog.blocks[b].promote.is_empty() {
                 // A lazy block: the copy this unit made, or a promotion of no values.
-                params.extend(live);
+                params.append(&mut live);
                 if let Some(copy) = rt.made_for(b, &params, &mut inputs)? {
                     return Some(copy);
                 }
-                let stub = rt.em.create_block(&rt.prog.layout(b).dispatch_types);
-                let stub = rt.copy_block(stub);
-                rt.stubs.push((stub, b, params, Vec::new()));
-                return Some(stub);
             }
             let stub = rt.em.create_block(&rt.prog.layout(b).dispatch_types);
             let stub = rt.copy_block(stub);

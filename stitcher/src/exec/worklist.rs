@@ -1374,60 +1374,78 @@ impl<'a, E: Emitter> Spec<'a, E> {
         inputs: &[E::Value],
         known: Vec<Vec<Const>>,
     ) -> Result<(), SpecError> {
-        if known.is_empty() {
-            return Ok(());
-        }
-        if known.iter().any(|values| values.len() != promoted.len()) {
-            return internal("known promoted values of the wrong arity");
-        }
-        let word = |c: &Const| match *c {
-            Const::Int(_, x) => Some(x),
-            Const::Bool(_) | Const::F64(_) => None,
-        };
         // `b`'s copy for promoted values `values` (created if new), and its arguments.
         let copy = |s: &mut Self, values: &[Const]| {
             let key = s.narrow_key(b, &site.key(values));
             let target = s.copy_of(b, &key)?;
             let mut args = inputs.to_vec();
             s.narrow_args(b, target, &mut args)?;
-            Ok::<_, SpecError>((target, args))
+            Ok((target, args))
         };
-        if let ([v], true) = (promoted, known.iter().all(|vs| word(&vs[0]).is_some())) {
-            let mut cases = Vec::with_capacity(known.len());
-            for values in &known {
-                let (target, args) = copy(self, values)?;
-                cases.push((word(&values[0]).expect("checked"), target, args));
-            }
-            let miss = self.em.create_block(&[]);
-            self.em.switch(*v, &cases, (miss, &[]));
-            self.switch_to(miss);
-            return Ok(());
-        }
-        // A chain of tests, one per known tuple of promoted values.
-        for values in known {
-            let (target, args) = copy(self, &values)?;
-            let mut cond = None;
-            for (&v, &k) in promoted.iter().zip(&values) {
-                let kv = self.em.constant(k);
-                let eq = self
-                    .em
-                    .op(&TOp::Cmp(CmpOp::Eq), &[v, kv], SrcLoc::default())
-                    .expect("cmp has a result");
-                cond = Some(match cond {
-                    None => eq,
-                    Some(c) => self
-                        .em
-                        .op(&TOp::Binary(BinaryOp::And), &[c, eq], SrcLoc::default())
-                        .expect("and has a result"),
-                });
-            }
-            let next = self.em.create_block(&[]);
-            let cond = cond.expect("at least one promoted value");
-            self.em.brif(cond, (target, &args), (next, &[]));
-            self.switch_to(next);
-        }
-        Ok(())
+        dispatch_known(self, |s| &mut *s.em, Self::switch_to, promoted, known, copy)
     }
+}
+
+/// Emits the dispatch of a promotion's `promoted` values over the tuples in `known`: a
+/// `switch` when one integer is promoted, else a chain of tests, each known tuple going
+/// to the block and arguments `target` gives for it (on executor `x`, whose emitter `em`
+/// reaches); then goes on in a fresh block (entered by `switch_to`) for the other values.
+/// The executors and the compiled plan's shims share it, so they emit the same calls.
+pub(super) fn dispatch_known<X, E: Emitter>(
+    x: &mut X,
+    em: fn(&mut X) -> &mut E,
+    switch_to: fn(&mut X, E::Block),
+    promoted: &[E::Value],
+    known: Vec<Vec<Const>>,
+    mut target: impl FnMut(&mut X, &[Const]) -> Result<(E::Block, Vec<E::Value>), SpecError>,
+) -> Result<(), SpecError> {
+    if known.is_empty() {
+        return Ok(());
+    }
+    if known.iter().any(|values| values.len() != promoted.len()) {
+        return internal("known promoted values of the wrong arity");
+    }
+    let word = |c: &Const| match *c {
+        Const::Int(_, x) => Some(x),
+        Const::Bool(_) | Const::F64(_) => None,
+    };
+    if let ([v], true) = (promoted, known.iter().all(|vs| word(&vs[0]).is_some())) {
+        let mut cases = Vec::with_capacity(known.len());
+        for values in &known {
+            let (t, args) = target(x, values)?;
+            cases.push((word(&values[0]).expect("checked"), t, args));
+        }
+        let miss = em(x).create_block(&[]);
+        em(x).switch(*v, &cases, (miss, &[]));
+        switch_to(x, miss);
+        return Ok(());
+    }
+    // A chain of tests, one per known tuple of promoted values.
+    let no_result = || SpecError::Internal("a test without a result".into());
+    for values in known {
+        let (t, args) = target(x, &values)?;
+        let e = em(x);
+        let mut cond = None;
+        for (&v, &k) in promoted.iter().zip(&values) {
+            let kv = e.constant(k);
+            let eq = e
+                .op(&TOp::Cmp(CmpOp::Eq), &[v, kv], SrcLoc::default())
+                .ok_or_else(no_result)?;
+            cond = Some(match cond {
+                None => eq,
+                Some(c) => e
+                    .op(&TOp::Binary(BinaryOp::And), &[c, eq], SrcLoc::default())
+                    .ok_or_else(no_result)?,
+            });
+        }
+        let Some(cond) = cond else {
+            return internal("a dispatch of no promoted values");
+        };
+        let next = e.create_block(&[]);
+        e.brif(cond, (t, &args), (next, &[]));
+        switch_to(x, next);
+    }
+    Ok(())
 }
 
 /// `key`, all of block `b`'s key in `prog`, without the unit invariants (the memo key of a

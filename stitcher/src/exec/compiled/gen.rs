@@ -42,8 +42,7 @@ enum Shim {
     ArrayStore,
     Keep,
     Count,
-    Promote,
-    Lazy,
+    Dispatch,
     Stub,
     Stubs,
 }
@@ -1282,11 +1281,8 @@ impl<'a, 'f> Gen<'a, 'f> {
     /// `Spec::edge` and the jump: a fused copy, or a jump to the copy the edge asks for.
     fn jump_edge(&mut self, pc: usize, e: &Edge, taken: Option<usize>) -> Option<()> {
         let tb = &self.prog.blocks[e.block];
-        if !tb.promote.is_empty() {
-            return self.dispatch_edge(e, Shim::Promote);
-        }
-        if tb.lazy.enters_lazily(false) && self.plan.is_root(e.block) {
-            return self.dispatch_edge(e, Shim::Lazy);
+        if !tb.promote.is_empty() || (tb.lazy.enters_lazily(false) && self.plan.is_root(e.block)) {
+            return self.dispatch_edge(e);
         }
         let after = self.b.create_block();
         if self.fuses(pc, e, taken) {
@@ -1351,12 +1347,12 @@ impl<'a, 'f> Gen<'a, 'f> {
 
     /// `Spec::edge` into a promotion block, or into a lazy root: the block's static
     /// inputs (its static parameters, then its static live-ins) into the key buffer and
-    /// all its dynamic inputs into the buffer, and `shim`, which emits the jump (to a
+    /// all its dynamic inputs into the buffer, and the shim that emits the jump (to a
     /// copy this unit made of a lazy block) or the dispatch and the exit out of the unit.
-    fn dispatch_edge(&mut self, e: &Edge, shim: Shim) -> Option<()> {
+    fn dispatch_edge(&mut self, e: &Edge) -> Option<()> {
         let args = self.target_inputs(e, true, 0)?;
         let args = args.map(|x| self.iconst(x as u64));
-        self.call(shim, &args);
+        self.call(Shim::Dispatch, &args);
         Some(())
     }
 
