@@ -4,9 +4,10 @@
 //! set before the first specialization, with plans compiled at their first use), on the
 //! main job's byte-code programs and on
 //! random byte-code programs, on a region whose setup code takes every operation the
-//! compiled code runs natively to its edge cases, and on random static setup code (its
-//! results also against the reference interpreter); and the compiled code made those
-//! units (the check is not vacuous).
+//! compiled code runs natively to its edge cases, on random static setup code (its
+//! results also against the reference interpreter), on lazy and promoting regions, on
+//! static faults and on dynamic switches; and the compiled code made those units (the
+//! check is not vacuous).
 
 #[path = "../benches/bytecode.rs"]
 #[allow(dead_code)]
@@ -248,7 +249,7 @@ fn random_setup_code_agrees_with_the_interpreter() {
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     check_every_unit();
     let edges = [i64::MIN, -65, -1, 0, 1, 2, 7, 63, 64, i64::MAX];
-    let (runs, _) = dyc_stitcher::exec::compiled_counts();
+    let (runs, aborts) = dyc_stitcher::exec::compiled_counts();
     let mut programs = 0;
     for seed in 0..common::cases(200) {
         let mut rng = common::Rng(seed);
@@ -277,11 +278,13 @@ fn random_setup_code_agrees_with_the_interpreter() {
             }
         }
     }
-    let (made, _) = dyc_stitcher::exec::compiled_counts();
+    // (Static faults, divisions by zero among them, are made by compiled code too.)
+    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
     assert!(
-        made - runs >= programs,
-        "{} units made by compiled code for {programs} programs",
-        made - runs
+        made - runs >= programs && gave_up == aborts,
+        "{} units made by compiled code for {programs} programs, {} given up",
+        made - runs,
+        gave_up - aborts
     );
 }
 
@@ -349,6 +352,167 @@ fn lazy_jumps_agree_with_the_interpreter() {
         let id = m.func_by_name(name).expect("function");
         let region = program.region(name).expect("region");
         for x in [-3i64, 0, 5, 5, 9] {
+            let args = [k, x].map(|v| Val::Scalar(Const::Int(dyc::ir::Scalar::I64, v as u64)));
+            let want =
+                common::interpreted(Interpreter::new(&m).call(id, &args, &mut Memory::default()));
+            let got = common::outcome(region.call(&mut [Arg::from(k), Arg::from(x)]));
+            assert_eq!(got, want, "{name}({k}, {x})");
+        }
+    }
+    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
+    assert!(
+        made - runs >= calls.len() as u64 && gave_up == aborts,
+        "{} units made by compiled code, {} given up",
+        made - runs,
+        gave_up - aborts
+    );
+}
+
+/// Static faults: a static load past the end of the key, a static division and a
+/// remainder by zero, in a dynamic branch's arm and after its merge, with operations
+/// after them in the block. The compiled code emits each fault (the faulting operation
+/// on its constants, then a trap) and ends the block there, as the interpreted stitcher
+/// does: none of the units gives up, and each call faults where the interpreter does, or
+/// returns what it returns.
+const FAULTS: &str = "
+fn f(ks: [i64], x: i64) -> i64 {
+    make_static(ks);
+    var acc = x;
+    var i = 0;
+    make_static(i);
+    while i < 4 {
+        let k = ks@[i];
+        if x > k {
+            let d = 100 / (k - 2);
+            acc = acc + d;
+        } else {
+            acc = acc - 1;
+        }
+        acc = acc * 3 + x % (k + 5);
+        let r = 7 % (k + 9);
+        acc = acc + r;
+        i += 1;
+    }
+    return acc;
+}
+";
+
+#[test]
+fn static_faults_agree_with_the_interpreter() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    check_every_unit();
+    let m = dyc::lang::compile("faults.dyc", FAULTS).expect("compiles");
+    let id = m.func_by_name("f").expect("f");
+    let program = stitch_tier("faults.dyc", FAULTS);
+    let region = program.region("f").expect("region");
+    let (runs, aborts) = dyc_stitcher::exec::compiled_counts();
+    let keys: [&[i64]; 6] = [
+        &[1, 3, 4, 6],
+        &[1, 2, 3, 4],
+        &[0, -5, 1, 1],
+        &[3, -9, 0, 0],
+        &[1, 3],
+        &[],
+    ];
+    let mut faults = 0;
+    for ks in keys {
+        for x in [-20i64, 0, 2, 10] {
+            let mut mem = Memory::default();
+            let args = parse_args(&m.funcs[id].sig.params, &format!("{ks:?}, {x}"), &mut mem)
+                .expect("arguments");
+            let want = common::interpreted(Interpreter::new(&m).call(id, &args, &mut mem));
+            let got = common::outcome(region.call(&mut [Arg::from(ks), Arg::from(x)]));
+            assert_eq!(got, want, "f({ks:?}, {x})");
+            faults += usize::from(want.starts_with("->"));
+        }
+    }
+    assert!(faults >= 8, "only {faults} calls fault");
+    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
+    assert!(
+        made - runs >= keys.len() as u64 && gave_up == aborts,
+        "{} units made by compiled code, {} given up",
+        made - runs,
+        gave_up - aborts
+    );
+}
+
+/// Dynamic `switch`es: cases listing several values, a case into a promotion, lazy arms,
+/// no `default`, and a switch in a loop unrolled on a static counter. None of the units
+/// gives up, and the results are the interpreter's.
+const SWITCHES: &str = "
+fn s(k: i64, x: i64) -> i64 {
+    make_static(k);
+    var r = k;
+    switch x {
+        case 0: r = r * 2;
+        case 1, 5: r = r + x;
+        case -3: r = r - k;
+        default: r = r * x;
+    }
+    return r + k;
+}
+
+fn t(k: i64, x: i64) -> i64 {
+    make_static(k);
+    var y = x * 3 + k;
+    switch x & 3 {
+        case 0:
+            make_static(y);
+            return y * y + k;
+        case 2: y = y + k;
+        default: y = y - 1;
+    }
+    return y;
+}
+
+fn u(k: i64, x: i64) -> i64 {
+    make_static(k: lazy);
+    var r = k;
+    switch x {
+        case 1: r = r * 2 + x;
+        case 2: r = r - x;
+    }
+    return r * k;
+}
+
+fn v(k: i64, x: i64) -> i64 {
+    make_static(k);
+    var acc = x;
+    var i = 0;
+    make_static(i);
+    while i < k {
+        switch (acc + i) % 3 {
+            case 0: acc = acc + i;
+            case 1: acc = acc * 2;
+            default: acc = acc - k;
+        }
+        i += 1;
+    }
+    return acc;
+}
+";
+
+#[test]
+fn dynamic_switches_agree_with_the_interpreter() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    check_every_unit();
+    let m = dyc::lang::compile("switches.dyc", SWITCHES).expect("compiles");
+    let program = stitch_tier("switches.dyc", SWITCHES);
+    let (runs, aborts) = dyc_stitcher::exec::compiled_counts();
+    let calls = [
+        ("s", 2i64),
+        ("s", -1),
+        ("t", 1),
+        ("t", 6),
+        ("u", 3),
+        ("u", -2),
+        ("v", 0),
+        ("v", 4),
+    ];
+    for (name, k) in calls {
+        let id = m.func_by_name(name).expect("function");
+        let region = program.region(name).expect("region");
+        for x in [-3i64, 0, 1, 2, 4, 5, 5, 8] {
             let args = [k, x].map(|v| Val::Scalar(Const::Int(dyc::ir::Scalar::I64, v as u64)));
             let want =
                 common::interpreted(Interpreter::new(&m).call(id, &args, &mut Memory::default()));

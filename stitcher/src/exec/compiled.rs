@@ -36,10 +36,13 @@
 //! minus one, other types, casts, pure host calls; a jump into a promotion, whose
 //! dispatch over the values known and exit out of the unit one shim emits; a jump into
 //! a lazy root, to the copy the unit made or out through a promotion of no values; a
-//! dynamic branch's edge into either, whose dispatch block is filled after the branch);
-//! it gives up (the run *aborts*) on what it does not handle at all: local arrays in
-//! memory, dynamic `switch`es, a static fault, an edge back into the unit's first copy,
-//! a budget exceeded. An aborted run
+//! dynamic branch's edge into either, whose dispatch block is filled after the branch; a
+//! static fault, which the setup shim emits as the interpreted stitcher does, the
+//! faulting operation on its constants and a trap, after which the code ends the block;
+//! a dynamic `switch`, each case's target and arguments kept by one shim and the switch
+//! emitted by another); it gives up (the run *aborts*) on what it does not handle at
+//! all: an edge back into the unit's first copy, a budget exceeded. (Programs with local
+//! arrays in memory are not compiled.) An aborted run
 //! leaves the emitter to be restarted ([`Emitter::restart`]) and the interpreted planned
 //! stitcher runs the unit instead, with the same result: so the compiled stitcher is
 //! used only with emitters that can restart (the recording tape).
@@ -57,7 +60,7 @@ use dyc_templates::types::Scalar;
 
 use super::memo::{Memo, Word};
 use super::planned::Queue;
-use super::worklist::{dispatch_known, eval_setup, narrow_key};
+use super::worklist::{dispatch_known, eval_setup, fault_op, narrow_key};
 use super::{Context, PromotionMode, Unit};
 use crate::ge::{Block, Op, Plan, Reg, SVal, Site, SpecError, StitchProgram, Term};
 use crate::runtime::heap::Extent;
@@ -268,6 +271,12 @@ struct Shims {
     stub: Shim5,
     /// `()`: fills the dispatch blocks `stub` made, once their branch is emitted.
     stubs: extern "C" fn(*mut c_void) -> u64,
+    /// `(value, copy, n)`: a case of a dynamic `switch`, to `copy` with the `n` values of
+    /// the buffer (kept until `switch`).
+    case: Shim3,
+    /// `(arg, default, n)`: a dynamic `switch` on `arg` over the cases `case` kept, else
+    /// to `default` with the `n` values of the buffer.
+    switch: Shim3,
 }
 
 impl Shims {
@@ -290,6 +299,8 @@ impl Shims {
             dispatch: shim_dispatch::<E>,
             stub: shim_stub::<E>,
             stubs: shim_stubs::<E>,
+            case: shim_case::<E>,
+            switch: shim_switch::<E>,
         }
     }
 }
@@ -419,6 +430,8 @@ struct Rt<'a, 'c, E: Emitter> {
     /// the block (by number), the promotion or lazy block, and the static parameters and
     /// live-ins of the site.
     stubs: Vec<(u32, Block, Vec<SVal>, Vec<SVal>)>,
+    /// The cases of the dynamic `switch` being emitted so far ([`shim_case`]).
+    cases: Vec<(u64, E::Block, Vec<E::Value>)>,
     blocks: usize,
     lookups: usize,
     failed: Option<String>,
@@ -498,6 +511,7 @@ pub(super) fn run<E: Emitter>(
         entry_key: Vec::new(),
         sites: Vec::new(),
         stubs: Vec::new(),
+        cases: Vec::new(),
         blocks: 0,
         lookups: 0,
         failed: None,
@@ -826,6 +840,25 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     }
 
     /// The static value of register `r` in the frame.
+    /// The emitter's value for static value `v` (as an operand of an operation), or a
+    /// failed run for none.
+    fn static_operand(&mut self, v: Option<SVal>) -> Option<E::Value> {
+        match v {
+            Some(SVal::Scalar(c)) => Some(self.em.constant(c)),
+            Some(SVal::Slice(k)) => match self.prog.header.param_types.get(k as usize) {
+                Some(&ty) => Some(self.em.static_slice(k, ty)),
+                None => {
+                    self.fail(format!("static slice {k} is not a parameter"));
+                    None
+                }
+            },
+            None => {
+                self.fail("a static operand unset");
+                None
+            }
+        }
+    }
+
     fn get_s(&self, r: Reg) -> Result<SVal, SpecError> {
         if r.index() >= self.ge.regs {
             return Err(SpecError::Internal(format!(
@@ -923,29 +956,24 @@ fn with_rt<'x, E: Emitter + 'x>(rt: *mut c_void, f: impl FnOnce(&mut Rt<'x, 'x, 
 
 extern "C" fn shim_stat<E: Emitter>(rt: *mut c_void, tag: u64, bits: u64) -> u64 {
     with_rt::<E>(rt, |rt| {
-        let v = match SVal::from_key_bits(tag as u8, bits) {
-            Some(SVal::Scalar(c)) => rt.em.constant(c),
-            Some(SVal::Slice(k)) => match rt.prog.header.param_types.get(k as usize) {
-                Some(&ty) => rt.em.static_slice(k, ty),
-                None => {
-                    rt.fail(format!("static slice {k} is not a parameter"));
-                    return 0;
-                }
-            },
-            None => {
-                rt.fail("a static operand unset");
-                return 0;
-            }
-        };
-        u64::from(rt.value(v))
+        match rt.static_operand(SVal::from_key_bits(tag as u8, bits)) {
+            Some(v) => u64::from(rt.value(v)),
+            None => 0,
+        }
     })
 }
 
+/// What [`shim_setup`] returns: the run failed; the operation's result is in its
+/// register; the operation faulted, and the fault was emitted, which ends the block.
+const SETUP_FAILED: u64 = 0;
+const SETUP_DONE: u64 = 1;
+const SETUP_FAULT: u64 = 2;
+
 extern "C" fn shim_setup<E: Emitter>(rt: *mut c_void, b: u64, i: u64) -> u64 {
     with_rt::<E>(rt, |rt| {
-        let Some(Op::Setup { dst, op, .. }) = rt.op_at(b, i) else {
+        let Some(&Op::Setup { dst, ref op, loc }) = rt.op_at(b, i) else {
             rt.fail("not a setup operation");
-            return 0;
+            return SETUP_FAILED;
         };
         let value = eval_setup(op, |r| rt.get_s(r), rt.cx.slices, rt.cx.hosts);
         match value {
@@ -956,10 +984,45 @@ extern "C" fn shim_setup<E: Emitter>(rt: *mut c_void, b: u64, i: u64) -> u64 {
                     *rt.frame.st.add(dst.index()) = t;
                     *rt.frame.s.add(dst.index()) = w;
                 }
-                1
+                SETUP_DONE
             }
-            // (A static fault: the interpreted stitcher emits it.)
-            _ => 0,
+            // A static fault: emitted as the interpreted stitcher does (`emit_fault`).
+            Ok(None) => {
+                let (top, regs) = match fault_op(rt.prog, op) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        rt.fail(e.to_string());
+                        return SETUP_FAILED;
+                    }
+                };
+                let mut args = std::mem::take(&mut rt.scratch);
+                args.clear();
+                for &r in &regs {
+                    match rt.static_operand(rt.get_s(r).ok()) {
+                        Some(v) => args.push(v),
+                        None => break,
+                    }
+                }
+                let made = args.len() == regs.len();
+                if made {
+                    rt.em.op(&top, &args, loc);
+                    rt.em.trap(loc);
+                }
+                rt.scratch = args;
+                if made {
+                    SETUP_FAULT
+                } else {
+                    SETUP_FAILED
+                }
+            }
+            Ok(Some(_)) => {
+                rt.fail("a register out of the frame");
+                SETUP_FAILED
+            }
+            Err(e) => {
+                rt.fail(e.to_string());
+                SETUP_FAILED
+            }
         }
     })
 }
@@ -1090,6 +1153,38 @@ extern "C" fn shim_brif<E: Emitter>(
             rt.fail("bad branch");
         }
         (rt.scratch, rt.scratch2) = (a1, a2);
+        0
+    })
+}
+
+extern "C" fn shim_case<E: Emitter>(rt: *mut c_void, k: u64, t: u64, n: u64) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let Some(t) = rt.copy(t) else {
+            return 0;
+        };
+        let mut args = Vec::new();
+        if rt.load_vals(rt.frame.buf, rt.ge.buf, n, &mut args) {
+            rt.cases.push((k, t, args));
+        } else {
+            rt.fail("bad case");
+        }
+        0
+    })
+}
+
+extern "C" fn shim_switch<E: Emitter>(rt: *mut c_void, arg: u64, d: u64, n: u64) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let (Some(a), Some(d)) = (rt.val(arg), rt.copy(d)) else {
+            return 0;
+        };
+        let mut args = std::mem::take(&mut rt.scratch);
+        if rt.load_vals(rt.frame.buf, rt.ge.buf, n, &mut args) {
+            let cases = std::mem::take(&mut rt.cases);
+            rt.em.switch(a, &cases, (d, &args));
+        } else {
+            rt.fail("bad switch");
+        }
+        rt.scratch = args;
         0
     })
 }

@@ -977,29 +977,10 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// so that the fault happens (with its kind and details) when the code runs, and ends
     /// the block, which cannot go on.
     fn emit_fault(&mut self, op: &SetupOp, loc: SrcLoc) -> Result<(), SpecError> {
-        let (top, regs) = match op {
-            SetupOp::Binary(o, a, b) => (TOp::Binary(*o), vec![*a, *b]),
-            SetupOp::StaticLoad(s, i) => (TOp::Load, vec![*s, *i]),
-            SetupOp::CallPure { callee, args, .. } => {
-                let ret = match self.prog.header.callees.get(*callee) {
-                    Some(CalleeDecl::Host { host }) => {
-                        self.prog.header.hosts.get(*host).and_then(|h| h.ret)
-                    }
-                    _ => return internal("a static call of a non-host"),
-                };
-                (
-                    TOp::Call {
-                        callee: callee.as_u32(),
-                        ret,
-                    },
-                    args.clone(),
-                )
-            }
-            _ => return internal("a setup operation that cannot fault faulted"),
-        };
+        let (top, regs) = fault_op(self.prog, op)?;
         let args = regs
-            .into_iter()
-            .map(|r| self.operand(Operand::Static(r)))
+            .iter()
+            .map(|&r| self.operand(Operand::Static(r)))
             .collect::<Result<Vec<_>, _>>()?;
         self.em.op(&top, &args, loc);
         self.em.trap(loc);
@@ -1384,6 +1365,25 @@ impl<'a, E: Emitter> Spec<'a, E> {
         };
         dispatch_known(self, |s| &mut *s.em, Self::switch_to, promoted, known, copy)
     }
+}
+
+/// The dynamic operation that makes a faulting setup operation's fault happen when the
+/// code runs, and the static registers it reads (as operands, in order): what an
+/// executor emits, then a trap, for a static fault ([`Spec::emit_fault`]).
+pub(super) fn fault_op(prog: &StitchProgram, op: &SetupOp) -> Result<(TOp, Vec<Reg>), SpecError> {
+    Ok(match op {
+        SetupOp::Binary(o, a, b) => (TOp::Binary(*o), vec![*a, *b]),
+        SetupOp::StaticLoad(s, i) => (TOp::Load, vec![*s, *i]),
+        SetupOp::CallPure { callee, args, .. } => {
+            let ret = match prog.header.callees.get(*callee) {
+                Some(CalleeDecl::Host { host }) => prog.header.hosts.get(*host).and_then(|h| h.ret),
+                _ => return internal("a static call of a non-host"),
+            };
+            let callee = callee.as_u32();
+            (TOp::Call { callee, ret }, args.clone())
+        }
+        _ => return internal("a setup operation that cannot fault faulted"),
+    })
 }
 
 /// Emits the dispatch of a promotion's `promoted` values over the tuples in `known`: a

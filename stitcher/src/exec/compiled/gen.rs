@@ -20,7 +20,10 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Switch, Variab
 use dyc_templates::ops::{BinaryOp, CmpOp, Const, UnaryOp};
 use dyc_templates::types::{Scalar, Type};
 
-use super::{CompiledGe, Layout, NONE, TAG_BOOL, TAG_I64, TAG_SLICE, TAG_U64, UNSET};
+use super::{
+    CompiledGe, Layout, NONE, SETUP_FAILED, SETUP_FAULT, TAG_BOOL, TAG_I64, TAG_SLICE, TAG_U64,
+    UNSET,
+};
 use crate::ge::{
     Block, Edge, Fast, Op, Operand, Param, Plan, Reg, SetupOp, Step, StitchProgram, Term,
 };
@@ -45,6 +48,8 @@ enum Shim {
     Dispatch,
     Stub,
     Stubs,
+    Case,
+    Switch,
 }
 
 /// Offsets of [`Head`]'s fields.
@@ -343,6 +348,8 @@ struct Gen<'a, 'f> {
     cur: Variable,
     steps: Vec<ir::Block>,
     abort: ir::Block,
+    /// Where the block being stitched ends (the next step).
+    end: ir::Block,
     /// The most values the code writes to a buffer and reads from the first, and the
     /// most key values it writes (checked against the frame's sizes: the code never
     /// reaches past them).
@@ -406,6 +413,7 @@ impl<'a, 'f> Gen<'a, 'f> {
             cur,
             steps,
             abort,
+            end: abort,
             most_buf: 0,
             most_key: 0,
             bad: false,
@@ -776,8 +784,9 @@ impl<'a, 'f> Gen<'a, 'f> {
         let ok = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, o, max);
         self.check(ok, self.abort);
         self.b.ins().store(flags(), o, self.fr, c);
-        for run in &lay.run {
-            self.op(bl, run.at, run.fast)?;
+        self.end = next;
+        for (k, run) in lay.run.iter().enumerate() {
+            self.op(bl, run.at, run.fast, lay.run.len() - k - 1)?;
         }
         if root && !lay.kept.is_empty() {
             let (k, after) = (self.b.create_block(), self.b.create_block());
@@ -835,7 +844,8 @@ impl<'a, 'f> Gen<'a, 'f> {
         Some(())
     }
 
-    fn op(&mut self, bl: Block, at: u32, fast: Fast) -> Option<()> {
+    /// Stitches operation `at` of block `bl`, which `rest` more operations follow.
+    fn op(&mut self, bl: Block, at: u32, fast: Fast, rest: usize) -> Option<()> {
         let op = self.prog.blocks[bl].ops.get(at as usize)?;
         let general = self.b.create_block();
         let after = self.b.create_block();
@@ -883,9 +893,24 @@ impl<'a, 'f> Gen<'a, 'f> {
         let (bv, atv) = (self.iconst(bl.index() as u64), self.iconst(u64::from(at)));
         match op {
             Op::Setup { .. } => {
-                let ok = self.call(Shim::Setup, &[bv, atv]);
-                let ok = self.b.ins().icmp_imm_s(IntCC::NotEqual, ok, 0);
+                let r = self.call(Shim::Setup, &[bv, atv]);
+                let ok = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::NotEqual, r, SETUP_FAILED as i64);
                 self.check(ok, self.abort);
+                // A static fault ends the block: the operations after it are not run
+                // (nor counted), nor is the terminator; the successors' slots stay empty.
+                let fault = self.b.ins().icmp_imm_s(IntCC::Equal, r, SETUP_FAULT as i64);
+                let (f, go) = (self.b.create_block(), self.b.create_block());
+                self.b.ins().brif(fault, f, &[], go, &[]);
+                self.b.switch_to_block(f);
+                let c = self.o.counters;
+                let o = self.b.ins().load(types::I64, flags(), self.fr, c);
+                let o = self.b.ins().iadd_imm_s(o, -(rest as i64));
+                self.b.ins().store(flags(), o, self.fr, c);
+                self.goto(self.end);
+                self.b.switch_to_block(go);
             }
             Op::Emit { dst, args, .. } => {
                 for (k, &o) in args.iter().enumerate() {
@@ -1225,7 +1250,26 @@ impl<'a, 'f> Gen<'a, 'f> {
                 }
                 self.b.switch_to_block(after);
             }
-            Term::Switch { .. } => self.goto_abort(),
+            Term::Switch {
+                arg: Operand::Dyn(a),
+                cases,
+                default,
+            } => {
+                // Each case's target and arguments are kept by the `case` shim before the
+                // next edge reuses the buffer; the `switch` shim emits them all.
+                let mut stubs = false;
+                for (k, e) in cases {
+                    let (t, n) = self.branch_edge(e, 0, &mut stubs)?;
+                    let kv = self.iconst(*k);
+                    self.call(Shim::Case, &[kv, t, n]);
+                }
+                let (d, n) = self.branch_edge(default, 0, &mut stubs)?;
+                let av = self.get_d(*a);
+                self.call(Shim::Switch, &[av, d, n]);
+                if stubs {
+                    self.call(Shim::Stubs, &[]);
+                }
+            }
             Term::Return(v) => {
                 let (has, v) = match v {
                     Some(o) => (self.iconst(1), self.operand(*o)),
