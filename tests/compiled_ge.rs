@@ -6,8 +6,8 @@
 //! random byte-code programs, on a region whose setup code takes every operation the
 //! compiled code runs natively to its edge cases, on random static setup code (its
 //! results also against the reference interpreter), on lazy and promoting regions, on
-//! static faults and on dynamic switches; and the compiled code made those units (the
-//! check is not vacuous).
+//! static faults, on dynamic switches and on edges back into a unit's first copy; and
+//! the compiled code made those units (the check is not vacuous).
 
 #[path = "../benches/bytecode.rs"]
 #[allow(dead_code)]
@@ -524,6 +524,76 @@ fn dynamic_switches_agree_with_the_interpreter() {
     assert!(
         made - runs >= calls.len() as u64 && gave_up == aborts,
         "{} units made by compiled code, {} given up",
+        made - runs,
+        gave_up - aborts
+    );
+}
+
+/// Edges back into a unit's first copy: a lazy point ahead of a loop whose static value
+/// comes back to the first one after two rounds, so that the loop's plain jump enters
+/// the unit's first copy again, passing the unit's invariants (the slice) as well; the
+/// loop ending, and faulting. None of the units gives up, and the results (and faults)
+/// are the interpreter's.
+const ENTRY_EDGES: &str = "
+fn walk(xs: [i64], x: i64) -> i64 {
+    var s = 0;
+    make_static(s: lazy);
+    var i = x - x;
+    var acc = 0;
+    if x > 0 {
+        acc = 10;
+    }
+    while i < len(xs) {
+        acc = acc + xs[i] * (s + 1);
+        i = i + 1;
+        s = 1 - s;
+    }
+    return acc;
+}
+
+fn run(xs: [i64], x: i64) -> i64 {
+    var s = 0;
+    make_static(s: lazy);
+    var i = x - x;
+    var acc = 0;
+    if x > 0 {
+        acc = 10;
+    }
+    loop {
+        acc = acc + xs[i] * (s + 1);
+        i = i + 1;
+        s = 1 - s;
+    }
+}
+";
+
+#[test]
+fn edges_into_a_units_first_copy_agree_with_the_interpreter() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    check_every_unit();
+    let m = dyc::lang::compile("entry.dyc", ENTRY_EDGES).expect("compiles");
+    let program = stitch_tier("entry.dyc", ENTRY_EDGES);
+    let (runs, aborts) = dyc_stitcher::exec::compiled_counts();
+    let mut calls = 0;
+    for name in ["walk", "run"] {
+        let id = m.func_by_name(name).expect("function");
+        let region = program.region(name).expect("region");
+        for xs in [&[1i64, 2, 3][..], &[4, 5, 6, 7], &[]] {
+            for x in [-1i64, 0, 2] {
+                let mut mem = Memory::default();
+                let args = parse_args(&m.funcs[id].sig.params, &format!("{xs:?}, {x}"), &mut mem)
+                    .expect("arguments");
+                let want = common::interpreted(Interpreter::new(&m).call(id, &args, &mut mem));
+                let got = common::outcome(region.call(&mut [Arg::from(xs), Arg::from(x)]));
+                assert_eq!(got, want, "{name}({xs:?}, {x})");
+                calls += 1;
+            }
+        }
+    }
+    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
+    assert!(
+        made - runs >= 4 && gave_up == aborts,
+        "{} units made by compiled code for {calls} calls, {} given up",
         made - runs,
         gave_up - aborts
     );

@@ -40,9 +40,11 @@
 //! static fault, which the setup shim emits as the interpreted stitcher does, the
 //! faulting operation on its constants and a trap, after which the code ends the block;
 //! a dynamic `switch`, each case's target and arguments kept by one shim and the switch
-//! emitted by another); it gives up (the run *aborts*) on what it does not handle at
-//! all: an edge back into the unit's first copy, a budget exceeded. (Programs with local
-//! arrays in memory are not compiled.) An aborted run
+//! emitted by another; an edge back into the unit's first copy, whose arguments the shim
+//! that emits it widens with the unit's invariants); it gives up (the run *aborts*) on a
+//! budget exceeded, on a static index of an integer type narrower than 64 bits, and on
+//! what the interpreted stitcher reports as an error. (Programs with local arrays in
+//! memory are not compiled.) An aborted run
 //! leaves the emitter to be restarted ([`Emitter::restart`]) and the interpreted planned
 //! stitcher runs the unit instead, with the same result: so the compiled stitcher is
 //! used only with emitters that can restart (the recording tape).
@@ -70,6 +72,10 @@ pub(crate) use gen::compile;
 
 /// No value, block or copy.
 const NONE: u32 = u32::MAX;
+
+/// Marks the copy [`shim_root`] returns for an edge into the unit's first copy, whose
+/// arguments the shim emitting the edge widens ([`Rt::widen`]).
+const ENTRY_EDGE: u64 = 1 << 32;
 
 /// Units made by compiled code, and runs that gave up (this process).
 static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -424,6 +430,8 @@ struct Rt<'a, 'c, E: Emitter> {
     w: Kept<Work<E::Value>>,
     entry: Option<u32>,
     entry_key: Vec<Word>,
+    /// The template block of the unit's first copy.
+    entry_block: Block,
     /// Promotion sites met, in the order of the unit's local numbering.
     sites: Vec<Site>,
     /// Dispatch blocks made for a branch's edges, to fill once the branch is emitted:
@@ -509,6 +517,7 @@ pub(super) fn run<E: Emitter>(
         w,
         entry: None,
         entry_key: Vec::new(),
+        entry_block: start,
         sites: Vec::new(),
         stubs: Vec::new(),
         cases: Vec::new(),
@@ -638,6 +647,36 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
             self.fail(format!("no value {id}"));
         }
         v
+    }
+
+    /// The copy an edge's target `id` names ([`shim_root`] marks the unit's first copy
+    /// with [`ENTRY_EDGE`]).
+    fn edge_copy(&mut self, id: u64) -> Option<E::Block> {
+        self.copy(id & !ENTRY_EDGE)
+    }
+
+    /// `Spec::widen_args` (no local arrays in memory): `args`, the arguments of an edge
+    /// to `id` without the unit invariants, made all of the inputs of the unit's first
+    /// copy if [`shim_root`] marked `id` as that copy. `false` when something is wrong
+    /// (marked failed).
+    fn widen(&mut self, id: u64, args: &mut Vec<E::Value>) -> bool {
+        if id & ENTRY_EDGE == 0 {
+            return true;
+        }
+        let prog = self.prog;
+        for &(at, r) in &prog.layout(self.entry_block).invariant_inputs {
+            if at as usize > args.len() || r.index() >= self.ge.regs {
+                self.fail("too few arguments");
+                return false;
+            }
+            // SAFETY: `r` is below the frame's number of registers.
+            let v = unsafe { *self.frame.d.add(r.index()) };
+            let Some(v) = self.val(u64::from(v)) else {
+                return false;
+            };
+            args.insert(at as usize, v);
+        }
+        true
     }
 
     fn copy(&mut self, id: u64) -> Option<E::Block> {
@@ -1099,11 +1138,14 @@ extern "C" fn shim_root<E: Emitter>(rt: *mut c_void, b: u64, n: u64) -> u64 {
             rt.fail("a key value unset");
             return 0;
         }
+        // (An edge back into the unit's first copy passes its invariants too: the shim
+        // that emits the edge adds them, `Rt::widen`. A lazy block's copy, which
+        // `shim_stub` returns, has its arguments in full already.)
         match rt.copy_of(b, key) {
-            // (An edge back into the unit's first copy passes its invariants: not here.)
-            Some(c) if Some(c) != rt.entry => u64::from(c),
-            _ => {
-                rt.fail("an edge into the unit's first copy, or over the budget");
+            Some(c) if rt.entry == Some(c) => u64::from(c) | ENTRY_EDGE,
+            Some(c) => u64::from(c),
+            None => {
+                rt.fail("over the budget");
                 0
             }
         }
@@ -1112,14 +1154,16 @@ extern "C" fn shim_root<E: Emitter>(rt: *mut c_void, b: u64, n: u64) -> u64 {
 
 extern "C" fn shim_jump<E: Emitter>(rt: *mut c_void, copy: u64, n: u64, which: u64) -> u64 {
     with_rt::<E>(rt, |rt| {
-        let Some(t) = rt.copy(copy) else { return 0 };
+        let Some(t) = rt.edge_copy(copy) else {
+            return 0;
+        };
         let src = if which == 0 {
             rt.frame.buf
         } else {
             rt.frame.buf2
         };
         let mut args = std::mem::take(&mut rt.scratch);
-        if rt.load_vals(src, rt.ge.buf, n, &mut args) {
+        if rt.load_vals(src, rt.ge.buf, n, &mut args) && rt.widen(copy, &mut args) {
             rt.em.jump(t, &args);
         } else {
             rt.fail("bad jump");
@@ -1138,7 +1182,8 @@ extern "C" fn shim_brif<E: Emitter>(
     m: u64,
 ) -> u64 {
     with_rt::<E>(rt, |rt| {
-        let (Some(c), Some(t), Some(e)) = (rt.val(cond), rt.copy(t), rt.copy(e)) else {
+        let (t_id, e_id) = (t, e);
+        let (Some(c), Some(t), Some(e)) = (rt.val(cond), rt.edge_copy(t), rt.edge_copy(e)) else {
             return 0;
         };
         let (mut a1, mut a2) = (
@@ -1146,7 +1191,9 @@ extern "C" fn shim_brif<E: Emitter>(
             std::mem::take(&mut rt.scratch2),
         );
         let ok = rt.load_vals(rt.frame.buf, rt.ge.buf, n, &mut a1)
-            && rt.load_vals(rt.frame.buf2, rt.ge.buf, m, &mut a2);
+            && rt.load_vals(rt.frame.buf2, rt.ge.buf, m, &mut a2)
+            && rt.widen(t_id, &mut a1)
+            && rt.widen(e_id, &mut a2);
         if ok {
             rt.em.brif(c, (t, &a1), (e, &a2));
         } else {
@@ -1159,12 +1206,12 @@ extern "C" fn shim_brif<E: Emitter>(
 
 extern "C" fn shim_case<E: Emitter>(rt: *mut c_void, k: u64, t: u64, n: u64) -> u64 {
     with_rt::<E>(rt, |rt| {
-        let Some(t) = rt.copy(t) else {
+        let Some(c) = rt.edge_copy(t) else {
             return 0;
         };
         let mut args = Vec::new();
-        if rt.load_vals(rt.frame.buf, rt.ge.buf, n, &mut args) {
-            rt.cases.push((k, t, args));
+        if rt.load_vals(rt.frame.buf, rt.ge.buf, n, &mut args) && rt.widen(t, &mut args) {
+            rt.cases.push((k, c, args));
         } else {
             rt.fail("bad case");
         }
@@ -1174,11 +1221,12 @@ extern "C" fn shim_case<E: Emitter>(rt: *mut c_void, k: u64, t: u64, n: u64) -> 
 
 extern "C" fn shim_switch<E: Emitter>(rt: *mut c_void, arg: u64, d: u64, n: u64) -> u64 {
     with_rt::<E>(rt, |rt| {
-        let (Some(a), Some(d)) = (rt.val(arg), rt.copy(d)) else {
+        let d_id = d;
+        let (Some(a), Some(d)) = (rt.val(arg), rt.edge_copy(d)) else {
             return 0;
         };
         let mut args = std::mem::take(&mut rt.scratch);
-        if rt.load_vals(rt.frame.buf, rt.ge.buf, n, &mut args) {
+        if rt.load_vals(rt.frame.buf, rt.ge.buf, n, &mut args) && rt.widen(d_id, &mut args) {
             let cases = std::mem::take(&mut rt.cases);
             rt.em.switch(a, &cases, (d, &args));
         } else {
