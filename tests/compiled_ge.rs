@@ -7,7 +7,9 @@
 //! compiled code runs natively to its edge cases, on random static setup code (its
 //! results also against the reference interpreter), on lazy and promoting regions, on
 //! static faults, on dynamic switches and on edges back into a unit's first copy; and
-//! the compiled code made those units (the check is not vacuous).
+//! the compiled code made those units (the check is not vacuous). Units not recorded,
+//! which the compiled code writes into the stencil emitter directly, are checked by
+//! their results, and made again on a new emitter where the compiled code gives up.
 
 #[path = "../benches/bytecode.rs"]
 #[allow(dead_code)]
@@ -597,4 +599,137 @@ fn edges_into_a_units_first_copy_agree_with_the_interpreter() {
         made - runs,
         gave_up - aborts
     );
+}
+
+/// `src` compiled to specialize in the stitch tier only, with no unit recorded: the
+/// compiled plan writes each unit into the stencil emitter directly.
+fn unrecorded(name: &str, src: &str, budget: dyc_stitcher::ge::Budget) -> Program {
+    let opts = RuntimeOptions {
+        tiers: Tiers {
+            first: Tier::Stitch,
+            hot_calls: u64::MAX,
+            hot_time: std::time::Duration::MAX,
+        },
+        constant_params: false,
+        budget,
+        ..RuntimeOptions::default()
+    };
+    Program::compile_with(name, src, opts).expect("compiles")
+}
+
+/// Units stitched without a recording (where recording finds nothing, and after a
+/// program's first units) are made by the compiled plan straight into the stencil
+/// emitter, which cannot start again: on the main job's programs and random byte-code
+/// programs, their code computes what the interpreter does, and the compiled plan made
+/// every unit.
+#[test]
+fn unrecorded_units_are_made_by_the_compiled_plan() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    check_every_unit();
+    let program = unrecorded(
+        "bytecode.dyc",
+        include_str!("../examples/bytecode.dyc"),
+        dyc_stitcher::ge::Budget::default(),
+    );
+    let (runs, aborts) = dyc_stitcher::exec::compiled_counts();
+    let mut units = 0;
+    for b in bench_programs::benches() {
+        run(&program, &b.code, b.mem, b.name);
+        units += 1;
+    }
+    for seed in 0..common::cases(300) {
+        let code = random_bytecode(&mut Rng(seed));
+        run(&program, &code, 1, &format!("seed {seed}\n{code:?}"));
+        units += 1;
+    }
+    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
+    assert!(
+        made - runs >= units && gave_up == aborts,
+        "{} units made by compiled code for {units} programs, {} given up",
+        made - runs,
+        gave_up - aborts
+    );
+}
+
+/// A unit over its budget, not recorded: the compiled plan gives up with the stencil
+/// emitter holding part of the unit, the unit is stitched again on a new emitter by the
+/// interpreted stitcher, and the caller gets the budget's error, the same as the
+/// optimizing tier's (whose emitter the compiled plan does not write to).
+#[test]
+fn an_unrecorded_unit_over_its_budget_is_stitched_again_and_refused() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    check_every_unit();
+    const SRC: &str = "
+fn f(n: i64, x: i64) -> i64 {
+    make_static(n);
+    var acc = x;
+    var i = 0;
+    make_static(i);
+    while i < n {
+        acc = acc * 3 + i;
+        i += 1;
+    }
+    return acc;
+}
+";
+    let budget = dyc_stitcher::ge::Budget {
+        max_blocks: 40,
+        ..dyc_stitcher::ge::Budget::default()
+    };
+    let program = unrecorded("budget.dyc", SRC, budget);
+    let (_, aborts) = dyc_stitcher::exec::compiled_counts();
+    let region = program.region("f").expect("region");
+    let fits = region
+        .specialize_in(&[Arg::from(10i64)], Tier::Stitch)
+        .expect("ten rounds fit the budget");
+    assert_eq!(
+        fits.call(&mut [Arg::from(1i64)])
+            .expect("runs")
+            .and_then(|c| c.as_i64()),
+        Some((0..10).fold(1i64, |acc, i| acc * 3 + i))
+    );
+    let over = |tier| match region.specialize_in(&[Arg::from(100i64)], tier) {
+        Ok(_) => panic!("a hundred rounds fit a budget of 40 blocks in {tier:?}"),
+        Err(e) => e.to_string(),
+    };
+    let (stitch, optimizing) = (over(Tier::Stitch), over(Tier::Optimizing));
+    assert_eq!(stitch, optimizing);
+    assert!(stitch.contains("budget"), "{stitch}");
+    let (_, gave_up) = dyc_stitcher::exec::compiled_counts();
+    assert!(gave_up > aborts, "the compiled plan did not give up");
+}
+
+/// A unit the compiled plan gives up on (a static index narrower than 64 bits), not
+/// recorded: it is stitched again on a new stencil emitter by the interpreted stitcher,
+/// and computes what the interpreter does.
+#[test]
+fn an_unrecorded_unit_given_up_is_stitched_again() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    check_every_unit();
+    const SRC: &str = "
+fn g(k: i32, x: i64) -> i64 {
+    make_static(k);
+    var a: [i64; 4];
+    a[k] = x;
+    a[(k + 1) % 4] = x * 2;
+    return a[k] + a[(k + 1) % 4] + x;
+}
+";
+    let m = dyc::lang::compile("narrow.dyc", SRC).expect("compiles");
+    let id = m.func_by_name("g").expect("g");
+    let program = unrecorded("narrow.dyc", SRC, dyc_stitcher::ge::Budget::default());
+    let region = program.region("g").expect("region");
+    let (_, aborts) = dyc_stitcher::exec::compiled_counts();
+    for k in [0i64, 1, 3, 4, -1] {
+        for x in [-5i64, 0, 7] {
+            let mut mem = Memory::default();
+            let args = parse_args(&m.funcs[id].sig.params, &format!("{k}, {x}"), &mut mem)
+                .expect("arguments");
+            let want = common::interpreted(Interpreter::new(&m).call(id, &args, &mut mem));
+            let got = common::outcome(region.call(&mut [Arg::from(k as i32), Arg::from(x)]));
+            assert_eq!(got, want, "g({k}, {x})");
+        }
+    }
+    let (_, gave_up) = dyc_stitcher::exec::compiled_counts();
+    assert!(gave_up > aborts, "the compiled plan did not give up");
 }

@@ -44,10 +44,12 @@
 //! that emits it widens with the unit's invariants); it gives up (the run *aborts*) on a
 //! budget exceeded, on a static index of an integer type narrower than 64 bits, and on
 //! what the interpreted stitcher reports as an error. (Programs with local arrays in
-//! memory are not compiled.) An aborted run
-//! leaves the emitter to be restarted ([`Emitter::restart`]) and the interpreted planned
-//! stitcher runs the unit instead, with the same result: so the compiled stitcher is
-//! used only with emitters that can restart (the recording tape).
+//! memory are not compiled.) An aborted run leaves the emitter with part of a unit, and
+//! the interpreted planned stitcher makes the unit instead, with the same result: on the
+//! same emitter restarted ([`Emitter::restart`]: the recording tape), or on a new one
+//! (the stencil emitter of a unit not recorded: [`super::ExecutorKind::run_once`] says the
+//! run gave up, and the runtime makes the emitter again). The optimizing tier's emitter
+//! gets the interpreted stitcher only.
 
 mod gen;
 

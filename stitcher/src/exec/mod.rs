@@ -98,6 +98,30 @@ pub enum ExecutorKind {
     WorkList,
 }
 
+impl ExecutorKind {
+    /// Runs the unit as [`Executor::run`] does, but lets the compiled plan (of
+    /// [`ExecutorKind::Planned`]) run with an emitter that cannot start again
+    /// ([`Emitter::restartable`]): `Ok(None)` when it gave up, the emitter holding part of
+    /// a unit, and the caller runs the unit again on a new emitter with
+    /// [`ExecutorKind::Interpreted`].
+    pub fn run_once<E: Emitter>(
+        &self,
+        cx: &Context,
+        start: Block,
+        key: &[SVal],
+        emitter: &mut E,
+    ) -> Result<Option<Unit<E::Block>>, SpecError> {
+        if *self == ExecutorKind::Planned && !emitter.restartable() {
+            match Planned::compiled(cx, start, key, emitter) {
+                Some(Ok(unit)) => return Ok(Some(unit)),
+                Some(Err(())) => return Ok(None),
+                None => {}
+            }
+        }
+        self.run(cx, start, key, emitter).map(Some)
+    }
+}
+
 impl Executor for ExecutorKind {
     fn run<E: Emitter>(
         &self,

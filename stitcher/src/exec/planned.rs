@@ -165,20 +165,11 @@ impl Executor for Planned {
         emitter: &mut E,
     ) -> Result<Unit<E::Block>, SpecError> {
         // The compiled plan, where the emitter can start again if it gives up.
-        if let Some(plan) = cx.prog.plan.as_ref() {
-            if emitter.restartable()
-                && plan.is_root(start)
-                && matches!(cx.mode, super::PromotionMode::Units { .. })
-            {
-                if let Some(ge) = cx.prog.compiled_ge() {
-                    let made = super::compiled::run(ge, cx, plan, start, key, emitter);
-                    cx.prog.note_compiled_run(made.is_ok());
-                    match made {
-                        Ok(unit) => return Ok(unit),
-                        Err(super::compiled::Failed::Panic(p)) => std::panic::resume_unwind(p),
-                        Err(super::compiled::Failed::Abort) => emitter.restart(),
-                    }
-                }
+        if emitter.restartable() {
+            match Planned::compiled(cx, start, key, emitter) {
+                Some(Ok(unit)) => return Ok(unit),
+                Some(Err(())) => emitter.restart(),
+                None => {}
             }
         }
         Planned::interpreted(cx, start, key, emitter)
@@ -186,6 +177,30 @@ impl Executor for Planned {
 }
 
 impl Planned {
+    /// The unit made by the compiled plan: `None` if there is none for this unit (the
+    /// emitter has seen no call), `Some(Err(()))` if it gave up (the emitter holds part
+    /// of a unit: it must start again, or be replaced, before the interpreted stitcher
+    /// runs the unit).
+    pub(super) fn compiled<E: Emitter>(
+        cx: &Context,
+        start: Block,
+        key: &[SVal],
+        emitter: &mut E,
+    ) -> Option<Result<Unit<E::Block>, ()>> {
+        let plan = cx.prog.plan.as_ref()?;
+        if !plan.is_root(start) || !matches!(cx.mode, super::PromotionMode::Units { .. }) {
+            return None;
+        }
+        let ge = cx.prog.compiled_ge()?;
+        let made = super::compiled::run(ge, cx, plan, start, key, emitter);
+        cx.prog.note_compiled_run(made.is_ok());
+        match made {
+            Ok(unit) => Some(Ok(unit)),
+            Err(super::compiled::Failed::Panic(p)) => std::panic::resume_unwind(p),
+            Err(super::compiled::Failed::Abort) => Some(Err(())),
+        }
+    }
+
     /// The planned stitcher interpreting its plan.
     pub fn interpreted<E: Emitter>(
         cx: &Context,

@@ -758,6 +758,29 @@ impl Shared {
         em: &mut E,
         executor: ExecutorKind,
     ) -> Result<Unit<E::Block>, RuntimeError> {
+        self.in_context(input, |cx| executor.run(cx, input.start, input.key, em))
+    }
+
+    /// [`Shared::run_executor`] through [`ExecutorKind::run_once`]: `None` when the
+    /// compiled plan gave up on `em`, which cannot start again.
+    fn run_executor_once<E: Emitter>(
+        &self,
+        input: &UnitInput,
+        em: &mut E,
+    ) -> Result<Option<Unit<E::Block>>, RuntimeError> {
+        let executor = input.spec.map_or(self.opts.executor, |s| s.executor);
+        self.in_context(input, |cx| {
+            executor.run_once(cx, input.start, input.key, em)
+        })
+    }
+
+    /// `run` in the executors' context for the unit: setup code, promotion sites and the
+    /// budget as the unit's specialization says.
+    fn in_context<T>(
+        &self,
+        input: &UnitInput,
+        run: impl FnOnce(&Context) -> Result<T, SpecError>,
+    ) -> Result<T, RuntimeError> {
         let resolve = |site: &Site| match input.spec {
             Some(s) => s.site_id(site),
             None => 0,
@@ -786,9 +809,7 @@ impl Shared {
             },
             budget,
         };
-        executor
-            .run(&cx, input.start, input.key, em)
-            .map_err(RuntimeError::Spec)
+        run(&cx).map_err(RuntimeError::Spec)
     }
 
     /// Makes the stencils of the stitch tier that the module's functions use, by
@@ -824,6 +845,23 @@ impl Shared {
         input: &UnitInput,
         variants: bool,
     ) -> Result<Option<Stitched>, RuntimeError> {
+        match self.stitch_with(region, input, variants, false)? {
+            Some(made) => Ok(made),
+            // (The compiled plan gave up on an emitter that cannot start again: the unit
+            // is made on a new one, by the interpreted stitcher, which does not give up.)
+            None => Ok(self.stitch_with(region, input, variants, true)?.flatten()),
+        }
+    }
+
+    /// [`Shared::stitch`]: `None` when a unit not recorded was given to the compiled plan,
+    /// which gave up (then `interpreted` runs it with the interpreted planned stitcher).
+    fn stitch_with(
+        &self,
+        region: &CodeRegion,
+        input: &UnitInput,
+        variants: bool,
+        interpreted: bool,
+    ) -> Result<Option<Option<Stitched>>, RuntimeError> {
         let prog = input.prog;
         let inputs = prog.input_types(input.start);
         let mut services = StitchServices {
@@ -890,25 +928,31 @@ impl Shared {
                 }
                 let Ok(entry) = replayed else {
                     // The stencil emitter failed and made no value (a refused stencil).
-                    return Ok(None);
+                    return Ok(Some(None));
                 };
                 (Unit { entry, ..unit }, counts)
             }
-            _ => (self.run_executor(input, &mut em)?, (0, 0, 0)),
+            // (Unrecorded, the compiled plan writes into the stencil emitter directly.)
+            _ if interpreted => (
+                self.run_executor_with(input, &mut em, ExecutorKind::Interpreted)?,
+                (0, 0, 0),
+            ),
+            _ => match self.run_executor_once(input, &mut em)? {
+                Some(unit) => (unit, (0, 0, 0)),
+                None => return Ok(None),
+            },
         };
         let fallbacks = em.backend.fallbacks();
-        Ok(em
-            .backend
-            .finish(unit.entry)
-            .ok()
-            .map(|(code, stencils, insts)| Stitched {
+        Ok(Some(em.backend.finish(unit.entry).ok().map(
+            |(code, stencils, insts)| Stitched {
                 code,
                 stencils,
                 insts,
                 fallbacks,
                 tape: found,
                 unit,
-            }))
+            },
+        )))
     }
 
     /// Stitches one unit in [`Tier::Stitch`] into `region`: its address and what it cost,
