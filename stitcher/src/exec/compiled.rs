@@ -42,8 +42,7 @@
 //! a dynamic `switch`, each case's target and arguments kept by one shim and the switch
 //! emitted by another; an edge back into the unit's first copy, whose arguments the shim
 //! that emits it widens with the unit's invariants); it gives up (the run *aborts*) on a
-//! budget exceeded, on a static index of an integer type narrower than 64 bits, and on
-//! what the interpreted stitcher reports as an error. (Programs with local arrays in
+//! budget exceeded, and on what the interpreted stitcher reports as an error. (Programs with local arrays in
 //! memory are not compiled.) An aborted run leaves the emitter with part of a unit, and
 //! the interpreted planned stitcher makes the unit instead, with the same result: on the
 //! same emitter restarted ([`Emitter::restart`]: the recording tape), or on a new one
@@ -95,7 +94,6 @@ const UNSET: u8 = 255;
 
 /// The tag of an `i64` ([`SVal::key_bits`]).
 const TAG_I64: u8 = Scalar::I64 as u8;
-const TAG_U64: u8 = Scalar::U64 as u8;
 const TAG_BOOL: u8 = 101;
 const TAG_SLICE: u8 = 102;
 

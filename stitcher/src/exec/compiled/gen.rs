@@ -21,8 +21,7 @@ use dyc_templates::ops::{BinaryOp, CmpOp, Const, UnaryOp};
 use dyc_templates::types::{Scalar, Type};
 
 use super::{
-    CompiledGe, Layout, NONE, SETUP_FAILED, SETUP_FAULT, TAG_BOOL, TAG_I64, TAG_SLICE, TAG_U64,
-    UNSET,
+    CompiledGe, Layout, NONE, SETUP_FAILED, SETUP_FAULT, TAG_BOOL, TAG_I64, TAG_SLICE, UNSET,
 };
 use crate::ge::{
     Block, Edge, Fast, Op, Operand, Param, Plan, Reg, SetupOp, Step, StitchProgram, Term,
@@ -1121,19 +1120,12 @@ impl<'a, 'f> Gen<'a, 'f> {
         self.b.ins().iadd(slices, r)
     }
 
-    /// A static index of an `i64` or `u64` (the fast path of `Spec::fast`), checked below
-    /// `len`; other index types abort (the interpreted stitcher reads them), an index out
-    /// of bounds goes to `general`.
+    /// A static index of an integer (the fast path of `Spec::fast`), checked below `len`;
+    /// an index out of bounds, or not an integer, goes to `general`. (The word of an
+    /// integer of any type is below `len` exactly where `fold::index_in` finds it in
+    /// bounds: a word whose signed value is negative is at least 2^63 unsigned.)
     fn static_index(&mut self, index: Reg, len: u32, general: ir::Block) -> Value {
-        match self.known(index) {
-            Some(TAG_I64 | TAG_U64) => {}
-            Some(t) => {
-                self.goto(if t <= 7 { self.abort } else { general });
-                let dead = self.b.create_block();
-                self.b.switch_to_block(dead);
-            }
-            None => self.index_tag(index, general),
-        }
+        self.check_tag(index, TagTest::Int, general);
         let i = self.bits(index);
         let inb = self
             .b
@@ -1141,25 +1133,6 @@ impl<'a, 'f> Gen<'a, 'f> {
             .icmp_imm_s(IntCC::UnsignedLessThan, i, i64::from(len));
         self.check(inb, general);
         i
-    }
-
-    /// An index of an unknown tag: on when an `i64` or `u64`, else abort (a narrower
-    /// integer) or go to `general` (not an integer).
-    fn index_tag(&mut self, index: Reg, general: ir::Block) {
-        let t = self.tag(index);
-        let i64t = self.b.ins().icmp_imm_s(IntCC::Equal, t, i64::from(TAG_I64));
-        let u64t = self.b.ins().icmp_imm_s(IntCC::Equal, t, i64::from(TAG_U64));
-        let int = self.b.ins().bor(i64t, u64t);
-        let other_int = self
-            .b
-            .ins()
-            .icmp_imm_s(IntCC::UnsignedLessThanOrEqual, t, 7);
-        let (ok, not) = (self.b.create_block(), self.b.create_block());
-        self.b.ins().brif(int, ok, &[], not, &[]);
-        self.b.switch_to_block(not);
-        // (A narrower integer index: abort; not an integer: the general operation.)
-        self.b.ins().brif(other_int, self.abort, &[], general, &[]);
-        self.b.switch_to_block(ok);
     }
 
     fn elem_addr(&mut self, base: u32, i: Value) -> Value {
