@@ -659,10 +659,15 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     /// to `id` without the unit invariants, made all of the inputs of the unit's first
     /// copy if [`shim_root`] marked `id` as that copy. `false` when something is wrong
     /// (marked failed).
+    #[inline(always)]
     fn widen(&mut self, id: u64, args: &mut Vec<E::Value>) -> bool {
-        if id & ENTRY_EDGE == 0 {
-            return true;
-        }
+        id & ENTRY_EDGE == 0 || self.widen_entry(args)
+    }
+
+    /// [`Rt::widen`] for an edge into the unit's first copy.
+    #[cold]
+    #[inline(never)]
+    fn widen_entry(&mut self, args: &mut Vec<E::Value>) -> bool {
         let prog = self.prog;
         for &(at, r) in &prog.layout(self.entry_block).invariant_inputs {
             if at as usize > args.len() || r.index() >= self.ge.regs {
@@ -881,6 +886,7 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     /// The static value of register `r` in the frame.
     /// The emitter's value for static value `v` (as an operand of an operation), or a
     /// failed run for none.
+    #[inline(always)]
     fn static_operand(&mut self, v: Option<SVal>) -> Option<E::Value> {
         match v {
             Some(SVal::Scalar(c)) => Some(self.em.constant(c)),
