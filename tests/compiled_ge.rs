@@ -2,14 +2,14 @@
 //! specialization this process makes checks, call for call, that the unit the compiled
 //! code recorded is the one the interpreted stitcher records (`DYC_CHECK_COMPILED_GE=1`,
 //! set before the first specialization, with plans compiled at their first use), on the
-//! main job's byte-code programs and on
-//! random byte-code programs, on a region whose setup code takes every operation the
-//! compiled code runs natively to its edge cases, on random static setup code (its
-//! results also against the reference interpreter), on lazy and promoting regions, on
-//! static faults, on dynamic switches and on edges back into a unit's first copy; and
-//! the compiled code made those units (the check is not vacuous). Units not recorded,
-//! which the compiled code writes into the stencil emitter directly, are checked by
-//! their results, and made again on a new emitter where the compiled code gives up.
+//! main job's byte-code programs and on random byte-code programs, on a region whose
+//! setup code takes every operation the compiled code runs natively to its edge cases,
+//! on random static setup code (its results also against the reference interpreter), on
+//! lazy and promoting regions, on static faults, on dynamic switches, on edges back into
+//! a unit's first copy, on narrow static indices and on local arrays in memory; and the
+//! compiled code made those units (the check is not vacuous). Units not recorded, which
+//! the compiled code writes into the stencil emitter directly, are checked by their
+//! results, and made again on a new emitter where the compiled code gives up.
 
 #[path = "../benches/bytecode.rs"]
 #[allow(dead_code)]
@@ -741,6 +741,100 @@ fn g(k: i32, x: i64) -> i64 {
     assert!(
         made - runs >= 10 && gave_up == aborts,
         "{} units made by compiled code, {} given up",
+        made - runs,
+        gave_up - aborts
+    );
+}
+
+/// Local arrays in memory (more elements than are kept as values): a promotion with
+/// such an array live, whose unit receives it as its elements; and a stack machine's
+/// stack of 64 slots, read and written at dynamic indices, in a loop that a dynamic
+/// branch closes. The compiled plan makes every unit (none gives up), each checked call
+/// for call, and the results are the interpreter's.
+const HOMES: &str = "
+fn hp(x: i64, n: i64) -> i64 {
+    var a: [i64; 40];
+    var i = 0;
+    while i < n {
+        a[i % 40] = a[i % 40] + x * i;
+        i += 1;
+    }
+    var y = a[3] & 7;
+    make_static(y);
+    a[y] = a[y] + 1;
+    return a[y] * 10 + a[(y + 1) % 40] + y;
+}
+
+fn sm(code: [i64], x: i64) -> i64 {
+    var pc = 0;
+    make_static(code, pc);
+    var stack: [i64; 64];
+    stack[0] = x;
+    var sp = 1;
+    while pc < len(code) {
+        let op = code@[pc];
+        if op == 0 {
+            stack[sp] = code@[pc + 1];
+            sp += 1;
+            pc += 2;
+        } else if op == 1 {
+            sp -= 1;
+            stack[sp - 1] = stack[sp - 1] + stack[sp];
+            pc += 1;
+        } else if op == 2 {
+            if stack[sp - 1] > 100 { pc = len(code); } else { pc = 0; }
+        } else {
+            pc += 1;
+        }
+    }
+    return stack[sp - 1] * 1000 + sp;
+}
+";
+
+/// The interpreter's outcome of `name` in `file` on the arguments `args` (in the
+/// source syntax), against the stitch tier's on `call` (the same arguments).
+fn against_interpreter(
+    file: &str,
+    src: &str,
+    name: &str,
+    args: &str,
+    call: impl FnOnce(&dyc::Region) -> Result<Option<Const>, dyc::Error>,
+) {
+    let m = dyc::lang::compile(file, src).expect("compiles");
+    let id = m.func_by_name(name).expect("function");
+    let mut mem = Memory::default();
+    let vals = parse_args(&m.funcs[id].sig.params, args, &mut mem).expect("arguments");
+    let want = common::interpreted(Interpreter::new(&m).call(id, &vals, &mut mem));
+    let program = stitch_tier(file, src);
+    let got = common::outcome(call(&program.region(name).expect("region")));
+    assert_eq!(got, want, "{name}({args})");
+}
+
+#[test]
+fn local_arrays_in_memory_agree_with_the_interpreter() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    check_every_unit();
+    let (runs, aborts) = dyc_stitcher::exec::compiled_counts();
+    let mut calls = 0;
+    for (x, n) in [(3i64, 10i64), (-2, 50), (5, 0)] {
+        against_interpreter("homes.dyc", HOMES, "hp", &format!("{x}, {n}"), |r| {
+            r.call(&mut [Arg::from(x), Arg::from(n)])
+        });
+        calls += 1;
+    }
+    let codes: [&[i64]; 3] = [&[0, 5, 1, 2], &[0, 30, 1, 0, 2, 1, 2], &[3, 0, 7, 1]];
+    for code in codes {
+        for x in [-4i64, 1, 200] {
+            against_interpreter("homes.dyc", HOMES, "sm", &format!("{code:?}, {x}"), |r| {
+                r.call(&mut [Arg::from(code), Arg::from(x)])
+            });
+            calls += 1;
+        }
+    }
+    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
+    assert!(
+        made - runs >= calls && gave_up == aborts,
+        "{} units made by compiled code for {calls} calls, {} given up",
         made - runs,
         gave_up - aborts
     );

@@ -41,9 +41,12 @@
 //! faulting operation on its constants and a trap, after which the code ends the block;
 //! a dynamic `switch`, each case's target and arguments kept by one shim and the switch
 //! emitted by another; an edge back into the unit's first copy, whose arguments the shim
-//! that emits it widens with the unit's invariants); it gives up (the run *aborts*) on a
-//! budget exceeded, and on what the interpreted stitcher reports as an error. (Programs with local arrays in
-//! memory are not compiled.) An aborted run leaves the emitter with part of a unit, and
+//! that emits it widens with the unit's invariants; a local array in memory, which is a
+//! dynamic value, the array, made by a shim in the unit's first copy, read and written
+//! through another, and passed as its elements, which the shims load, where the unit is
+//! left or its first copy entered); it gives up (the run *aborts*) on a budget exceeded,
+//! and on what the interpreted stitcher reports as an error. An aborted run leaves the
+//! emitter with part of a unit, and
 //! the interpreted planned stitcher makes the unit instead, with the same result: on the
 //! same emitter restarted ([`Emitter::restart`]: the recording tape), or on a new one
 //! (the stencil emitter of a unit not recorded: [`super::ExecutorKind::run_once`] says the
@@ -58,8 +61,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use cranelift_codegen::entity::EntityRef;
 use dyc_templates::ops::Const;
-use dyc_templates::template::Emitter;
-use dyc_templates::types::Scalar;
+use dyc_templates::template::{Emitter, TOp};
+use dyc_templates::types::{Scalar, SrcLoc};
 
 use super::memo::{Memo, Word};
 use super::planned::Queue;
@@ -283,6 +286,12 @@ struct Shims {
     /// `(arg, default, n)`: a dynamic `switch` on `arg` over the cases `case` kept, else
     /// to `default` with the `n` values of the buffer.
     switch: Shim3,
+    /// `(reg, at) -> array`: local array `reg` in memory made (in the unit's first copy),
+    /// its elements the buffer's values from `at` on, or empty for `at` [`NONE`].
+    home: Shim2,
+    /// `(block, op, index, value) -> value`: operation `op` of `block`, a declaration of,
+    /// load from or store to a local array in memory.
+    home_op: Shim4,
 }
 
 impl Shims {
@@ -307,6 +316,8 @@ impl Shims {
             stubs: shim_stubs::<E>,
             case: shim_case::<E>,
             switch: shim_switch::<E>,
+            home: shim_home::<E>,
+            home_op: shim_home_op::<E>,
         }
     }
 }
@@ -655,9 +666,9 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
         self.copy(id & !ENTRY_EDGE)
     }
 
-    /// `Spec::widen_args` (no local arrays in memory): `args`, the arguments of an edge
-    /// to `id` without the unit invariants, made all of the inputs of the unit's first
-    /// copy if [`shim_root`] marked `id` as that copy. `false` when something is wrong
+    /// `Spec::widen_args`: `args`, the arguments of an edge to `id` without the unit
+    /// invariants and the local arrays in memory, made all of the inputs of the unit's
+    /// first copy if [`shim_root`] marked `id` as that copy. `false` when something is wrong
     /// (marked failed).
     #[inline(always)]
     fn widen(&mut self, id: u64, args: &mut Vec<E::Value>) -> bool {
@@ -668,20 +679,73 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     #[cold]
     #[inline(never)]
     fn widen_entry(&mut self, args: &mut Vec<E::Value>) -> bool {
-        let prog = self.prog;
-        for &(at, r) in &prog.layout(self.entry_block).invariant_inputs {
-            if at as usize > args.len() || r.index() >= self.ge.regs {
+        let lay = self.prog.layout(self.entry_block);
+        let (inv, homes) = (&lay.invariant_inputs, &lay.homes);
+        let (mut i, mut h) = (0, 0);
+        while i < inv.len() || h < homes.len() {
+            let invariant = h == homes.len() || (i < inv.len() && inv[i].0 < homes[h].at);
+            let at = if invariant { inv[i].0 } else { homes[h].at } as usize;
+            if at > args.len() {
                 self.fail("too few arguments");
                 return false;
             }
-            // SAFETY: `r` is below the frame's number of registers.
-            let v = unsafe { *self.frame.d.add(r.index()) };
-            let Some(v) = self.val(u64::from(v)) else {
-                return false;
-            };
-            args.insert(at as usize, v);
+            if invariant {
+                let Some(v) = self.dyn_value(inv[i].1) else {
+                    return false;
+                };
+                args.insert(at, v);
+                i += 1;
+            } else {
+                if self
+                    .load_home(homes[h].reg, homes[h].len, args, at)
+                    .is_none()
+                {
+                    return false;
+                }
+                h += 1;
+            }
         }
         true
+    }
+
+    /// The emitter's value that dynamic register `r` holds in the frame (for a local
+    /// array in memory, the array).
+    fn dyn_value(&mut self, r: Reg) -> Option<E::Value> {
+        if r.index() >= self.ge.regs {
+            self.fail(format!("register {r} out of the frame"));
+            return None;
+        }
+        // SAFETY: `r` is below the frame's number of registers.
+        let v = unsafe { *self.frame.d.add(r.index()) };
+        self.val(u64::from(v))
+    }
+
+    /// `Spec::load_home`: the `len` elements of local array `r`, which lives in memory,
+    /// loaded and put in `args` from `at` on.
+    fn load_home(&mut self, r: Reg, len: u32, args: &mut Vec<E::Value>, at: usize) -> Option<()> {
+        let a = self.dyn_value(r)?;
+        for k in 0..len {
+            let i = self.em.constant(Const::Int(Scalar::I64, u64::from(k)));
+            let Some(v) = self.em.op(&TOp::Load, &[a, i], SrcLoc::default()) else {
+                self.fail("a load without a result");
+                return None;
+            };
+            args.insert(at + k as usize, v);
+        }
+        Some(())
+    }
+
+    /// `Spec::with_homes`: `args`, `b`'s inputs in a dispatch block, made all of its
+    /// inputs, the elements of its local arrays in memory loaded and put in their places.
+    fn with_homes(&mut self, b: Block, args: &mut Vec<E::Value>) -> Option<()> {
+        for h in &self.prog.layout(b).homes {
+            if h.at as usize > args.len() {
+                self.fail("too few arguments");
+                return None;
+            }
+            self.load_home(h.reg, h.len, args, h.at as usize)?;
+        }
+        Some(())
     }
 
     fn copy(&mut self, id: u64) -> Option<E::Block> {
@@ -735,9 +799,8 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
         Some(res)
     }
 
-    /// `Spec::promotion` (no local arrays in memory): the dispatch of block `b`'s
-    /// promoted values over the values known for its site, then the exit out of the
-    /// unit, in the current block; `inputs` are `b`'s dynamic inputs. `None` when
+    /// `Spec::promotion`: the dispatch of block `b`'s promoted values over the values
+    /// known for its site, then the exit out of the unit, in the current block; `inputs` are `b`'s dynamic inputs. `None` when
     /// something is wrong (marked failed).
     fn promotion(
         &mut self,
@@ -748,9 +811,11 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     ) -> Option<()> {
         let prog = self.prog;
         let tb = &prog.blocks[b];
-        // The register of each input value (arrays give one value per element).
+        // The register of each input value (arrays give one value per element; those in
+        // memory none).
         let order: Vec<Option<Reg>> = tb
             .dyn_inputs()
+            .filter(|&(r, _)| prog.home(r).is_none())
             .flat_map(|(r, t)| std::iter::repeat_n((!t.is_array()).then_some(r), t.flat_len()))
             .collect();
         let mut promoted = Vec::with_capacity(tb.promote.len());
@@ -781,7 +846,14 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
         if !promoted.is_empty() {
             self.inline_dispatch(b, &site, &promoted, inputs, known)?;
         }
-        self.em.promote(global, &promoted, inputs);
+        // The unit is left: its local arrays in memory go as their elements.
+        if prog.layout(b).homes.is_empty() {
+            self.em.promote(global, &promoted, inputs);
+        } else {
+            let mut all = inputs.to_vec();
+            self.with_homes(b, &mut all)?;
+            self.em.promote(global, &promoted, &all);
+        }
         Some(())
     }
 
@@ -819,12 +891,12 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
         }
     }
 
-    /// `Spec::narrow_args` (no local arrays in memory): `b`'s dispatch inputs made the
-    /// arguments of its copy `copy`, without the unit invariants unless it is the unit's
-    /// first.
+    /// `Spec::narrow_args`: `b`'s dispatch inputs made the arguments of its copy `copy`:
+    /// without the unit invariants, or, for the unit's first copy, with the elements of
+    /// the local arrays in memory.
     fn narrow_args(&mut self, b: Block, copy: u32, args: &mut Vec<E::Value>) -> Option<()> {
         if self.entry == Some(copy) {
-            return Some(());
+            return self.with_homes(b, args);
         }
         for &at in self.prog.layout(b).invariant_dispatch.iter().rev() {
             if at as usize >= args.len() {
@@ -1240,6 +1312,85 @@ extern "C" fn shim_switch<E: Emitter>(rt: *mut c_void, arg: u64, d: u64, n: u64)
         }
         rt.scratch = args;
         0
+    })
+}
+
+extern "C" fn shim_home<E: Emitter>(rt: *mut c_void, r: u64, at: u64) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        let r = Reg::from_u32(r as u32);
+        let Some((elem, len)) = rt.prog.home(r) else {
+            rt.fail(format!("{r} is not a local array in memory"));
+            return 0;
+        };
+        let mut init = std::mem::take(&mut rt.scratch);
+        init.clear();
+        let ok = at == u64::from(NONE)
+            || (at as usize)
+                .checked_add(len as usize)
+                .is_some_and(|end| end <= rt.ge.buf)
+                // SAFETY: `at + len` is within the buffer's `ge.buf` words.
+                && rt.load_vals(unsafe { rt.frame.buf.add(at as usize) }, len as usize, u64::from(len), &mut init);
+        let a = match ok {
+            true => Some(rt.em.local_array(elem, len, &init)),
+            false => {
+                rt.fail("bad local array");
+                None
+            }
+        };
+        rt.scratch = init;
+        a.map_or(0, |a| u64::from(rt.value(a)))
+    })
+}
+
+extern "C" fn shim_home_op<E: Emitter>(
+    rt: *mut c_void,
+    b: u64,
+    i: u64,
+    index: u64,
+    value: u64,
+) -> u64 {
+    with_rt::<E>(rt, |rt| {
+        // (`Spec::home_op`, with the operands the code made.)
+        let Some(op) = rt.op_at(b, i) else {
+            return 0;
+        };
+        match *op {
+            Op::ArrayNew { dst, elem, len } => {
+                let Some(a) = rt.dyn_value(dst) else {
+                    return 0;
+                };
+                let zero = rt.em.constant(Const::zero(elem));
+                for k in 0..len {
+                    let i = rt.em.constant(Const::Int(Scalar::I64, u64::from(k)));
+                    rt.em.op(&TOp::Store, &[a, i, zero], SrcLoc::default());
+                }
+                0
+            }
+            Op::ArrayLoad { arr, loc, .. } => {
+                let (Some(a), Some(i)) = (rt.dyn_value(arr), rt.val(index)) else {
+                    return 0;
+                };
+                match rt.em.op(&TOp::Load, &[a, i], loc) {
+                    Some(v) => u64::from(rt.value(v)),
+                    None => {
+                        rt.fail("a load without a result");
+                        0
+                    }
+                }
+            }
+            Op::ArrayStore { arr, loc, .. } => {
+                let (Some(a), Some(i), Some(v)) = (rt.dyn_value(arr), rt.val(index), rt.val(value))
+                else {
+                    return 0;
+                };
+                rt.em.op(&TOp::Store, &[a, i, v], loc);
+                0
+            }
+            _ => {
+                rt.fail("not an access to a local array");
+                0
+            }
+        }
     })
 }
 

@@ -49,6 +49,8 @@ enum Shim {
     Stubs,
     Case,
     Switch,
+    Home,
+    HomeOp,
 }
 
 /// Offsets of [`Head`]'s fields.
@@ -71,14 +73,14 @@ const MAX_STEPS: usize = 512;
 const MAX_OPS: usize = 4096;
 
 /// Compiles `prog`'s plan for `isa` (x86-64 only), or `None` when the program has no plan
-/// or is of a kind the compiled stitcher does not take (local arrays in memory).
+/// or is too large.
 pub(crate) fn compile(prog: &StitchProgram, isa: &dyn TargetIsa) -> Option<CompiledGe> {
     if !cfg!(target_arch = "x86_64") {
         return None;
     }
     let plan = prog.plan.as_ref()?;
     let ops: usize = prog.blocks.values().map(|d| d.ops.len()).sum();
-    if !prog.all_homes().is_empty() || plan.steps.len() > MAX_STEPS || ops > MAX_OPS {
+    if plan.steps.len() > MAX_STEPS || ops > MAX_OPS {
         return None;
     }
     let regs = prog.header.num_regs as usize;
@@ -313,6 +315,12 @@ fn arrays(prog: &StitchProgram) -> Option<(Vec<Option<(u32, u32, Scalar)>>, usiz
             if let Type::Array { elem, len } = t {
                 note(r, len, elem)?;
             }
+        }
+    }
+    // (A local array in memory is a dynamic value, the array, not elements in the pool.)
+    for h in prog.all_homes() {
+        if let Some(s) = shape.get_mut(h.reg.index()) {
+            *s = None;
         }
     }
     let mut pool = 0u32;
@@ -763,11 +771,24 @@ impl<'a, 'f> Gen<'a, 'f> {
         self.check(ok, self.abort);
         self.call(Shim::Enter, &[slot]);
         self.b.def_var(self.cur, slot);
-        if root && lay.dyn_inputs != lay.copy_inputs {
+        let homes = !prog.all_homes().is_empty();
+        if root && (lay.dyn_inputs != lay.copy_inputs || homes) {
             let (f, c) = (self.b.create_block(), self.b.create_block());
             self.b.ins().brif(self.first, f, &[], c, &[]);
             self.b.switch_to_block(f);
             self.bind(&lay.dyn_inputs)?;
+            // The unit's first copy makes the local arrays in memory: those among its
+            // inputs from their elements (in `bind`), the others empty.
+            for h in prog.all_homes() {
+                if !lay.homes.iter().any(|i| i.reg == h.reg) {
+                    let (rv, none) = (
+                        self.iconst(h.reg.index() as u64),
+                        self.iconst(u64::from(NONE)),
+                    );
+                    let a = self.call(Shim::Home, &[rv, none]);
+                    self.set_d(h.reg, a);
+                }
+            }
             self.goto(ops);
             self.b.switch_to_block(c);
         }
@@ -808,11 +829,20 @@ impl<'a, 'f> Gen<'a, 'f> {
         self.term(pc, bl, next)
     }
 
-    /// `Spec::bind` (no local arrays in memory): the parameters in the buffer.
+    /// `Spec::bind`: the parameters in the buffer (a local array in memory, which only
+    /// the unit's first copy receives, made from its elements).
     fn bind(&mut self, inputs: &[(Reg, Type)]) -> Option<()> {
         let mut next = 0;
         for &(r, ty) in inputs {
             match ty {
+                // (Only the unit's first copy has a local array in memory as an input.)
+                Type::Array { len, .. } if self.prog.home(r).is_some() => {
+                    self.most_buf = self.most_buf.max(next + len as usize);
+                    let (rv, at) = (self.iconst(r.index() as u64), self.iconst(next as u64));
+                    let a = self.call(Shim::Home, &[rv, at]);
+                    self.set_d(r, a);
+                    next += len as usize;
+                }
                 Type::Array { len, .. } => {
                     let (at, n) = self.array(r)?;
                     if n != len {
@@ -873,6 +903,13 @@ impl<'a, 'f> Gen<'a, 'f> {
                 self.set_s(dst, t, v);
                 self.goto(after);
             }
+            // (The elements of a local array in memory are the emitter's: the general
+            // operation.)
+            Fast::Element { arr, .. } | Fast::SetElement { arr, .. }
+                if self.prog.home(arr).is_some() =>
+            {
+                self.goto(general);
+            }
             Fast::Element { dst, arr, index } => {
                 let (base, len) = self.array(arr)?;
                 let i = self.static_index(index, len, general);
@@ -925,6 +962,25 @@ impl<'a, 'f> Gen<'a, 'f> {
             Op::Lift { dst, src } => {
                 let v = self.operand(*src);
                 self.set_d(*dst, v);
+            }
+            Op::ArrayNew { dst, .. } if self.prog.home(*dst).is_some() => {
+                let zero = self.iconst(0);
+                self.call(Shim::HomeOp, &[bv, atv, zero, zero]);
+            }
+            Op::ArrayLoad {
+                dst, arr, index, ..
+            } if self.prog.home(*arr).is_some() => {
+                let i = self.operand(*index);
+                let zero = self.iconst(0);
+                let v = self.call(Shim::HomeOp, &[bv, atv, i, zero]);
+                self.set_d(*dst, v);
+            }
+            Op::ArrayStore {
+                arr, index, value, ..
+            } if self.prog.home(*arr).is_some() => {
+                let i = self.operand(*index);
+                let v = self.operand(*value);
+                self.call(Shim::HomeOp, &[bv, atv, i, v]);
             }
             Op::ArrayNew { dst, elem, len } => {
                 let (base, n) = self.array(*dst)?;
