@@ -9,7 +9,7 @@
 //! a unit's first copy, on narrow static indices and on local arrays in memory; and the
 //! compiled code made those units (the check is not vacuous). Units not recorded, which
 //! the compiled code writes into the stencil emitter directly, are checked by their
-//! results, and made again on a new emitter where the compiled code gives up.
+//! results; units over their budget by their errors, against the optimizing tier's.
 
 #[path = "../benches/bytecode.rs"]
 #[allow(dead_code)]
@@ -651,12 +651,12 @@ fn unrecorded_units_are_made_by_the_compiled_plan() {
     );
 }
 
-/// A unit over its budget, not recorded: the compiled plan gives up with the stencil
-/// emitter holding part of the unit, the unit is stitched again on a new emitter by the
-/// interpreted stitcher, and the caller gets the budget's error, the same as the
-/// optimizing tier's (whose emitter the compiled plan does not write to).
+/// Units over their budget of block copies or of operations, recorded or not: the
+/// compiled plan stops where the interpreted stitcher would and reports the same error
+/// (the budget, the block and its source position, compared with the optimizing tier's,
+/// whose emitter the compiled plan does not write to), without giving up.
 #[test]
-fn an_unrecorded_unit_over_its_budget_is_stitched_again_and_refused() {
+fn units_over_their_budget_fail_as_the_interpreted_stitcher_does() {
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     check_every_unit();
     const SRC: &str = "
@@ -667,36 +667,68 @@ fn f(n: i64, x: i64) -> i64 {
     make_static(i);
     while i < n {
         acc = acc * 3 + i;
+        if acc > 1000 { acc = acc - 999; }
         i += 1;
     }
     return acc;
 }
 ";
-    let budget = dyc_stitcher::ge::Budget {
-        max_blocks: 40,
-        ..dyc_stitcher::ge::Budget::default()
-    };
-    let program = unrecorded("budget.dyc", SRC, budget);
-    let (_, aborts) = dyc_stitcher::exec::compiled_counts();
-    let region = program.region("f").expect("region");
-    let fits = region
-        .specialize_in(&[Arg::from(10i64)], Tier::Stitch)
-        .expect("ten rounds fit the budget");
-    assert_eq!(
-        fits.call(&mut [Arg::from(1i64)])
-            .expect("runs")
-            .and_then(|c| c.as_i64()),
-        Some((0..10).fold(1i64, |acc, i| acc * 3 + i))
+    let budgets = [
+        dyc_stitcher::ge::Budget {
+            max_blocks: 40,
+            ..dyc_stitcher::ge::Budget::default()
+        },
+        dyc_stitcher::ge::Budget {
+            max_ops: 300,
+            ..dyc_stitcher::ge::Budget::default()
+        },
+    ];
+    let (runs, aborts) = dyc_stitcher::exec::compiled_counts();
+    for budget in budgets {
+        let opts = |constant_params| RuntimeOptions {
+            tiers: common::no_tier_up(),
+            constant_params,
+            budget,
+            ..RuntimeOptions::default()
+        };
+        for constant_params in [true, false] {
+            let program =
+                Program::compile_with("budget.dyc", SRC, opts(constant_params)).expect("compiles");
+            let region = program.region("f").expect("region");
+            let fits = region
+                .specialize_in(&[Arg::from(5i64)], Tier::Stitch)
+                .expect("five rounds fit the budget");
+            assert_eq!(
+                fits.call(&mut [Arg::from(1i64)])
+                    .expect("runs")
+                    .and_then(|c| c.as_i64()),
+                Some((0..5).fold(1i64, |acc, i| {
+                    let a = acc * 3 + i;
+                    if a > 1000 {
+                        a - 999
+                    } else {
+                        a
+                    }
+                }))
+            );
+            for n in [60i64, 200] {
+                let over = |tier| match region.specialize_in(&[Arg::from(n)], tier) {
+                    Ok(_) => panic!("{n} rounds fit {budget:?} in {tier:?}"),
+                    Err(e) => e.to_string(),
+                };
+                let (stitch, optimizing) = (over(Tier::Stitch), over(Tier::Optimizing));
+                assert_eq!(stitch, optimizing, "{budget:?}");
+                assert!(stitch.contains("budget exceeded"), "{stitch}");
+            }
+        }
+    }
+    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
+    assert!(
+        made - runs >= 12 && gave_up == aborts,
+        "{} units made or refused by compiled code, {} given up",
+        made - runs,
+        gave_up - aborts
     );
-    let over = |tier| match region.specialize_in(&[Arg::from(100i64)], tier) {
-        Ok(_) => panic!("a hundred rounds fit a budget of 40 blocks in {tier:?}"),
-        Err(e) => e.to_string(),
-    };
-    let (stitch, optimizing) = (over(Tier::Stitch), over(Tier::Optimizing));
-    assert_eq!(stitch, optimizing);
-    assert!(stitch.contains("budget"), "{stitch}");
-    let (_, gave_up) = dyc_stitcher::exec::compiled_counts();
-    assert!(gave_up > aborts, "the compiled plan did not give up");
 }
 
 /// Static indices of integer types narrower than 64 bits, in bounds and out (negative,

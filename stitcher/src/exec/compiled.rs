@@ -44,9 +44,11 @@
 //! that emits it widens with the unit's invariants; a local array in memory, which is a
 //! dynamic value, the array, made by a shim in the unit's first copy, read and written
 //! through another, and passed as its elements, which the shims load, where the unit is
-//! left or its first copy entered); it gives up (the run *aborts*) on a budget exceeded,
-//! and on what the interpreted stitcher reports as an error. An aborted run leaves the
-//! emitter with part of a unit, and
+//! left or its first copy entered). A budget that runs out ends the run with the
+//! interpreted stitcher's error: the frame keeps the block being stitched and the last
+//! one with a source position, which the error names. The run gives up (it *aborts*)
+//! only where the interpreted stitcher would report an internal error. An aborted run
+//! leaves the emitter with part of a unit, and
 //! the interpreted planned stitcher makes the unit instead, with the same result: on the
 //! same emitter restarted ([`Emitter::restart`]: the recording tape), or on a new one
 //! (the stencil emitter of a unit not recorded: [`super::ExecutorKind::run_once`] says the
@@ -68,7 +70,7 @@ use super::memo::{Memo, Word};
 use super::planned::Queue;
 use super::worklist::{dispatch_known, eval_setup, fault_op, narrow_key};
 use super::{Context, PromotionMode, Unit};
-use crate::ge::{Block, Op, Plan, Reg, SVal, Site, SpecError, StitchProgram, Term};
+use crate::ge::{Block, BudgetKind, Op, Plan, Reg, SVal, Site, SpecError, StitchProgram, Term};
 use crate::runtime::heap::Extent;
 use dyc_templates::pool::{Kept, Pool, Reuse};
 
@@ -76,6 +78,10 @@ pub(crate) use gen::compile;
 
 /// No value, block or copy.
 const NONE: u32 = u32::MAX;
+
+/// What the compiled code returns when the budget of operations runs out (0: the tree
+/// was stitched; 1: it gave up).
+const OPS_EXCEEDED: u32 = 2;
 
 /// Marks the copy [`shim_root`] returns for an edge into the unit's first copy, whose
 /// arguments the shim emitting the edge widens ([`Rt::widen`]).
@@ -158,7 +164,9 @@ pub(crate) struct Layout {
     /// Static registers' words (8 bytes each) and tags (1 byte each).
     s: i32,
     st: i32,
-    /// Operations run, tests made, the most operations the budget allows (8 bytes each).
+    /// Operations run, tests made, the most operations the budget allows, the block being
+    /// stitched and the last block stitched that has a source position ([`NONE`] if
+    /// none) (8 bytes each): the budget's error says where it ran out.
     counters: i32,
     /// Key words: a tag and a word per value (16 bytes each).
     key: i32,
@@ -188,7 +196,7 @@ impl Layout {
         };
         let l = Layout {
             s: put(regs.checked_mul(8)?)?,
-            counters: put(24)?,
+            counters: put(40)?,
             key: put(key.checked_mul(16)?)?,
             d: put(regs.checked_mul(4)?)?,
             a: put(pool.checked_mul(4)?)?,
@@ -421,6 +429,7 @@ impl<V: 'static> Work<V> {
                 *f.slots.add(2 * b) = NONE;
             }
             *f.counters.add(2) = max_ops as u64;
+            *f.counters.add(4) = u64::from(NONE);
         }
         (w, f)
     }
@@ -454,6 +463,8 @@ struct Rt<'a, 'c, E: Emitter> {
     blocks: usize,
     lookups: usize,
     failed: Option<String>,
+    /// The error of the budget that ran out, if one did (the run failed for it).
+    over: Option<SpecError>,
     panic: Option<Box<dyn Any + Send>>,
     scratch: Vec<E::Value>,
     scratch2: Vec<E::Value>,
@@ -461,6 +472,8 @@ struct Rt<'a, 'c, E: Emitter> {
 
 /// Why a compiled run did not make the unit.
 pub(super) enum Failed {
+    /// A budget ran out: the error the interpreted stitcher reports.
+    Budget(SpecError),
     /// Something the compiled code does not handle: the interpreted stitcher runs it.
     Abort,
     /// A panic in the emitter, to be raised again.
@@ -535,16 +548,32 @@ pub(super) fn run<E: Emitter>(
         blocks: 0,
         lookups: 0,
         failed: None,
+        over: None,
         panic: None,
     };
     let result = rt.drive(start, key);
     (rt.w.scratch, rt.w.scratch2) = (rt.scratch, rt.scratch2);
-    let counter = if result.is_ok() { &RUNS } else { &ABORTS };
+    let counter = match result {
+        Ok(_) | Err(Failed::Budget(_)) => &RUNS,
+        Err(_) => &ABORTS,
+    };
     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     result
 }
 
 impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
+    /// Why a run that returned `status` (or whose shims failed) stopped: a budget ran
+    /// out ([`OPS_EXCEEDED`], or a shim counting a block), or it gave up.
+    fn gave_up(&self, status: u32) -> Failed {
+        match (status, &self.over) {
+            (OPS_EXCEEDED, _) if self.failed.is_none() => {
+                Failed::Budget(self.exceeded(BudgetKind::Ops))
+            }
+            (_, Some(e)) => Failed::Budget(e.clone()),
+            _ => Failed::Abort,
+        }
+    }
+
     fn fail(&mut self, why: impl Into<String>) {
         if self.failed.is_none() {
             self.failed = Some(why.into());
@@ -559,9 +588,11 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
             .iter()
             .map(|&v| Word::of(v))
             .collect();
+        // SAFETY: the counters are five words of the frame.
+        unsafe { *self.frame.counters.add(3) = u64::from(start.as_u32()) };
         let entry = self.copy_of(start, &narrow);
         let Some(entry) = entry else {
-            return Err(Failed::Abort);
+            return Err(self.gave_up(0));
         };
         let ranks = self.plan.rank.len();
         self.w.queue.reset(ranks);
@@ -611,7 +642,7 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
                 return Err(Failed::Panic(p));
             }
             if status != 0 || self.failed.is_some() {
-                return Err(Failed::Abort);
+                return Err(self.gave_up(status));
             }
             let w = &mut *self.w;
             next = w.queue.add_but_next(self.plan, &w.memo, &mut w.work);
@@ -634,10 +665,44 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     fn count_block(&mut self) -> bool {
         self.blocks += 1;
         if self.blocks > self.cx.budget.max_blocks {
+            // (The code goes on after a shim fails: where it ran out is taken now.)
+            if self.failed.is_none() {
+                self.over = Some(self.exceeded(BudgetKind::Blocks));
+            }
             self.fail("over the budget of blocks");
             return false;
         }
         true
+    }
+
+    /// `Spec::exceeded`: the error for budget `budget` running out while stitching the
+    /// block the frame names (its source position, or the last one met).
+    fn exceeded(&self, budget: BudgetKind) -> SpecError {
+        let prog = self.prog;
+        // SAFETY: the counters are five words of the frame.
+        let (current, located) =
+            unsafe { (*self.frame.counters.add(3), *self.frame.counters.add(4)) };
+        let block = |k: u64| {
+            u32::try_from(k)
+                .ok()
+                .map(Block::from_u32)
+                .filter(|b| b.index() < prog.blocks.len())
+        };
+        let current = block(current).unwrap_or(self.entry_block);
+        let loc = match prog.layout(current).first_loc {
+            l if l.is_known() => l,
+            _ => block(located).map_or(SrcLoc::default(), |b| prog.layout(b).first_loc),
+        };
+        let limit = match budget {
+            BudgetKind::Blocks => self.cx.budget.max_blocks,
+            _ => self.cx.budget.max_ops,
+        };
+        SpecError::BudgetExceeded {
+            budget,
+            limit,
+            block: prog.blocks[current].name.clone(),
+            loc,
+        }
     }
 
     // Values and blocks the code holds by number: an emitter whose values (or blocks)

@@ -114,7 +114,8 @@ impl ExecutorKind {
         if *self == ExecutorKind::Planned && !emitter.restartable() {
             match Planned::compiled(cx, start, key, emitter) {
                 Some(Ok(unit)) => return Ok(Some(unit)),
-                Some(Err(())) => return Ok(None),
+                Some(Err(Some(e))) => return Err(e),
+                Some(Err(None)) => return Ok(None),
                 None => {}
             }
         }

@@ -168,7 +168,8 @@ impl Executor for Planned {
         if emitter.restartable() {
             match Planned::compiled(cx, start, key, emitter) {
                 Some(Ok(unit)) => return Ok(unit),
-                Some(Err(())) => emitter.restart(),
+                Some(Err(Some(e))) => return Err(e),
+                Some(Err(None)) => emitter.restart(),
                 None => {}
             }
         }
@@ -178,26 +179,30 @@ impl Executor for Planned {
 
 impl Planned {
     /// The unit made by the compiled plan: `None` if there is none for this unit (the
-    /// emitter has seen no call), `Some(Err(()))` if it gave up (the emitter holds part
-    /// of a unit: it must start again, or be replaced, before the interpreted stitcher
-    /// runs the unit).
+    /// emitter has seen no call), `Some(Err(Some(e)))` if a budget ran out (`e` is the
+    /// interpreted stitcher's error), `Some(Err(None))` if it gave up (the emitter holds
+    /// part of a unit: it must start again, or be replaced, before the interpreted
+    /// stitcher runs the unit).
     pub(super) fn compiled<E: Emitter>(
         cx: &Context,
         start: Block,
         key: &[SVal],
         emitter: &mut E,
-    ) -> Option<Result<Unit<E::Block>, ()>> {
+    ) -> Option<Result<Unit<E::Block>, Option<SpecError>>> {
         let plan = cx.prog.plan.as_ref()?;
         if !plan.is_root(start) || !matches!(cx.mode, super::PromotionMode::Units { .. }) {
             return None;
         }
         let ge = cx.prog.compiled_ge()?;
         let made = super::compiled::run(ge, cx, plan, start, key, emitter);
-        cx.prog.note_compiled_run(made.is_ok());
+        use super::compiled::Failed;
+        cx.prog
+            .note_compiled_run(!matches!(made, Err(Failed::Abort | Failed::Panic(_))));
         match made {
             Ok(unit) => Some(Ok(unit)),
-            Err(super::compiled::Failed::Panic(p)) => std::panic::resume_unwind(p),
-            Err(super::compiled::Failed::Abort) => Some(Err(())),
+            Err(Failed::Budget(e)) => Some(Err(Some(e))),
+            Err(Failed::Panic(p)) => std::panic::resume_unwind(p),
+            Err(Failed::Abort) => Some(Err(None)),
         }
     }
 

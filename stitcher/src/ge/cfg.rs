@@ -519,9 +519,9 @@ impl StitchProgram {
 
     /// Notes whether a run of the compiled plan made its unit (`false`: it gave up, and
     /// the interpreted stitcher made it again). After [`GIVE_UP_RUNS`] runs in a row that
-    /// gave up (a program whose units reach what the compiled code does not take, a
-    /// promotion at every unit), the next [`SKIPPED_RUNS`] units go to the interpreted
-    /// stitcher directly.
+    /// gave up (the compiled code gives up only where the interpreted stitcher would
+    /// report an internal error: a program it cannot take), the next [`SKIPPED_RUNS`]
+    /// units go to the interpreted stitcher directly.
     pub(crate) fn note_compiled_run(&self, made: bool) {
         use std::sync::atomic::Ordering::Relaxed;
         let d = &self.derived;

@@ -21,7 +21,8 @@ use dyc_templates::ops::{BinaryOp, CmpOp, Const, UnaryOp};
 use dyc_templates::types::{Scalar, Type};
 
 use super::{
-    CompiledGe, Layout, NONE, SETUP_FAILED, SETUP_FAULT, TAG_BOOL, TAG_I64, TAG_SLICE, UNSET,
+    CompiledGe, Layout, NONE, OPS_EXCEEDED, SETUP_FAILED, SETUP_FAULT, TAG_BOOL, TAG_I64,
+    TAG_SLICE, UNSET,
 };
 use crate::ge::{
     Block, Edge, Fast, Op, Operand, Param, Plan, Reg, SetupOp, Step, StitchProgram, Term,
@@ -749,6 +750,11 @@ impl<'a, 'f> Gen<'a, 'f> {
         self.b.switch_to_block(body);
         let one = self.iconst(1);
         self.set_stitched(i, one);
+        // (The block being stitched, for the budget's error.)
+        let iv = self.iconst(i as u64);
+        self.b
+            .ins()
+            .store(flags(), iv, self.fr, self.o.counters + 24);
         let lay = prog.layout(bl);
         let root = self.plan.is_root(bl);
         // The fused copy goes on in the current block; any other starts its own and
@@ -802,8 +808,16 @@ impl<'a, 'f> Gen<'a, 'f> {
         let o = self.b.ins().iadd_imm_s(o, n);
         let max = self.b.ins().load(types::I64, flags(), self.fr, c + 16);
         let ok = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, o, max);
-        self.check(ok, self.abort);
+        let (go, over) = (self.b.create_block(), self.b.create_block());
+        self.b.ins().brif(ok, go, &[], over, &[]);
+        self.b.switch_to_block(over);
+        let status = self.b.ins().iconst(types::I32, i64::from(OPS_EXCEEDED));
+        self.b.ins().return_(&[status]);
+        self.b.switch_to_block(go);
         self.b.ins().store(flags(), o, self.fr, c);
+        if lay.first_loc.is_known() {
+            self.b.ins().store(flags(), iv, self.fr, c + 32);
+        }
         self.end = next;
         for (k, run) in lay.run.iter().enumerate() {
             self.op(bl, run.at, run.fast, lay.run.len() - k - 1)?;
