@@ -871,3 +871,34 @@ fn local_arrays_in_memory_agree_with_the_interpreter() {
         gave_up - aborts
     );
 }
+
+/// A unit the compiled plan gives up on after making all of it (a give-up injected by the
+/// test), recorded or not: the interpreted plan makes it again (on the tape started
+/// again, or on a new stencil emitter), and the code computes what the interpreter does.
+/// (A tape not started again fails the check; a stencil emitter used again, holding the
+/// whole first unit, happens to make working code, so this test cannot tell that the
+/// runtime made a new one.)
+#[test]
+fn a_unit_given_up_is_made_again() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    check_every_unit();
+    let src = include_str!("../examples/bytecode.dyc");
+    let programs = [
+        stitch_tier("bytecode.dyc", src),
+        unrecorded("bytecode.dyc", src, dyc_stitcher::ge::Budget::default()),
+    ];
+    for program in &programs {
+        for b in bench_programs::benches().into_iter().take(3) {
+            let (_, aborts) = dyc_stitcher::exec::compiled_counts();
+            dyc_stitcher::exec::inject_compiled_give_up();
+            run(program, &b.code, b.mem, b.name);
+            let (_, gave_up) = dyc_stitcher::exec::compiled_counts();
+            assert_eq!(
+                gave_up,
+                aborts + 1,
+                "{}: the injected give-up was not met",
+                b.name
+            );
+        }
+    }
+}

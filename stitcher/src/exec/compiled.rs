@@ -98,6 +98,16 @@ pub fn counts() -> (u64, u64) {
     (RUNS.load(Relaxed), ABORTS.load(Relaxed))
 }
 
+/// Set by [`inject_give_up`].
+static INJECTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes the next run of a compiled plan in this process give up after it made its unit
+/// (the emitter holding all of it), as if it had met something it does not take: a test
+/// of the path that makes the unit again.
+pub fn inject_give_up() {
+    INJECTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The tag of a static register that holds nothing.
 const UNSET: u8 = 255;
 
@@ -551,7 +561,10 @@ pub(super) fn run<E: Emitter>(
         over: None,
         panic: None,
     };
-    let result = rt.drive(start, key);
+    let mut result = rt.drive(start, key);
+    if result.is_ok() && INJECTED.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        result = Err(Failed::Abort);
+    }
     (rt.w.scratch, rt.w.scratch2) = (rt.scratch, rt.scratch2);
     let counter = match result {
         Ok(_) | Err(Failed::Budget(_)) => &RUNS,

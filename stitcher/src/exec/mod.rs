@@ -21,6 +21,7 @@ use dyc_templates::template::Emitter;
 use crate::ge::{Block, Budget, PureHosts, SVal, Site, SliceData, SpecError, StitchProgram};
 
 pub use compiled::counts as compiled_counts;
+pub use compiled::inject_give_up as inject_compiled_give_up;
 pub use planned::Planned;
 pub use record::Record;
 pub use worklist::WorkList;
