@@ -68,7 +68,7 @@ use dyc_templates::types::{Scalar, SrcLoc};
 
 use super::memo::{Memo, Word};
 use super::planned::Queue;
-use super::worklist::{dispatch_known, eval_setup, fault_op, narrow_key};
+use super::worklist::{dispatch_known, eval_setup, fault_op, narrow_key, widenings, Widening};
 use super::{Context, PromotionMode, Unit};
 use crate::ge::{Block, BudgetKind, Op, Plan, Reg, SVal, Site, SpecError, StitchProgram, Term};
 use crate::runtime::heap::Extent;
@@ -757,30 +757,21 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     #[cold]
     #[inline(never)]
     fn widen_entry(&mut self, args: &mut Vec<E::Value>) -> bool {
-        let lay = self.prog.layout(self.entry_block);
-        let (inv, homes) = (&lay.invariant_inputs, &lay.homes);
-        let (mut i, mut h) = (0, 0);
-        while i < inv.len() || h < homes.len() {
-            let invariant = h == homes.len() || (i < inv.len() && inv[i].0 < homes[h].at);
-            let at = if invariant { inv[i].0 } else { homes[h].at } as usize;
+        for w in widenings(self.prog.layout(self.entry_block)) {
+            let at = match w {
+                Widening::Invariant(at, _) => at,
+                Widening::Home(h) => h.at,
+            } as usize;
             if at > args.len() {
                 self.fail("too few arguments");
                 return false;
             }
-            if invariant {
-                let Some(v) = self.dyn_value(inv[i].1) else {
-                    return false;
-                };
-                args.insert(at, v);
-                i += 1;
-            } else {
-                if self
-                    .load_home(homes[h].reg, homes[h].len, args, at)
-                    .is_none()
-                {
-                    return false;
-                }
-                h += 1;
+            let ok = match w {
+                Widening::Invariant(_, r) => self.dyn_value(r).map(|v| args.insert(at, v)),
+                Widening::Home(h) => self.load_home(h.reg, h.len, args, at),
+            };
+            if ok.is_none() {
+                return false;
             }
         }
         true
@@ -878,8 +869,8 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     }
 
     /// `Spec::promotion`: the dispatch of block `b`'s promoted values over the values
-    /// known for its site, then the exit out of the unit, in the current block; `inputs` are `b`'s dynamic inputs. `None` when
-    /// something is wrong (marked failed).
+    /// known for its site, then the exit out of the unit, in the current block; `inputs`
+    /// are `b`'s dynamic inputs. `None` when something is wrong (marked failed).
     fn promotion(
         &mut self,
         b: Block,
@@ -1395,19 +1386,30 @@ extern "C" fn shim_switch<E: Emitter>(rt: *mut c_void, arg: u64, d: u64, n: u64)
 
 extern "C" fn shim_home<E: Emitter>(rt: *mut c_void, r: u64, at: u64) -> u64 {
     with_rt::<E>(rt, |rt| {
-        let r = Reg::from_u32(r as u32);
-        let Some((elem, len)) = rt.prog.home(r) else {
-            rt.fail(format!("{r} is not a local array in memory"));
+        let home = u32::try_from(r)
+            .ok()
+            .map(Reg::from_u32)
+            .and_then(|r| rt.prog.home(r));
+        let Some((elem, len)) = home else {
+            rt.fail(format!("register {r} is not a local array in memory"));
             return 0;
         };
         let mut init = std::mem::take(&mut rt.scratch);
         init.clear();
-        let ok = at == u64::from(NONE)
-            || (at as usize)
+        let ok = if at == u64::from(NONE) {
+            true
+        } else {
+            let fits = (at as usize)
                 .checked_add(len as usize)
-                .is_some_and(|end| end <= rt.ge.buf)
-                // SAFETY: `at + len` is within the buffer's `ge.buf` words.
-                && rt.load_vals(unsafe { rt.frame.buf.add(at as usize) }, len as usize, u64::from(len), &mut init);
+                .is_some_and(|end| end <= rt.ge.buf);
+            // SAFETY: `at + len` is within the buffer's `ge.buf` words (checked first).
+            fits && rt.load_vals(
+                unsafe { rt.frame.buf.add(at as usize) },
+                len as usize,
+                u64::from(len),
+                &mut init,
+            )
+        };
         let a = match ok {
             true => Some(rt.em.local_array(elem, len, &init)),
             false => {

@@ -39,8 +39,8 @@ use dyc_templates::types::{Scalar, SrcLoc, Type};
 use super::scratch::Scratch;
 use super::{Context, Executor, PromotionMode, Unit};
 use crate::ge::{
-    Block, Budget, BudgetKind, CalleeDecl, Edge, Fast, Op, Operand, Param, Plan, PureHosts, Reg,
-    SVal, SetupOp, Site, SliceData, SpecError, Step, StitchProgram, Term,
+    Block, Budget, BudgetKind, CalleeDecl, Edge, Fast, Home, Layout, Op, Operand, Param, Plan,
+    PureHosts, Reg, SVal, SetupOp, Site, SliceData, SpecError, Step, StitchProgram, Term,
 };
 
 /// The work-list executor.
@@ -358,27 +358,25 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// `b`'s inputs (for the unit's first copy): the unit invariants and the elements of
     /// the local arrays in memory put back, in the order of their places.
     fn widen_args(&mut self, b: Block, args: &mut Vec<E::Value>) -> Result<(), SpecError> {
-        let lay = self.prog.layout(b);
-        let (inv, homes) = (&lay.invariant_inputs, &lay.homes);
-        let (mut i, mut h) = (0, 0);
-        while i < inv.len() || h < homes.len() {
-            let invariant = h == homes.len() || (i < inv.len() && inv[i].0 < homes[h].at);
-            let at = if invariant { inv[i].0 } else { homes[h].at } as usize;
+        for w in widenings(self.prog.layout(b)) {
+            let at = match w {
+                Widening::Invariant(at, _) => at,
+                Widening::Home(h) => h.at,
+            } as usize;
             if at > args.len() {
                 return internal(format!("{}: too few arguments", self.prog.blocks[b].name));
             }
-            if invariant {
-                let r = inv[i].1;
-                i += 1;
-                let Some(&Some(v)) = self.sc.env_d.get(r.index()) else {
-                    return internal(format!("unit invariant {r} read before it was set"));
-                };
-                args.insert(at, v);
-            } else {
-                let home = homes[h];
-                h += 1;
-                let elems = self.load_home(home.reg, home.len)?;
-                args.splice(at..at, elems);
+            match w {
+                Widening::Invariant(_, r) => {
+                    let Some(&Some(v)) = self.sc.env_d.get(r.index()) else {
+                        return internal(format!("unit invariant {r} read before it was set"));
+                    };
+                    args.insert(at, v);
+                }
+                Widening::Home(h) => {
+                    let elems = self.load_home(h.reg, h.len)?;
+                    args.splice(at..at, elems);
+                }
             }
         }
         Ok(())
@@ -1365,6 +1363,36 @@ impl<'a, E: Emitter> Spec<'a, E> {
         };
         dispatch_known(self, |s| &mut *s.em, Self::switch_to, promoted, known, copy)
     }
+}
+
+/// What an edge into a unit's first copy passes besides the arguments of the block's
+/// other copies ([`Spec::widen_args`]): a unit invariant (its place among the inputs, and
+/// its register), or a local array in memory (as its elements).
+#[derive(Clone, Copy)]
+pub(super) enum Widening {
+    Invariant(u32, Reg),
+    Home(Home),
+}
+
+/// The [`Widening`]s of block layout `lay`, in the order of their places, which is the
+/// order in which they are put into the arguments.
+pub(super) fn widenings(lay: &Layout) -> impl Iterator<Item = Widening> + '_ {
+    let (inv, homes) = (&lay.invariant_inputs, &lay.homes);
+    let (mut i, mut h) = (0, 0);
+    std::iter::from_fn(move || {
+        let invariant = match (inv.get(i), homes.get(h)) {
+            (None, None) => return None,
+            (Some(a), Some(b)) => a.0 < b.at,
+            (a, _) => a.is_some(),
+        };
+        Some(if invariant {
+            i += 1;
+            Widening::Invariant(inv[i - 1].0, inv[i - 1].1)
+        } else {
+            h += 1;
+            Widening::Home(homes[h - 1])
+        })
+    })
 }
 
 /// The dynamic operation that makes a faulting setup operation's fault happen when the
