@@ -332,6 +332,22 @@ fn p(k: i64, x: i64) -> i64 {
 }
 ";
 
+/// Each function `name` of `m` (specialized in `program`) called with `(k, x)` for every
+/// `(name, k)` of `calls` and `x` of `xs` returns, or faults, as the interpreter does.
+fn agree_on_pairs(m: &dyc::ir::Module, program: &Program, calls: &[(&str, i64)], xs: &[i64]) {
+    for &(name, k) in calls {
+        let id = m.func_by_name(name).expect("function");
+        let region = program.region(name).expect("region");
+        for &x in xs {
+            let args = [k, x].map(|v| Val::Scalar(Const::Int(dyc::ir::Scalar::I64, v as u64)));
+            let want =
+                common::interpreted(Interpreter::new(m).call(id, &args, &mut Memory::default()));
+            let got = common::outcome(region.call(&mut [Arg::from(k), Arg::from(x)]));
+            assert_eq!(got, want, "{name}({k}, {x})");
+        }
+    }
+}
+
 #[test]
 fn lazy_jumps_agree_with_the_interpreter() {
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -350,17 +366,7 @@ fn lazy_jumps_agree_with_the_interpreter() {
         ("p", 1),
         ("p", 4),
     ];
-    for (name, k) in calls {
-        let id = m.func_by_name(name).expect("function");
-        let region = program.region(name).expect("region");
-        for x in [-3i64, 0, 5, 5, 9] {
-            let args = [k, x].map(|v| Val::Scalar(Const::Int(dyc::ir::Scalar::I64, v as u64)));
-            let want =
-                common::interpreted(Interpreter::new(&m).call(id, &args, &mut Memory::default()));
-            let got = common::outcome(region.call(&mut [Arg::from(k), Arg::from(x)]));
-            assert_eq!(got, want, "{name}({k}, {x})");
-        }
-    }
+    agree_on_pairs(&m, &program, &calls, &[-3i64, 0, 5, 5, 9]);
     let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
     assert!(
         made - runs >= calls.len() as u64 && gave_up == aborts,
@@ -511,17 +517,7 @@ fn dynamic_switches_agree_with_the_interpreter() {
         ("v", 0),
         ("v", 4),
     ];
-    for (name, k) in calls {
-        let id = m.func_by_name(name).expect("function");
-        let region = program.region(name).expect("region");
-        for x in [-3i64, 0, 1, 2, 4, 5, 5, 8] {
-            let args = [k, x].map(|v| Val::Scalar(Const::Int(dyc::ir::Scalar::I64, v as u64)));
-            let want =
-                common::interpreted(Interpreter::new(&m).call(id, &args, &mut Memory::default()));
-            let got = common::outcome(region.call(&mut [Arg::from(k), Arg::from(x)]));
-            assert_eq!(got, want, "{name}({k}, {x})");
-        }
-    }
+    agree_on_pairs(&m, &program, &calls, &[-3i64, 0, 1, 2, 4, 5, 5, 8]);
     let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
     assert!(
         made - runs >= calls.len() as u64 && gave_up == aborts,
