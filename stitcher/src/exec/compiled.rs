@@ -562,7 +562,12 @@ pub(super) fn run<E: Emitter>(
         panic: None,
     };
     let mut result = rt.drive(start, key);
-    if result.is_ok() && INJECTED.swap(false, std::sync::atomic::Ordering::Relaxed) {
+    // (Read before it is swapped: no locked instruction on every run.)
+    let injected = || {
+        use std::sync::atomic::Ordering::Relaxed;
+        INJECTED.load(Relaxed) && INJECTED.swap(false, Relaxed)
+    };
+    if result.is_ok() && injected() {
         result = Err(Failed::Abort);
     }
     (rt.w.scratch, rt.w.scratch2) = (rt.scratch, rt.scratch2);
