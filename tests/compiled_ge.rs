@@ -53,6 +53,18 @@ fn stitch_tier(name: &str, src: &str) -> Program {
     Program::compile_with(name, src, opts).expect("compiles")
 }
 
+/// Asserts that since `compiled_counts` gave `before`, compiled code made at least
+/// `at_least` units and gave up on none.
+fn made_without_giving_up(before: (u64, u64), at_least: u64) {
+    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
+    assert!(
+        made - before.0 >= at_least && gave_up == before.1,
+        "{} units made by compiled code (at least {at_least} expected), {} given up",
+        made - before.0,
+        gave_up - before.1
+    );
+}
+
 /// Specializes the interpreter on `code` in the stitch tier and checks its results.
 fn run(program: &Program, code: &[i64], mem: usize, what: &str) {
     let s = program
@@ -91,13 +103,7 @@ fn compiled_and_interpreted_stitchers_record_the_same_units() {
     }
     // (Every unit of these programs is one the compiled code makes: the promotions of
     // indirect jumps too.)
-    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
-    assert!(
-        made - runs >= units && gave_up == aborts,
-        "{} units made by compiled code for {units} programs, {} given up",
-        made - runs,
-        gave_up - aborts
-    );
+    made_without_giving_up((runs, aborts), units);
 }
 
 /// Static `i64` arithmetic, comparisons, shifts, `min`/`max`, negation and not (of an
@@ -137,7 +143,7 @@ fn setup_operations_agree_at_their_edge_cases() {
     let program = stitch_tier("mix.dyc", SETUP_OPS);
     let m = dyc::lang::compile("mix.dyc", SETUP_OPS).expect("compiles");
     let id = m.func_by_name("mix").expect("mix");
-    let (runs, _) = dyc_stitcher::exec::compiled_counts();
+    let (runs, aborts) = dyc_stitcher::exec::compiled_counts();
     let edges = [
         i64::MIN,
         -1,
@@ -179,12 +185,7 @@ fn setup_operations_agree_at_their_edge_cases() {
             assert_eq!(got, Some(want), "{ks:?}, {x}");
         }
     }
-    let (made, _) = dyc_stitcher::exec::compiled_counts();
-    assert!(
-        (made - runs) * 2 >= units,
-        "{} of {units} units made by compiled code",
-        made - runs
-    );
+    made_without_giving_up((runs, aborts), units);
 }
 
 /// A static expression over `names` (integers), at most `depth` operators deep, drawn
@@ -281,13 +282,7 @@ fn random_setup_code_agrees_with_the_interpreter() {
         }
     }
     // (Static faults, divisions by zero among them, are made by compiled code too.)
-    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
-    assert!(
-        made - runs >= programs && gave_up == aborts,
-        "{} units made by compiled code for {programs} programs, {} given up",
-        made - runs,
-        gave_up - aborts
-    );
+    made_without_giving_up((runs, aborts), programs);
 }
 
 /// A loop unrolled lazily, one iteration per unit (`loop_specialize_lazy`), a lazy
@@ -367,13 +362,7 @@ fn lazy_jumps_agree_with_the_interpreter() {
         ("p", 4),
     ];
     agree_on_pairs(&m, &program, &calls, &[-3i64, 0, 5, 5, 9]);
-    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
-    assert!(
-        made - runs >= calls.len() as u64 && gave_up == aborts,
-        "{} units made by compiled code, {} given up",
-        made - runs,
-        gave_up - aborts
-    );
+    made_without_giving_up((runs, aborts), calls.len() as u64);
 }
 
 /// Static faults: a static load past the end of the key, a static division and a
@@ -435,13 +424,7 @@ fn static_faults_agree_with_the_interpreter() {
         }
     }
     assert!(faults >= 8, "only {faults} calls fault");
-    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
-    assert!(
-        made - runs >= keys.len() as u64 && gave_up == aborts,
-        "{} units made by compiled code, {} given up",
-        made - runs,
-        gave_up - aborts
-    );
+    made_without_giving_up((runs, aborts), keys.len() as u64);
 }
 
 /// Dynamic `switch`es: cases listing several values, a case into a promotion, lazy arms,
@@ -518,13 +501,7 @@ fn dynamic_switches_agree_with_the_interpreter() {
         ("v", 4),
     ];
     agree_on_pairs(&m, &program, &calls, &[-3i64, 0, 1, 2, 4, 5, 5, 8]);
-    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
-    assert!(
-        made - runs >= calls.len() as u64 && gave_up == aborts,
-        "{} units made by compiled code, {} given up",
-        made - runs,
-        gave_up - aborts
-    );
+    made_without_giving_up((runs, aborts), calls.len() as u64);
 }
 
 /// Edges back into a unit's first copy: a lazy point ahead of a loop whose static value
@@ -572,7 +549,6 @@ fn edges_into_a_units_first_copy_agree_with_the_interpreter() {
     let m = dyc::lang::compile("entry.dyc", ENTRY_EDGES).expect("compiles");
     let program = stitch_tier("entry.dyc", ENTRY_EDGES);
     let (runs, aborts) = dyc_stitcher::exec::compiled_counts();
-    let mut calls = 0;
     for name in ["walk", "run"] {
         let id = m.func_by_name(name).expect("function");
         let region = program.region(name).expect("region");
@@ -584,17 +560,10 @@ fn edges_into_a_units_first_copy_agree_with_the_interpreter() {
                 let want = common::interpreted(Interpreter::new(&m).call(id, &args, &mut mem));
                 let got = common::outcome(region.call(&mut [Arg::from(xs), Arg::from(x)]));
                 assert_eq!(got, want, "{name}({xs:?}, {x})");
-                calls += 1;
             }
         }
     }
-    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
-    assert!(
-        made - runs >= 4 && gave_up == aborts,
-        "{} units made by compiled code for {calls} calls, {} given up",
-        made - runs,
-        gave_up - aborts
-    );
+    made_without_giving_up((runs, aborts), 4);
 }
 
 /// `src` compiled to specialize in the stitch tier only, with no unit recorded: the
@@ -638,13 +607,7 @@ fn unrecorded_units_are_made_by_the_compiled_plan() {
         run(&program, &code, 1, &format!("seed {seed}\n{code:?}"));
         units += 1;
     }
-    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
-    assert!(
-        made - runs >= units && gave_up == aborts,
-        "{} units made by compiled code for {units} programs, {} given up",
-        made - runs,
-        gave_up - aborts
-    );
+    made_without_giving_up((runs, aborts), units);
 }
 
 /// Units over their budget of block copies or of operations, recorded or not: the
@@ -718,13 +681,7 @@ fn f(n: i64, x: i64) -> i64 {
             }
         }
     }
-    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
-    assert!(
-        made - runs >= 12 && gave_up == aborts,
-        "{} units made or refused by compiled code, {} given up",
-        made - runs,
-        gave_up - aborts
-    );
+    made_without_giving_up((runs, aborts), 12);
 }
 
 /// Static indices of integer types narrower than 64 bits, in bounds and out (negative,
@@ -765,13 +722,7 @@ fn g(k: i32, x: i64) -> i64 {
             }
         }
     }
-    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
-    assert!(
-        made - runs >= 10 && gave_up == aborts,
-        "{} units made by compiled code, {} given up",
-        made - runs,
-        gave_up - aborts
-    );
+    made_without_giving_up((runs, aborts), 10);
 }
 
 /// Local arrays in memory (more elements than are kept as values): a promotion with
@@ -859,13 +810,7 @@ fn local_arrays_in_memory_agree_with_the_interpreter() {
             calls += 1;
         }
     }
-    let (made, gave_up) = dyc_stitcher::exec::compiled_counts();
-    assert!(
-        made - runs >= calls && gave_up == aborts,
-        "{} units made by compiled code for {calls} calls, {} given up",
-        made - runs,
-        gave_up - aborts
-    );
+    made_without_giving_up((runs, aborts), calls);
 }
 
 /// A unit the compiled plan gives up on after making all of it (a give-up injected by the

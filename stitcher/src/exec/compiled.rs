@@ -68,7 +68,10 @@ use dyc_templates::types::{Scalar, SrcLoc};
 
 use super::memo::{Memo, Word};
 use super::planned::Queue;
-use super::worklist::{dispatch_known, eval_setup, fault_op, narrow_key, widenings, Widening};
+use super::worklist::{
+    dispatch_known, eval_setup, fault_op, load_elems, narrow_key, promoted_values, widenings,
+    zero_home, Widening,
+};
 use super::{Context, PromotionMode, Unit};
 use crate::ge::{Block, BudgetKind, Op, Plan, Reg, SVal, Site, SpecError, StitchProgram, Term};
 use crate::runtime::heap::Extent;
@@ -798,14 +801,11 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
     /// loaded and put in `args` from `at` on.
     fn load_home(&mut self, r: Reg, len: u32, args: &mut Vec<E::Value>, at: usize) -> Option<()> {
         let a = self.dyn_value(r)?;
-        for k in 0..len {
-            let i = self.em.constant(Const::Int(Scalar::I64, u64::from(k)));
-            let Some(v) = self.em.op(&TOp::Load, &[a, i], SrcLoc::default()) else {
-                self.fail("a load without a result");
-                return None;
-            };
-            args.insert(at + k as usize, v);
-        }
+        let Some(elems) = load_elems(self.em, a, len) else {
+            self.fail("a load without a result");
+            return None;
+        };
+        args.splice(at..at, elems);
         Some(())
     }
 
@@ -884,24 +884,13 @@ impl<'a, 'c, E: Emitter> Rt<'a, 'c, E> {
         inputs: &[E::Value],
     ) -> Option<()> {
         let prog = self.prog;
-        let tb = &prog.blocks[b];
-        // The register of each input value (arrays give one value per element; those in
-        // memory none).
-        let order: Vec<Option<Reg>> = tb
-            .dyn_inputs()
-            .filter(|&(r, _)| prog.home(r).is_none())
-            .flat_map(|(r, t)| std::iter::repeat_n((!t.is_array()).then_some(r), t.flat_len()))
-            .collect();
-        let mut promoted = Vec::with_capacity(tb.promote.len());
-        for &(src, _) in &tb.promote {
-            match order.iter().position(|&r| r == Some(src)) {
-                Some(k) if k < inputs.len() => promoted.push(inputs[k]),
-                _ => {
-                    self.fail(format!("promoted variable {src} is not an input"));
-                    return None;
-                }
+        let promoted = match promoted_values(prog, b, inputs) {
+            Ok(p) => p,
+            Err(src) => {
+                self.fail(format!("promoted variable {src} is not an input"));
+                return None;
             }
-        }
+        };
         let site = Site {
             block: b,
             params,
@@ -1441,13 +1430,8 @@ extern "C" fn shim_home_op<E: Emitter>(
         };
         match *op {
             Op::ArrayNew { dst, elem, len } => {
-                let Some(a) = rt.dyn_value(dst) else {
-                    return 0;
-                };
-                let zero = rt.em.constant(Const::zero(elem));
-                for k in 0..len {
-                    let i = rt.em.constant(Const::Int(Scalar::I64, u64::from(k)));
-                    rt.em.op(&TOp::Store, &[a, i, zero], SrcLoc::default());
+                if let Some(a) = rt.dyn_value(dst) {
+                    zero_home(rt.em, a, elem, len);
                 }
                 0
             }

@@ -399,15 +399,10 @@ impl<'a, E: Emitter> Spec<'a, E> {
     /// The `len` elements of local array `r`, which lives in memory, loaded.
     fn load_home(&mut self, r: Reg, len: u32) -> Result<Vec<E::Value>, SpecError> {
         let a = self.operand(Operand::Dyn(r))?;
-        (0..len)
-            .map(|k| {
-                let i = self.em.constant(Const::Int(Scalar::I64, u64::from(k)));
-                match self.em.op(&TOp::Load, &[a, i], SrcLoc::default()) {
-                    Some(v) => Ok(v),
-                    None => internal("a load without a result"),
-                }
-            })
-            .collect()
+        match load_elems(self.em, a, len) {
+            Some(elems) => Ok(elems),
+            None => internal("a load without a result"),
+        }
     }
 
     /// The error for budget `budget` running out while stitching the current block.
@@ -831,11 +826,7 @@ impl<'a, E: Emitter> Spec<'a, E> {
         match *op {
             Op::ArrayNew { dst, elem, len } => {
                 let a = self.operand(Operand::Dyn(dst))?;
-                let zero = self.em.constant(Const::zero(elem));
-                for k in 0..len {
-                    let i = self.em.constant(Const::Int(Scalar::I64, u64::from(k)));
-                    self.em.op(&TOp::Store, &[a, i, zero], SrcLoc::default());
-                }
+                zero_home(self.em, a, elem, len);
             }
             Op::ArrayLoad {
                 dst,
@@ -1278,27 +1269,15 @@ impl<'a, E: Emitter> Spec<'a, E> {
         inputs: &[E::Value],
     ) -> Result<(), SpecError> {
         let prog = self.prog;
-        let tb = &prog.blocks[b];
-        // The register of each input value (arrays give one value per element; those in
-        // memory none).
-        let order: Vec<Option<Reg>> = tb
-            .dyn_inputs()
-            .filter(|&(r, _)| prog.home(r).is_none())
-            .flat_map(|(r, t)| std::iter::repeat_n((!t.is_array()).then_some(r), t.flat_len()))
-            .collect();
-        let promoted: Vec<E::Value> = tb
-            .promote
-            .iter()
-            .map(
-                |&(src, _)| match order.iter().position(|&r| r == Some(src)) {
-                    Some(k) => Ok(inputs[k]),
-                    None => internal(format!(
-                        "promoted variable {src} is not an input of {}",
-                        tb.name
-                    )),
-                },
-            )
-            .collect::<Result<_, _>>()?;
+        let promoted = match promoted_values(prog, b, inputs) {
+            Ok(p) => p,
+            Err(src) => {
+                return internal(format!(
+                    "promoted variable {src} is not an input of {}",
+                    prog.blocks[b].name
+                ))
+            }
+        };
         let site = Site {
             block: b,
             params: params_s.into_vec(),
@@ -1363,6 +1342,54 @@ impl<'a, E: Emitter> Spec<'a, E> {
         };
         dispatch_known(self, |s| &mut *s.em, Self::switch_to, promoted, known, copy)
     }
+}
+
+/// The values of promotion block `b`'s promoted variables among `inputs`, the values of
+/// its dynamic inputs (an array's elements one by one, a local array in memory none):
+/// `Err(r)` names a promoted variable that is not among them. Both executors' promotions
+/// read them so.
+pub(super) fn promoted_values<V: Copy>(
+    prog: &StitchProgram,
+    b: Block,
+    inputs: &[V],
+) -> Result<Vec<V>, Reg> {
+    let tb = &prog.blocks[b];
+    // The register of each input value.
+    let order: Vec<Option<Reg>> = tb
+        .dyn_inputs()
+        .filter(|&(r, _)| prog.home(r).is_none())
+        .flat_map(|(r, t)| std::iter::repeat_n((!t.is_array()).then_some(r), t.flat_len()))
+        .collect();
+    tb.promote
+        .iter()
+        .map(
+            |&(src, _)| match order.iter().position(|&r| r == Some(src)) {
+                Some(k) if k < inputs.len() => Ok(inputs[k]),
+                _ => Err(src),
+            },
+        )
+        .collect()
+}
+
+/// Emits the stores of zero into the `len` elements (of type `elem`) of local array `a`
+/// in memory: its declaration.
+pub(super) fn zero_home<E: Emitter>(em: &mut E, a: E::Value, elem: Scalar, len: u32) {
+    let zero = em.constant(Const::zero(elem));
+    for k in 0..len {
+        let i = em.constant(Const::Int(Scalar::I64, u64::from(k)));
+        em.op(&TOp::Store, &[a, i, zero], SrcLoc::default());
+    }
+}
+
+/// The `len` elements of local array `a` in memory, loaded in order; `None` if a load
+/// made no value.
+pub(super) fn load_elems<E: Emitter>(em: &mut E, a: E::Value, len: u32) -> Option<Vec<E::Value>> {
+    (0..len)
+        .map(|k| {
+            let i = em.constant(Const::Int(Scalar::I64, u64::from(k)));
+            em.op(&TOp::Load, &[a, i], SrcLoc::default())
+        })
+        .collect()
 }
 
 /// What an edge into a unit's first copy passes besides the arguments of the block's
